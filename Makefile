@@ -1,0 +1,60 @@
+# atoll — developer entry points. `make` (or `make help`) lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ATOLL := $(BIN)/atoll
+SHAPE ?= examples/clusters/dgx-h100.yaml
+
+.PHONY: help install lint test test-unit sandbox-bin sandbox-up sandbox-down sandbox-status demo crds bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-15s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python >= 3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP) ## create .venv and install atoll (editable) with the dev tools
+
+sandbox-bin: $(STAMP) ## build the sandbox binaries from Go modules if missing (first time ~30 min)
+	$(ATOLL) sandbox build
+
+lint: $(STAMP) ## ruff, mypy --strict and the layer contract test
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q tests/test_layers.py
+
+test: $(STAMP) sandbox-bin lint ## everything: install, build sandbox binaries, lint, whole pytest suite
+	$(BIN)/pytest
+
+test-unit: $(STAMP) ## only the tests that need no cluster
+	$(BIN)/pytest -m 'not cluster'
+
+sandbox-up: $(STAMP) sandbox-bin ## start the local control plane with fake GPU nodes (SHAPE=...)
+	$(ATOLL) sandbox up --shape $(SHAPE)
+
+sandbox-down: $(STAMP) ## stop every sandbox process and remove its state
+	$(ATOLL) sandbox down
+
+sandbox-status: $(STAMP) ## show what the sandbox runs
+	$(ATOLL) sandbox status
+
+demo: $(STAMP) sandbox-bin ## sandbox up, CRDs applied, a Job run on fake GPU nodes, summary printed
+	$(BIN)/python -m atoll.cli.demo --shape $(SHAPE)
+
+crds: $(STAMP) ## regenerate crds/*.yaml from the API models
+	$(ATOLL) crds --out crds
+
+bench: $(STAMP) ## run the benchmarks in bench/ and print their numbers
+	$(BIN)/python bench/run.py
+
+clean: ## remove the virtualenv and caches (not the sandbox binary cache)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,5 @@
+"""`python -m atoll` runs the command-line interface."""
+
+from atoll.cli.main import main
+
+raise SystemExit(main())

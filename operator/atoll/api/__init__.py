@@ -1,0 +1,1 @@
+"""Pydantic models of the Kueue kinds and of the Kubernetes objects atoll reads."""

@@ -1,0 +1,1 @@
+"""The async scheduling loop and the effects that apply engine decisions through ports."""

@@ -1,0 +1,1 @@
+"""Discrete-event simulator that drives `atoll.engine` and `atoll.state` on a virtual clock."""

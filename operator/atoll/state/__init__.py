@@ -1,0 +1,1 @@
+"""The live cache and the pending queues: mutable, synchronous, no I/O."""
