@@ -48,7 +48,7 @@ sandbox-status: $(STAMP) ## show what the sandbox runs
 	$(ATOLL) sandbox status
 
 demo: $(STAMP) sandbox-bin ## sandbox up, CRDs applied, a Job run on fake GPU nodes, summary printed
-	$(BIN)/python -m atoll.cli.demo --shape $(SHAPE)
+	$(ATOLL) demo --shape $(SHAPE)
 
 crds: $(STAMP) ## regenerate crds/*.yaml from the API models
 	$(ATOLL) crds --out crds

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from atoll import __version__
 
 # Subcommand modules, each with `register(subparsers)` that adds its parser and sets `func`.
-SUBCOMMANDS = ("atoll.cli.sandbox_cmd",)
+SUBCOMMANDS = ("atoll.cli.sandbox_cmd", "atoll.cli.demo_cmd")
 
 
 def _print_version(_args: argparse.Namespace) -> int:
