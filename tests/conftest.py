@@ -9,6 +9,7 @@ Under `CI=true` a missing component fails the tests instead of skipping them.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -22,7 +23,7 @@ import pytest
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.shapes import load_shape
+from atoll.sandbox.shapes import load_shape, nodes, resource_slices
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
@@ -65,6 +66,34 @@ class KubeCluster:
         names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in files]
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
         self._crds_applied = True
+
+    def add_shape(self, path: Path) -> list[str]:
+        """Create the Nodes (and ResourceSlices) of another shape; return the node names."""
+        shape = load_shape(path)
+        made = nodes(shape)
+        names = [n["metadata"]["name"] for n in made]
+        have = set(self.kubectl("get", "nodes", "-o", "name").stdout.split())
+        new = [n for n in made if f"node/{n['metadata']['name']}" not in have]
+        if new:
+            self.kubectl(
+                "create",
+                "-f",
+                "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": new}),
+            )
+        slices = resource_slices(shape)
+        if slices:
+            self.kubectl(
+                "apply",
+                "--server-side",
+                "-f",
+                "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}),
+            )
+        self.kubectl(
+            "wait", "--for=condition=Ready", "--timeout=60s", *[f"node/{n}" for n in names]
+        )
+        return names
 
     def wait_for(
         self, what: str, check: object, *, timeout: float = 60, interval: float = 0.3

@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from atoll import __version__
 
 # Subcommand modules, each with `register(subparsers)` that adds its parser and sets `func`.
-SUBCOMMANDS = ("atoll.cli.sandbox_cmd", "atoll.cli.demo_cmd")
+SUBCOMMANDS = (
+    "atoll.cli.run_cmd",
+    "atoll.cli.sandbox_cmd",
+    "atoll.cli.demo_cmd",
+    "atoll.cli.crds_cmd",
+)
 
 
 def _print_version(_args: argparse.Namespace) -> int:

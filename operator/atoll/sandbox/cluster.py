@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from atoll.sandbox import binaries, kwok, pki, shapes
+from atoll import pki
+from atoll.sandbox import binaries, kwok, shapes
 from atoll.sandbox.processes import (
     Proc,
     StartError,

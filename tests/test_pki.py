@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from atoll.sandbox.pki import write_pki
+from atoll.pki import write_pki
 
 
 def _load(path: Path) -> x509.Certificate:

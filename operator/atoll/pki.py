@@ -1,5 +1,5 @@
-"""The sandbox's PKI, made with `cryptography`: a CA, the API server's serving certificate,
-an admin client certificate in `system:masters`, and the service-account signing key pair."""
+"""PKI made with `cryptography`: a CA, serving certificates (the sandbox API server, the
+admission webhook), an admin client certificate, and the service-account key pair."""
 
 from __future__ import annotations
 
@@ -162,3 +162,32 @@ def write_pki(directory: Path) -> Pki:
         sa_public=directory / "sa.pub",
         sa_private=directory / "sa.key",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPki:
+    """Paths of a CA and one serving certificate signed by it."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+
+
+def write_serving_pki(
+    directory: Path, *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
+) -> ServingPki:
+    """A fresh CA and a serving certificate for the given names (an admission webhook's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    ca = make_ca("atoll-webhook-ca")
+    cert, key = issue(ca, (dns or ips or ("atoll-webhook",))[0], dns=dns, ips=ips, server=True)
+    out = ServingPki(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "tls.crt",
+        serving_key=directory / "tls.key",
+    )
+    out.ca_cert.write_bytes(cert_pem(ca[0]))
+    out.serving_cert.write_bytes(cert_pem(cert))
+    out.serving_key.write_bytes(key_pem(key))
+    out.serving_key.chmod(0o600)
+    return out

@@ -1,0 +1,30 @@
+"""Kueue's label, annotation, finalizer and scheduling-gate keys on Jobs, pods and Workloads.
+
+Mirrors pkg/controller/constants/constants.go and apis/kueue/v1beta2/constants.go (see
+reference/kueue-compat.md §2).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_TIME_SECONDS_LABEL: Final = "kueue.x-k8s.io/max-exec-time-seconds"
+PREBUILT_WORKLOAD_LABEL: Final = "kueue.x-k8s.io/prebuilt-workload-name"
+JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
+LOCAL_QUEUE_LABEL: Final = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_LABEL: Final = "kueue.x-k8s.io/cluster-queue-name"
+
+JOB_MIN_PARALLELISM_ANNOTATION: Final = "kueue.x-k8s.io/job-min-parallelism"
+JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION: Final = (
+    "kueue.x-k8s.io/job-completions-equal-parallelism"
+)
+ADMISSION_GATED_BY_ANNOTATION: Final = "kueue.x-k8s.io/admission-gated-by"
+WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
+STOPPING_ANNOTATION: Final = "kueue.x-k8s.io/stopping"
+
+RESOURCE_IN_USE_FINALIZER: Final = "kueue.x-k8s.io/resource-in-use"
+DEFAULT_LOCAL_QUEUE: Final = "default"
+DEFAULT_PRIORITY_CLASS: Final = "default"

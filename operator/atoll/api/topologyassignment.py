@@ -1,0 +1,130 @@
+"""Where a Workload's pods go in the topology: the compact `topologyAssignment` of a podSet.
+
+Mirrors the TopologyAssignment types of apis/kueue/v1beta2/workload_types.go (v1beta2's
+compressed form: slices of domains, each level's values either shared or one per domain).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from atoll.api.meta import ATOMIC, ApiModel, Int32, StrEnum, cel, validations
+
+
+class DelayedTopologyRequestState(StrEnum):
+    """Whether a topology assignment is still to be computed."""
+
+    PENDING = "Pending"
+    READY = "Ready"
+
+
+class TopologyAssignmentSliceLevelIndividualValues(ApiModel):
+    """Domain values of one level, one per domain, with a shared prefix and suffix."""
+
+    prefix: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Common prefix of the values."""
+    suffix: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Common suffix of the values."""
+    roots: Annotated[
+        tuple[Annotated[str, StringConstraints(max_length=63)], ...],
+        Field(min_length=1, max_length=100000, json_schema_extra=ATOMIC),
+    ]
+    """The values without prefix and suffix, one per domain."""
+
+
+class TopologyAssignmentSliceLevelValues(ApiModel):
+    """Domain values of one level: one value for all domains, or one per domain."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.universal) != has(self.individual)",
+                "exactly one of the fields in [universal individual] must be set",
+            )
+        )
+    )
+
+    universal: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """The value shared by every domain of the slice."""
+    individual: TopologyAssignmentSliceLevelIndividualValues | None = None
+    """One value per domain."""
+
+
+class TopologyAssignmentSlicePodCounts(ApiModel):
+    """Pods per domain: one count for all domains, or one per domain."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.universal) != has(self.individual)",
+                "exactly one of the fields in [universal individual] must be set",
+            )
+        )
+    )
+
+    universal: Annotated[Int32, Field(ge=1)] | None = None
+    """Pods in every domain of the slice."""
+    individual: (
+        Annotated[
+            tuple[Annotated[Int32, Field(ge=1)], ...],
+            Field(min_length=1, max_length=100000, json_schema_extra=ATOMIC),
+        ]
+        | None
+    ) = None
+    """Pods per domain."""
+
+
+class TopologyAssignmentSlice(ApiModel):
+    """A run of domains described compactly."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.podCounts.universal)"
+                " || size(self.podCounts.individual) == self.domainCount",
+                "podCounts.individual must have length equal to domainCount",
+            ),
+            cel(
+                "self.valuesPerLevel.all(v, has(v.universal)"
+                " || size(v.individual.roots) == self.domainCount)",
+                "valuesPerLevel.individual, if set, must have roots of length equal to"
+                " domainCount of this TopologyAssignmentSlice",
+            ),
+        )
+    )
+
+    domain_count: Annotated[Int32, Field(ge=1)]
+    """Number of domains in the slice."""
+    values_per_level: Annotated[
+        tuple[TopologyAssignmentSliceLevelValues, ...],
+        Field(min_length=1, max_length=16, json_schema_extra=ATOMIC),
+    ]
+    """Domain values for each level of the assignment."""
+    pod_counts: TopologyAssignmentSlicePodCounts
+    """Pods per domain."""
+
+
+class TopologyAssignment(ApiModel):
+    """The topology domains a podSet's pods are assigned to."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.slices.all(s, size(s.valuesPerLevel) == size(self.levels))",
+                "valuesPerLevel must have the same length as the number of levels in this"
+                " TopologyAssignment",
+            )
+        )
+    )
+
+    levels: Annotated[
+        tuple[Annotated[str, StringConstraints(max_length=317)], ...],
+        Field(min_length=1, max_length=16, json_schema_extra=ATOMIC),
+    ]
+    """Node labels of the levels the domains are given at."""
+    slices: Annotated[
+        tuple[TopologyAssignmentSlice, ...], Field(max_length=1000, json_schema_extra=ATOMIC)
+    ]
+    """The domains and their pod counts."""

@@ -1,0 +1,107 @@
+"""`atoll run`: start the operator against the current cluster (KUBECONFIG or in-cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from atoll.api.configuration import (
+    ConfigurationError,
+    apply_overrides,
+    load_configuration,
+    overrides_from_env,
+    parse_bind_address,
+    parse_override,
+)
+from atoll.kube.operator import RunOptions, configure_logging, run
+
+
+def _address(flag: str | None, configured: str, what: str) -> tuple[str, int]:
+    parsed = parse_bind_address(flag if flag is not None else configured)
+    if parsed is None:
+        return "127.0.0.1", 0
+    host, port = parsed
+    if flag is None and not host:
+        host = "0.0.0.0"
+    return host or "127.0.0.1", port
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_configuration(Path(args.config) if args.config else None)
+        overrides = overrides_from_env(os.environ)
+        overrides.update(dict(parse_override(s) for s in args.set or ()))
+        cfg = apply_overrides(cfg, overrides) if overrides else cfg
+    except ConfigurationError as e:
+        print(f"atoll run: {e}", file=sys.stderr)
+        return 2
+    configure_logging(cfg.atoll.log_format.value, cfg.atoll.log_level)
+    metrics = _address(args.metrics_bind_address, cfg.metrics.bind_address, "metrics")
+    health = _address(args.health_bind_address, cfg.health.health_probe_bind_address, "health")
+    webhook_addr, _, webhook_port = (args.webhook_bind_address or "").rpartition(":")
+    opts = RunOptions(
+        configuration=cfg,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        webhook=args.webhook,
+        webhook_host=args.webhook_host,
+        webhook_addr=webhook_addr or ("127.0.0.1" if args.webhook == "url" else "0.0.0.0"),
+        webhook_port=int(webhook_port or cfg.webhook.port),
+        webhook_service=args.webhook_service,
+        metrics_addr=metrics[0],
+        metrics_port=metrics[1],
+        health_addr=health[0],
+        health_port=health[1],
+        leader_elect=cfg.leader_election.leader_elect and not args.no_leader_elect,
+        **({"identity": args.identity} if args.identity else {}),
+    )
+    try:
+        asyncio.run(run(opts))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run the operator (admits labelled Jobs against Kueue queues)",
+        description=(
+            "Run atoll's operator against the cluster of KUBECONFIG (or in-cluster). It watches "
+            "Kueue's queue objects and labelled batch/v1 Jobs, creates their Workloads and "
+            "admits whole gangs."
+        ),
+    )
+    parser.add_argument(
+        "--config", help="Kueue-format Configuration file (config.kueue.x-k8s.io/v1beta2)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override a configuration field, e.g. --set waitForPodsReady.timeout=5m "
+        "(repeatable; env ATOLL_CONFIG__waitForPodsReady__timeout=5m works too)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
+    parser.add_argument(
+        "--webhook",
+        choices=("url", "service", "off"),
+        default="url",
+        help="how the API server reaches the Job webhook: url (https://HOST:PORT, e.g. the "
+        "sandbox), service (in a cluster) or off (default url)",
+    )
+    parser.add_argument("--webhook-host", default="127.0.0.1", help="host in the webhook URL")
+    parser.add_argument("--webhook-bind-address", help="HOST:PORT to serve the webhook on")
+    parser.add_argument(
+        "--webhook-service",
+        default="atoll-system/atoll-webhook",
+        help="NAMESPACE/NAME of the webhook Service (with --webhook service)",
+    )
+    parser.add_argument("--metrics-bind-address", help="HOST:PORT for /metrics ('0' disables)")
+    parser.add_argument("--health-bind-address", help="HOST:PORT for /healthz and /readyz")
+    parser.add_argument("--no-leader-elect", action="store_true", help="admit without a Lease")
+    parser.add_argument("--identity", help="leader-election identity (default host-pid)")
+    parser.set_defaults(func=_run)

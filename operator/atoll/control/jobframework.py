@@ -1,0 +1,291 @@
+"""The batch/v1 Job integration: a Job's Workload, its priority, and how a Job is started and
+stopped. Pure functions over `atoll.api` models.
+
+Mirrors Kueue's pkg/controller/jobframework (workload_names.go, reconciler.go) and
+pkg/controller/jobs/job/job_controller.go, as summarised in reference/kueue-compat.md §3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from atoll.api import labels as keys
+from atoll.api.core import Job, PodTemplateMeta, PodTemplateSpec, PriorityClass, Toleration
+from atoll.api.meta import ObjectMeta, OwnerReference
+from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import (
+    MAIN_POD_SET,
+    PodSet,
+    PodSetTopologyRequest,
+    PriorityClassGroup,
+    PriorityClassKind,
+    PriorityClassRef,
+    Workload,
+    WorkloadSpec,
+)
+
+_MAX_NAME = 253
+_HASH_LEN = 5
+JOB_CONTROLLER_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/controller-uid")
+"""Labels the Job controller puts on the template; not part of the Workload's template."""
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
+TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+TAS_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+
+
+class ComposeError(ValueError):
+    """The Job cannot be turned into a Workload; `reason` is the Kueue event reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StartConflictError(ValueError):
+    """Injecting the admission into the Job would overwrite a key the Job already sets."""
+
+
+def workload_name(job_name: str, job_uid: str, *, kind: str = "Job", group: str = "batch") -> str:
+    """Kueue's `job-<name>-<5 hex of sha1(kind, group, name, uid)>`, truncated to fit 253."""
+    digest = hashlib.sha1(
+        f"{kind}\n{group}\n{job_name}\n{job_uid}".encode(), usedforsecurity=False
+    ).hexdigest()
+    prefix = f"{kind.lower()}-{job_name}"[: _MAX_NAME - _HASH_LEN - 1]
+    return f"{prefix}-{digest[:_HASH_LEN]}"
+
+
+def queue_name(job: Job) -> str | None:
+    return (job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
+
+
+def pod_count(job: Job) -> int:
+    """Pods of the gang: min(parallelism, completions), parallelism defaulting to 1."""
+    parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
+    completions = job.spec.completions
+    return parallelism if completions is None else min(parallelism, completions)
+
+
+def _min_count(job: Job, count: int) -> int | None:
+    raw = (job.metadata.annotations or {}).get(keys.JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ComposeError(
+            "ErrWorkloadCompose",
+            f"annotation {keys.JOB_MIN_PARALLELISM_ANNOTATION}: {raw!r} is not an integer",
+        ) from None
+    if not 0 < value < count:
+        raise ComposeError(
+            "ErrWorkloadCompose",
+            f"annotation {keys.JOB_MIN_PARALLELISM_ANNOTATION}: {value} must be > 0 and < "
+            f"the Job's pod count {count}",
+        )
+    return value
+
+
+def _topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
+    ann = (template.metadata.annotations if template.metadata else None) or {}
+    given = [k for k in (TAS_REQUIRED, TAS_PREFERRED, TAS_UNCONSTRAINED) if k in ann]
+    if len(given) > 1:
+        raise ComposeError(
+            "ErrWorkloadCompose",
+            f"pod template annotations {', '.join(given)}: at most one may be set",
+        )
+    if not given and TAS_SLICE_REQUIRED not in ann:
+        return None
+    slice_size = ann.get(TAS_SLICE_SIZE)
+    return PodSetTopologyRequest(
+        required=ann.get(TAS_REQUIRED),
+        preferred=ann.get(TAS_PREFERRED),
+        unconstrained=(ann.get(TAS_UNCONSTRAINED) == "true") if TAS_UNCONSTRAINED in ann else None,
+        pod_index_label=JOB_COMPLETION_INDEX_LABEL,
+        pod_set_slice_required_topology=ann.get(TAS_SLICE_REQUIRED),
+        pod_set_slice_size=int(slice_size) if slice_size and slice_size.isdigit() else None,
+    )
+
+
+def workload_template(template: PodTemplateSpec) -> PodTemplateSpec:
+    """The Job's pod template without the labels the Job controller adds."""
+    meta = template.metadata or PodTemplateMeta()
+    labels = {k: v for k, v in (meta.labels or {}).items() if k not in JOB_CONTROLLER_LABELS}
+    return template.model_copy(
+        update={"metadata": meta.model_copy(update={"labels": labels or None})}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    value: int
+    ref: PriorityClassRef | None
+
+
+def resolve_priority(
+    job: Job,
+    workload_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+) -> Priority:
+    """WorkloadPriorityClass label, else the pods' PriorityClass, else the global default."""
+    wpc_name = (job.metadata.labels or {}).get(keys.PRIORITY_CLASS_LABEL)
+    if wpc_name:
+        wpc = workload_classes.get(wpc_name)
+        if wpc is None:
+            raise ComposeError(
+                "WorkloadPriorityClassNotFound",
+                f"WorkloadPriorityClass {wpc_name!r} (label {keys.PRIORITY_CLASS_LABEL}) "
+                "does not exist",
+            )
+        ref = PriorityClassRef(
+            group=PriorityClassGroup("kueue.x-k8s.io"),
+            kind=PriorityClassKind("WorkloadPriorityClass"),
+            name=wpc_name,
+        )
+        return Priority(wpc.value, ref)
+    pc_name = job.spec.template.spec.priority_class_name
+    if pc_name:
+        pc = priority_classes.get(pc_name)
+        if pc is None:
+            raise ComposeError(
+                "ErrWorkloadCompose",
+                f"PriorityClass {pc_name!r} (spec.template.spec.priorityClassName) not found",
+            )
+        ref = PriorityClassRef(
+            group=PriorityClassGroup("scheduling.k8s.io"),
+            kind=PriorityClassKind("PriorityClass"),
+            name=pc_name,
+        )
+        return Priority(pc.value, ref)
+    defaults = sorted(
+        (pc for pc in priority_classes.values() if pc.global_default), key=lambda pc: pc.value
+    )
+    if defaults:
+        ref = PriorityClassRef(
+            group=PriorityClassGroup("scheduling.k8s.io"),
+            kind=PriorityClassKind("PriorityClass"),
+            name=defaults[0].name,
+        )
+        return Priority(defaults[0].value, ref)
+    return Priority(0, None)
+
+
+def build_workload(job: Job, priority: Priority) -> Workload:
+    """The Workload Kueue would create for this Job (name, owner, finalizer, one podSet)."""
+    name = job.metadata.name or ""
+    uid = job.metadata.uid or ""
+    count = pod_count(job)
+    template = job.spec.template
+    owner = OwnerReference(
+        api_version="batch/v1",
+        kind="Job",
+        name=name,
+        uid=uid,
+        controller=True,
+        block_owner_deletion=True,
+    )
+    labels = {keys.JOB_UID_LABEL: uid} if uid and len(uid) <= 63 else None
+    pod_set = PodSet(
+        name=MAIN_POD_SET,
+        template=workload_template(template),
+        count=count,
+        min_count=_min_count(job, count),
+        topology_request=_topology_request(template),
+    )
+    max_exec = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
+    return Workload(
+        metadata=ObjectMeta(
+            name=workload_name(name, uid),
+            namespace=job.metadata.namespace,
+            labels=labels,
+            owner_references=(owner,),
+            finalizers=(keys.RESOURCE_IN_USE_FINALIZER,),
+        ),
+        spec=WorkloadSpec(
+            pod_sets=(pod_set,),
+            queue_name=queue_name(job),
+            priority_class_ref=priority.ref,
+            priority=priority.value,
+            maximum_execution_time_seconds=int(max_exec)
+            if max_exec and max_exec.isdigit()
+            else None,
+        ),
+    )
+
+
+def job_finished(job: Job) -> tuple[bool, str, str]:
+    """(finished, reason Succeeded|Failed, message) from the Job's Complete/Failed conditions."""
+    for cond in job.status.conditions or ():
+        if cond.status == "True" and cond.type in ("Complete", "Failed"):
+            reason = "Succeeded" if cond.type == "Complete" else "Failed"
+            return True, reason, cond.message or f"Job {cond.type.lower()}"
+    return False, "", ""
+
+
+def active_pods(job: Job) -> int:
+    return job.status.active or 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStart:
+    """What starting a Job writes: the merged template fields and the unsuspend."""
+
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Toleration, ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    parallelism: int | None
+    """Set for partial admission (the admitted count), else None."""
+
+
+def _merge(kind: str, base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if key in merged and merged[key] != value:
+            raise StartConflictError(
+                f"{kind} key {key!r} is {merged[key]!r} in the Job but the admission needs "
+                f"{value!r}"
+            )
+        merged[key] = value
+    return merged
+
+
+def start_plan(
+    job: Job,
+    *,
+    workload: str,
+    cluster_queue: str,
+    local_queue: str,
+    flavors: Sequence[ResourceFlavor],
+    admitted_count: int,
+) -> JobStart:
+    """Merge the admission into the Job's template: the flavors' node labels and tolerations,
+    Kueue's labels and the workload annotation. Raises StartConflictError on a conflicting key."""
+    spec = job.spec.template.spec
+    meta = job.spec.template.metadata or PodTemplateMeta()
+    node_labels: dict[str, str] = {}
+    tolerations = list(spec.tolerations or ())
+    for flavor in flavors:
+        node_labels = _merge("flavor nodeLabels", node_labels, flavor.spec.node_labels or {})
+        for tol in flavor.spec.tolerations or ():
+            if tol not in tolerations:
+                tolerations.append(tol)
+    node_selector = _merge("nodeSelector", spec.node_selector or {}, node_labels)
+    queue_labels = {keys.PODSET_LABEL: MAIN_POD_SET, keys.LOCAL_QUEUE_LABEL: local_queue}
+    if len(cluster_queue) <= 63:
+        queue_labels[keys.CLUSTER_QUEUE_LABEL] = cluster_queue
+    labels = _merge("label", meta.labels or {}, queue_labels)
+    annotations = _merge("annotation", meta.annotations or {}, {keys.WORKLOAD_ANNOTATION: workload})
+    full = pod_count(job)
+    return JobStart(
+        node_selector=node_selector,
+        tolerations=tuple(tolerations),
+        labels=labels,
+        annotations=annotations,
+        parallelism=admitted_count if admitted_count != full else None,
+    )

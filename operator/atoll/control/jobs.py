@@ -1,0 +1,449 @@
+"""The Job reconciler: keeps each labelled batch/v1 Job and its Workload in step.
+
+Mirrors Kueue's pkg/controller/jobframework/reconciler.go (`ReconcileGenericJob`, the order of
+§3.4 in reference/kueue-compat.md): finished Workloads lose their finalizer, finished Jobs
+finish their Workload, a Job without a Workload gets one (and is kept suspended), an evicted
+Workload stops its Job and releases quota only when no pod is active, an admitted Workload
+starts its Job, and a running Job that is not admitted is stopped. waitForPodsReady watches
+that an admitted gang becomes ready in time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from atoll.api import labels as keys
+from atoll.api.core import Job
+from atoll.api.meta import LabelSelector
+from atoll.api.workload import RequeueState, Workload, WorkloadStatus
+from atoll.control import jobframework as jf
+from atoll.control.admission import NO_RESERVATION, NO_RESERVATION_MESSAGE
+from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+log = structlog.get_logger("atoll.jobs")
+
+Emit = Callable[[ObjectRef, str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodsReadySettings:
+    """Kueue's waitForPodsReady (on by default since 0.19)."""
+
+    enable: bool = True
+    timeout: float = 1800.0
+    recovery_timeout: float | None = None
+    """None: same as `timeout`."""
+    backoff_base: float = 60.0
+    backoff_max: float = 3600.0
+    backoff_limit_count: int | None = None
+    """After this many PodsReady timeouts the Workload is deactivated (None: never)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSettings:
+    manage_jobs_without_queue_name: bool = False
+    managed_namespaces: LabelSelector | None = None
+    """Namespaces whose Jobs atoll manages (None: all but kube-system)."""
+    pods_ready: PodsReadySettings = PodsReadySettings()
+
+
+def job_ref(job: Job) -> ObjectRef:
+    return ObjectRef(
+        kind="Job",
+        api_version="batch/v1",
+        namespace=job.namespace or "",
+        name=job.name,
+        uid=job.metadata.uid or "",
+    )
+
+
+def is_suspended(job: Job) -> bool:
+    stopping = (job.metadata.annotations or {}).get(keys.STOPPING_ANNOTATION) == "true"
+    return bool(job.spec.suspend) and not stopping
+
+
+class JobController:
+    def __init__(
+        self,
+        cache: Cache,
+        workloads: WorkloadStore,
+        jobs: JobStore,
+        emit: Emit,
+        *,
+        settings: JobSettings = JobSettings(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.workloads = workloads
+        self.jobs = jobs
+        self.emit = emit
+        self.settings = settings
+        self.clock = clock
+
+    def _now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
+
+    def manages(self, job: Job) -> bool:
+        ns = job.namespace or ""
+        if ns == "kube-system":
+            return False
+        selector = self.settings.managed_namespaces
+        if selector is not None and not selector.matches(self.cache.namespaces.get(ns, {})):
+            return False
+        return bool(jf.queue_name(job)) or self.settings.manage_jobs_without_queue_name
+
+    async def reconcile(self, key: str) -> float | None:
+        """One pass for the Job `namespace/name`; returns when to look again (seconds)."""
+        job = self.cache.jobs.get(key)
+        if job is None or job.metadata.deletion_timestamp is not None:
+            for orphan in self.cache.workloads_of_job(key):
+                await self._finish_orphan(orphan)
+            return None
+        if not self.manages(job):
+            return None
+        owned = self.cache.workloads_of_job(key)
+        mine = [w for w in owned if self._owner_uid(w) == job.metadata.uid]
+        for stale in (w for w in owned if w not in mine):
+            await self._finish_orphan(stale)
+        wl: Workload | None = mine[0] if mine else None
+        if wl is not None and wls.is_finished(wl):
+            await self._drop_finalizer(wl)
+            return None
+        if wl is not None and wls.is_deleting(wl):
+            if not is_suspended(job):
+                await self._stop(job, wl, "The workload is being deleted")
+            await self._drop_finalizer(wl)
+            return None
+        finished, reason, message = jf.job_finished(job)
+        if finished:
+            if wl is not None:
+                await self._finish(job, wl, reason, message)
+            return None
+        if wl is None:
+            return await self._create(job)
+        if wls.is_evicted(wl) or (not wls.has_quota(wl) and not is_suspended(job)):
+            return await self._evicted(job, wl)
+        if not wls.has_quota(wl):
+            return await self._requeue_check(wl)
+        if is_suspended(job):
+            if wls.is_admitted(wl):
+                await self._start(job, wl)
+            return None
+        if not wls.is_admitted(wl):
+            await self._stop(job, wl, "Not admitted by cluster queue")
+            return None
+        return await self._pods_ready(job, wl)
+
+    @staticmethod
+    def _owner_uid(wl: Workload) -> str | None:
+        for ref in wl.metadata.owner_references or ():
+            if ref.kind == "Job" and ref.controller:
+                return ref.uid
+        return None
+
+    async def _set_status(
+        self, wl: Workload, mutate: Callable[[Workload], WorkloadStatus | None]
+    ) -> Workload | None:
+        try:
+            written = await self.workloads.update_workload_status(wls.wl_key(wl), mutate)
+        except NotFoundError:
+            self.cache.delete_workload(wls.wl_key(wl))
+            return None
+        if written is not None:
+            self.cache.set_workload(written)
+        return written
+
+    async def _drop_finalizer(self, wl: Workload) -> None:
+        if keys.RESOURCE_IN_USE_FINALIZER in (wl.metadata.finalizers or ()):
+            try:
+                await self.workloads.remove_workload_finalizer(
+                    wls.wl_key(wl), keys.RESOURCE_IN_USE_FINALIZER
+                )
+            except NotFoundError:
+                self.cache.delete_workload(wls.wl_key(wl))
+
+    async def _finish_orphan(self, wl: Workload) -> None:
+        if not wls.is_finished(wl):
+            now = self._now()
+            await self._set_status(
+                wl,
+                lambda w: (
+                    None
+                    if wls.is_finished(w)
+                    else wls.status_with(
+                        w,
+                        conditions=wls.with_condition(
+                            w.status.conditions or (),
+                            wls.FINISHED,
+                            status=True,
+                            reason="OwnerNotFound",
+                            message="The workload's owner no longer exists",
+                            now=now,
+                        ),
+                    )
+                ),
+            )
+        await self._drop_finalizer(wl)
+
+    async def _finish(self, job: Job, wl: Workload, reason: str, message: str) -> None:
+        now = self._now()
+        written = await self._set_status(
+            wl,
+            lambda w: (
+                None
+                if wls.is_finished(w)
+                else wls.status_with(
+                    w,
+                    conditions=wls.with_condition(
+                        w.status.conditions or (),
+                        wls.FINISHED,
+                        status=True,
+                        reason=reason,
+                        message=message,
+                        now=now,
+                    ),
+                )
+            ),
+        )
+        if written is not None:
+            log.info("workload finished", workload=wls.wl_key(wl), reason=reason)
+            await self.emit(
+                job_ref(job),
+                "Normal",
+                "FinishedWorkload",
+                f"Workload '{wls.wl_key(wl)}' is declared finished",
+            )
+            await self._drop_finalizer(written)
+
+    async def _create(self, job: Job) -> float | None:
+        if not is_suspended(job):
+            await self.jobs.suspend_job(wls.key_of(job.namespace, job.name))
+            await self.emit(job_ref(job), "Normal", "Stopped", "No matching Workload")
+        if jf.active_pods(job) > 0:
+            return 1.0  # wait until the running pods are gone
+        try:
+            priority = jf.resolve_priority(
+                job, self.cache.workload_classes, self.cache.priority_classes
+            )
+            wl = jf.build_workload(job, priority)
+        except jf.ComposeError as e:
+            await self.emit(job_ref(job), "Warning", e.reason, str(e))
+            return None
+        created = await self.workloads.create_workload(wl)
+        self.cache.set_workload(created)
+        log.info("workload created", job=wls.key_of(job.namespace, job.name), workload=wl.name)
+        await self.emit(
+            job_ref(job),
+            "Normal",
+            "CreatedWorkload",
+            f"Created Workload: {wls.key_of(job.namespace, wl.name)}",
+        )
+        return None
+
+    async def _stop(self, job: Job, wl: Workload, message: str) -> None:
+        pod_set = wl.spec.pod_sets[0]
+        partial = pod_set.min_count is not None
+        await self.jobs.stop_job(
+            wls.key_of(job.namespace, job.name),
+            pod_set.template,
+            pod_set.count if partial else None,
+        )
+        await self.emit(job_ref(job), "Normal", "Stopped", message)
+
+    async def _start(self, job: Job, wl: Workload) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        assignment = adm.pod_set_assignments[0]
+        flavor_names = sorted(set((assignment.flavors or {}).values()))
+        flavors = [self.cache.flavors[f] for f in flavor_names if f in self.cache.flavors]
+        try:
+            plan = jf.start_plan(
+                job,
+                workload=wl.name,
+                cluster_queue=adm.cluster_queue,
+                local_queue=wl.spec.queue_name or "",
+                flavors=flavors,
+                admitted_count=assignment.count or wl.spec.pod_sets[0].count,
+            )
+        except jf.StartConflictError as e:
+            await self._finish(job, wl, "FailedToStart", str(e))
+            return
+        await self.jobs.start_job(wls.key_of(job.namespace, job.name), plan)
+        log.info("job started", job=wls.key_of(job.namespace, job.name), workload=wl.name)
+        await self.emit(
+            job_ref(job), "Normal", "Started", f"Admitted by clusterQueue {adm.cluster_queue}"
+        )
+
+    async def _evicted(self, job: Job, wl: Workload) -> float | None:
+        evicted = wls.condition(wl, wls.EVICTED)
+        if not is_suspended(job):
+            await self._stop(job, wl, evicted.message if evicted else "Not admitted")
+        if jf.active_pods(job) > 0:
+            return 1.0  # quota is released only when no pod of the gang is active
+        if not wls.has_quota(wl):
+            return None
+        reason = evicted.reason if evicted else "Pending"
+        now = self._now()
+        requeue_now = reason in ("Preempted", "NodeFailures")
+        backoff = self._backoff(wl) if reason == "PodsReadyTimeout" else None
+
+        def release(w: Workload) -> WorkloadStatus | None:
+            if not wls.has_quota(w):
+                return None
+            conds = wls.with_condition(
+                w.status.conditions or (),
+                wls.QUOTA_RESERVED,
+                status=False,
+                reason="PendingEvaluation",
+                message="The workload is pending evaluation",
+                now=now,
+            )
+            conds = wls.with_condition(
+                conds,
+                wls.ADMITTED,
+                status=False,
+                reason=NO_RESERVATION,
+                message=NO_RESERVATION_MESSAGE,
+                now=now,
+            )
+            conds = wls.with_condition(
+                conds,
+                wls.REQUEUED,
+                status=requeue_now,
+                reason=reason,
+                message=evicted.message if evicted else "",
+                now=now,
+            )
+            changes: dict[str, object] = {"conditions": conds, "admission": None}
+            if backoff is not None:
+                changes["requeue_state"] = backoff
+            return wls.status_with(w, **changes)
+
+        written = await self._set_status(wl, release)
+        if written is not None:
+            log.info("quota released", workload=wls.wl_key(wl), reason=reason)
+            if backoff is not None:
+                return await self._requeue_check(written)
+        return None
+
+    def _backoff(self, wl: Workload) -> RequeueState:
+        settings = self.settings.pods_ready
+        count = ((wl.status.requeue_state.count if wl.status.requeue_state else None) or 0) + 1
+        delay = min(settings.backoff_base * 2 ** (count - 1), settings.backoff_max)
+        at = dt.datetime.fromtimestamp(self.clock() + delay, dt.UTC).replace(microsecond=0)
+        return RequeueState(count=count, requeue_at=at)
+
+    async def _requeue_check(self, wl: Workload) -> float | None:
+        """After a PodsReady timeout: deactivate past the limit, else requeue at requeueAt."""
+        if not wls.is_false(wl, wls.REQUEUED):
+            return None
+        settings = self.settings.pods_ready
+        count = (wl.status.requeue_state.count if wl.status.requeue_state else None) or 0
+        limit = settings.backoff_limit_count
+        if limit is not None and count > limit and wl.spec.active:
+            await self.workloads.deactivate_workload(wls.wl_key(wl))
+            return None
+        at = wls.requeue_at(wl)
+        if at is not None and at > self.clock():
+            return at - self.clock()
+        now = self._now()
+
+        def requeue(w: Workload) -> WorkloadStatus | None:
+            if not wls.is_false(w, wls.REQUEUED):
+                return None
+            conds = wls.with_condition(
+                w.status.conditions or (),
+                wls.REQUEUED,
+                status=True,
+                reason="BackoffFinished",
+                message="The workload backoff was finished",
+                now=now,
+            )
+            rs = w.status.requeue_state
+            return wls.status_with(
+                w,
+                conditions=conds,
+                requeue_state=rs.model_copy(update={"requeue_at": None}) if rs else None,
+            )
+
+        await self._set_status(wl, requeue)
+        return None
+
+    async def _pods_ready(self, job: Job, wl: Workload) -> float | None:
+        settings = self.settings.pods_ready
+        if not settings.enable:
+            return None
+        adm = wl.status.admission
+        count = (adm.pod_set_assignments[0].count if adm else None) or wl.spec.pod_sets[0].count
+        uncounted = job.status.uncounted_terminated_pods
+        done = (job.status.succeeded or 0) + len((uncounted.succeeded if uncounted else None) or ())
+        ready = (job.status.ready or 0) + done >= count
+        current = wls.condition(wl, wls.PODS_READY)
+        was_ready = current is not None and current.status.value == "True"
+        now = self._now()
+        if ready:
+            reason = "Recovered" if current and current.reason == "WaitForRecovery" else "Started"
+            if not was_ready:
+                await self._pods_ready_condition(
+                    wl, True, reason, "All pods reached readiness and the workload is running", now
+                )
+            return None
+        if was_ready or (current is not None and current.reason == "WaitForRecovery"):
+            reason, message = "WaitForRecovery", "At least one pod has failed, waiting for recovery"
+            timeout = settings.recovery_timeout or settings.timeout
+        else:
+            reason, message = "WaitForStart", "Not all pods are ready or succeeded"
+            timeout = settings.timeout
+        if current is None or current.reason != reason:
+            written = await self._pods_ready_condition(wl, False, reason, message, now)
+            current = wls.condition(written, wls.PODS_READY) if written else current
+        since_cond = current or wls.condition(wl, wls.ADMITTED)
+        since = since_cond.last_transition_time.timestamp() if since_cond else self.clock()
+        remaining = since + timeout - self.clock()
+        if remaining > 0:
+            return remaining
+        log.info("pods ready timeout", workload=wls.wl_key(wl), timeout_s=timeout)
+        await self._set_status(
+            wl,
+            lambda w: (
+                None
+                if wls.is_evicted(w) or not wls.has_quota(w)
+                else wls.status_with(
+                    w,
+                    conditions=wls.with_condition(
+                        w.status.conditions or (),
+                        wls.EVICTED,
+                        status=True,
+                        reason="PodsReadyTimeout",
+                        message=f"Exceeded the PodsReady timeout {wls.wl_key(w)}",
+                        now=now,
+                    ),
+                )
+            ),
+        )
+        return 0.0
+
+    async def _pods_ready_condition(
+        self, wl: Workload, status: bool, reason: str, message: str, now: dt.datetime
+    ) -> Workload | None:
+        return await self._set_status(
+            wl,
+            lambda w: wls.status_with(
+                w,
+                conditions=wls.with_condition(
+                    w.status.conditions or (),
+                    wls.PODS_READY,
+                    status=status,
+                    reason=reason,
+                    message=message,
+                    now=now,
+                ),
+            ),
+        )

@@ -1,0 +1,72 @@
+"""The ports through which the control layer changes the cluster; `atoll.kube` implements them
+with kubernetes_asyncio, tests with fakes. Every method is idempotent and retries conflicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from atoll.api.clusterqueue import ClusterQueueStatus
+from atoll.api.core import PodTemplateSpec
+from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control.jobframework import JobStart
+
+
+class NotFoundError(LookupError):
+    """The object to change no longer exists."""
+
+
+StatusMutation = Callable[[Workload], WorkloadStatus | None]
+"""Given the freshest Workload, the status to write (None: nothing to change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    uid: str
+
+
+class WorkloadStore(Protocol):
+    async def create_workload(self, wl: Workload) -> Workload: ...
+
+    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+        """Read the Workload, apply `mutate`, write the status with the read resourceVersion;
+        on a conflict read again and retry. None when `mutate` changed nothing."""
+        ...
+
+    async def remove_workload_finalizer(self, key: str, finalizer: str) -> None: ...
+
+    async def delete_workload(self, key: str) -> None: ...
+
+    async def deactivate_workload(self, key: str) -> None:
+        """Set `spec.active: false` (Kueue's deactivation after too many requeues)."""
+        ...
+
+
+class JobStore(Protocol):
+    async def start_job(self, key: str, plan: JobStart) -> None:
+        """Unsuspend the Job and merge the admission into its pod template (one patch)."""
+        ...
+
+    async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
+        """Suspend the Job, then restore its pod template (and parallelism) exactly."""
+        ...
+
+    async def suspend_job(self, key: str) -> None: ...
+
+
+class QueueStatusStore(Protocol):
+    async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None: ...
+
+    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None: ...
+
+
+class EventSink(Protocol):
+    async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None: ...

@@ -1,0 +1,254 @@
+"""The scheduling loop: heads of the queues → snapshot → engine cycle → assume → write.
+
+Mirrors Kueue's pkg/scheduler/scheduler.go (`schedule`): nothing is awaited between taking
+the snapshot and assuming the cycle's decisions in the cache, so the next cycle (and a crash
+at any point) never double-counts or over-commits quota. The Workload status write is the
+ledger of record; a failed write forgets the assumption and the workload is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from atoll.api.workload import Workload
+from atoll.control import admission as adm
+from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
+from atoll.engine import decisions as d
+from atoll.engine import model as m
+from atoll.engine.cycle import drain, run_cycle
+from atoll.engine.ordering import select_heads
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+log = structlog.get_logger("atoll.scheduler")
+
+Emit = Callable[[ObjectRef, str, str, str], Awaitable[None]]
+
+
+def workload_ref(wl: Workload) -> ObjectRef:
+    return ObjectRef(
+        kind="Workload",
+        api_version="kueue.x-k8s.io/v1beta2",
+        namespace=wl.namespace or "",
+        name=wl.name,
+        uid=wl.metadata.uid or "",
+    )
+
+
+@dataclass(slots=True)
+class CycleResult:
+    admitted: int = 0
+    preempted: int = 0
+    evicted: int = 0
+    pending: int = 0
+    failed_writes: int = 0
+    decisions: tuple[d.Decision, ...] = ()
+
+    @property
+    def progress(self) -> bool:
+        return bool(self.admitted or self.preempted or self.evicted)
+
+
+@dataclass(slots=True)
+class Scheduler:
+    """Runs cycles whenever woken; only the leader's scheduler writes."""
+
+    cache: Cache
+    store: WorkloadStore
+    emit: Emit
+    clock: Callable[[], float] = time.time
+    fair_sharing: m.FairSharing | None = None
+    on_cycle: Callable[[CycleResult, float], None] | None = None
+    debounce: float = 0.01
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    cycles: int = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
+
+    async def run(self) -> None:
+        """Forever: wait for a wake-up (or the next requeue time), then cycle until idle."""
+        while True:
+            timeout = None
+            nxt = self.cache.next_requeue(self.clock())
+            if nxt is not None:
+                timeout = max(0.0, nxt - self.clock()) + 0.05
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            await asyncio.sleep(self.debounce)
+            self._wake.clear()
+            try:
+                while (await self.run_once()).progress:
+                    pass
+            except Exception:  # a bug must not stop admission for good: log, retry later
+                log.exception("scheduling cycle failed", cycle=self.cycles)
+                await asyncio.sleep(1.0)
+                self.wake()
+
+    def decide(self) -> tuple[d.Decision, ...]:
+        """One engine cycle on the current cache, with its decisions assumed. No awaits."""
+        now = self.clock()
+        snapshot = self.cache.snapshot(self.fair_sharing)
+        heads = select_heads(self.cache.pending_by_queue(now), self.cache.parked_keys())
+        decisions = run_cycle(snapshot, heads) + drain(snapshot)
+        for dec in decisions:
+            match dec:
+                case d.Admit():
+                    self.cache.assume(
+                        dec.workload,
+                        m.Admission(
+                            cluster_queue=dec.cluster_queue,
+                            pod_sets=tuple(
+                                m.PodSetAssignment(
+                                    name=p.name,
+                                    count=p.count,
+                                    flavors=p.flavors,
+                                    resource_usage=p.resource_usage,
+                                )
+                                for p in dec.pod_sets
+                            ),
+                        ),
+                    )
+                case d.Preempt():
+                    self.cache.evicting.update(v.workload for v in dec.victims)
+                case d.Evict():
+                    self.cache.evicting.add(dec.workload)
+                case d.Pending():
+                    if dec.requeue is d.Requeue.INADMISSIBLE:
+                        self.cache.park(dec.workload)
+        return decisions
+
+    async def run_once(self) -> CycleResult:
+        started = time.perf_counter()
+        decisions = self.decide()
+        self.cycles += 1
+        result = CycleResult(decisions=decisions)
+        now = self._now()
+        writes: list[Awaitable[object]] = []
+        for dec in decisions:
+            match dec:
+                case d.Admit():
+                    result.admitted += 1
+                    writes.append(self._admit(dec, now, result))
+                case d.Preempt():
+                    result.preempted += len(dec.victims)
+                    writes.extend(self._preempt(dec, now, result))
+                case d.Evict():
+                    result.evicted += 1
+                    writes.append(
+                        self._write(
+                            dec.workload, adm.evict(dec.reason.value, dec.message, now), result
+                        )
+                    )
+                case d.Pending():
+                    result.pending += 1
+                    writes.append(self._pending(dec, now, result))
+        if writes:
+            await asyncio.gather(*writes)
+        if self.on_cycle is not None:
+            self.on_cycle(result, time.perf_counter() - started)
+        return result
+
+    async def _write(
+        self, key: str, mutate: StatusMutation, result: CycleResult
+    ) -> Workload | None:
+        try:
+            return await self.store.update_workload_status(key, mutate)
+        except NotFoundError:
+            self.cache.delete_workload(key)
+        except Exception as e:
+            result.failed_writes += 1
+            log.warning("workload status write failed", workload=key, error=str(e))
+        return None
+
+    async def _admit(self, dec: d.Admit, now: dt.datetime, result: CycleResult) -> None:
+        key = str(dec.workload)
+        wl = self.cache.workloads.get(key)
+        written = await self._write(key, adm.admit(dec, now), result)
+        if written is None or not wls.has_quota(written):
+            self.cache.forget(key)
+            self.wake()
+            return
+        self.cache.set_workload(written)
+        waited = max(0, int(now.timestamp() - wls.queue_order_time(wl or written)))
+        ref = workload_ref(written)
+        cq = dec.cluster_queue
+        log.info("workload admitted", workload=key, cluster_queue=cq, borrowing=dec.borrowing)
+        await self.emit(
+            ref,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
+        )
+        await self.emit(
+            ref,
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
+        )
+
+    def _path(self, cq: str) -> str:
+        parts = [cq]
+        obj = self.cache.cluster_queues.get(cq)
+        cohort = obj.spec.cohort_name if obj else None
+        seen: set[str] = set()
+        while cohort and cohort not in seen:
+            seen.add(cohort)
+            parts.append(cohort)
+            parent = self.cache.cohorts.get(cohort)
+            cohort = parent.spec.parent_name if parent else None
+        return "/" + "/".join(reversed(parts))
+
+    def _preempt(
+        self, dec: d.Preempt, now: dt.datetime, result: CycleResult
+    ) -> list[Awaitable[object]]:
+        preemptor = self.cache.workloads.get(str(dec.workload))
+        writes: list[Awaitable[object]] = [
+            self._pending(
+                d.Pending(
+                    workload=dec.workload,
+                    cluster_queue=dec.cluster_queue,
+                    reason=d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
+                    message=dec.message,
+                    requeue=dec.requeue,
+                ),
+                now,
+                result,
+            )
+        ]
+        for victim in dec.victims:
+            message = adm.preemption_message(
+                preemptor,
+                victim.reason,
+                self._path(str(dec.cluster_queue)),
+                self._path(str(victim.cluster_queue)),
+            )
+            mutate = adm.evict("Preempted", message, now, preempted_reason=victim.reason.value)
+            writes.append(self._evict_victim(str(victim.workload), mutate, message, result))
+        return writes
+
+    async def _evict_victim(
+        self, key: str, mutate: StatusMutation, message: str, result: CycleResult
+    ) -> None:
+        written = await self._write(key, mutate, result)
+        if written is not None:
+            self.cache.set_workload(written)
+            log.info("workload preempted", workload=key, reason=message)
+            await self.emit(workload_ref(written), "Normal", "Preempted", message)
+
+    async def _pending(self, dec: d.Pending, now: dt.datetime, result: CycleResult) -> None:
+        key = str(dec.workload)
+        written = await self._write(key, adm.pending(dec.reason.value, dec.message, now), result)
+        if written is not None:
+            self.cache.set_workload(written)
+            await self.emit(workload_ref(written), "Warning", dec.reason.value, dec.message)

@@ -1,0 +1,321 @@
+"""One scheduling cycle: the heads of the queues in, one decision per head out.
+
+Mirrors Kueue's pkg/scheduler/scheduler.go (`schedule`, `nominate`, `processEntry`,
+`getInitialAssignments`, `resourcesToReserve`). Every head is nominated against the
+snapshot as it was when the cycle started; then, in cycle order, each is admitted, told to
+preempt, or left pending, against the usage of the decisions taken before it in the cycle.
+
+Gang rule (an invariant of every decision): an Admit names every pod set of its workload,
+each with its full count (or, with partial admission, a count between minCount and count,
+for every pod set at once), and charges exactly count × per-pod requests; a Preempt and an
+Evict name whole workloads, whose whole usage is released. Nothing is ever admitted or
+evicted per pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from atoll.engine.decisions import (
+    Admit,
+    Decision,
+    Evict,
+    EvictionReason,
+    Pending,
+    PendingReason,
+    PodSetAdmission,
+    Preempt,
+    Requeue,
+    Victim,
+)
+from atoll.engine.flavors import Assignment, FitMode, assign_flavors
+from atoll.engine.matching import selector_matches
+from atoll.engine.model import (
+    ClusterQueue,
+    FlavorResource,
+    ReclaimWithinCohort,
+    StopPolicy,
+    Workload,
+    WorkloadKey,
+)
+from atoll.engine.ordering import cycle_key, requeue_for
+from atoll.engine.overlay import UsageOverlay
+from atoll.engine.partial import can_be_partially_admitted, largest_fitting
+from atoll.engine.preemption import Request, Target
+from atoll.engine.snapshot import Snapshot
+from atoll.engine.targets import find_targets
+from atoll.engine.tournament import fair_order
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """A nominated head: its assignment and preemption targets, computed at cycle start."""
+
+    workload: Workload
+    cluster_queue: ClusterQueue
+    node: int
+    assignment: Assignment
+    targets: tuple[Target, ...]
+
+
+def _pending(
+    w: Workload, cq: ClusterQueue | None, reason: PendingReason, message: str, requeue: Requeue
+) -> Pending:
+    return Pending(
+        workload=w.key,
+        cluster_queue=None if cq is None else cq.name,
+        reason=reason,
+        message=message,
+        requeue=requeue,
+    )
+
+
+def validate(snapshot: Snapshot, w: Workload) -> ClusterQueue | Pending:
+    """The ClusterQueue a head may be scheduled in, or why it can't be considered now."""
+    if not w.active:
+        return _pending(
+            w, None, PendingReason.DEACTIVATED, "The workload is deactivated", Requeue.INADMISSIBLE
+        )
+    lq = snapshot.local_queues.get(w.local_queue)
+    if lq is None:
+        return _pending(
+            w,
+            None,
+            PendingReason.MISCONFIGURED,
+            f"LocalQueue {w.queue_name} doesn't exist",
+            Requeue.INADMISSIBLE,
+        )
+    cq = snapshot.cluster_queues.get(lq.cluster_queue)
+    if cq is None:
+        return _pending(
+            w,
+            None,
+            PendingReason.MISCONFIGURED,
+            f"ClusterQueue {lq.cluster_queue} doesn't exist",
+            Requeue.INADMISSIBLE,
+        )
+    if lq.stop_policy is not StopPolicy.NONE:
+        return _pending(
+            w,
+            cq,
+            PendingReason.SUSPENDED,
+            f"LocalQueue {lq.name} is stopped",
+            requeue_for(cq.queueing_strategy),
+        )
+    inactive = snapshot.inactive.get(cq.name)
+    if inactive is not None:
+        return _pending(
+            w,
+            cq,
+            PendingReason.SUSPENDED,
+            f"ClusterQueue {cq.name} is inactive: {inactive}",
+            requeue_for(cq.queueing_strategy),
+        )
+    if not selector_matches(cq.namespace_selector, w.namespace_labels):
+        return _pending(
+            w,
+            cq,
+            PendingReason.MISCONFIGURED,
+            "Workload namespace doesn't match ClusterQueue selector",
+            Requeue.INADMISSIBLE,
+        )
+    return cq
+
+
+def _request(entry_cq: ClusterQueue, node: int, w: Workload, a: Assignment) -> Request:
+    return Request(
+        workload=w,
+        cluster_queue=entry_cq,
+        node=node,
+        usage=a.usage,
+        need_preemption=a.need_preemption(),
+    )
+
+
+def _try_counts(
+    ov: UsageOverlay, w: Workload, cq: ClusterQueue, node: int, counts: tuple[int, ...] | None
+) -> tuple[Assignment, tuple[Target, ...], bool]:
+    """An assignment for these counts, its targets, and whether it can go ahead."""
+    a = assign_flavors(ov, w, cq, counts)
+    if a.mode is FitMode.FIT:
+        return a, (), True
+    if a.mode is FitMode.PREEMPT:
+        targets = find_targets(ov, _request(cq, node, w, a))
+        if targets:
+            return a, targets, True
+    return a, (), False
+
+
+def nominate(ov: UsageOverlay, w: Workload, cq: ClusterQueue) -> Entry:
+    """Kueue's getInitialAssignments: the full gang first; partial admission (reduced
+    counts) only when the full gang neither fits nor can preempt its way in."""
+    node = ov.node(cq.name)
+    full, targets, ok = _try_counts(ov, w, cq, node, None)
+    if not ok and can_be_partially_admitted(w.pod_sets):
+
+        def attempt(counts: tuple[int, ...]) -> tuple[Assignment, tuple[Target, ...]] | None:
+            a, t, fits = _try_counts(ov, w, cq, node, counts)
+            return (a, t) if fits else None
+
+        found = largest_fitting(w.pod_sets, attempt)
+        if found is not None:
+            full, targets = found
+    return Entry(workload=w, cluster_queue=cq, node=node, assignment=full, targets=targets)
+
+
+def _admissions(a: Assignment) -> tuple[PodSetAdmission, ...]:
+    return tuple(
+        PodSetAdmission(
+            name=ps.name,
+            count=ps.count,
+            flavors=tuple(sorted((r, c.flavor) for r, c in ps.flavors.items())),
+            resource_usage=tuple(sorted(ps.requests.items())),
+        )
+        for ps in a.pod_sets
+    )
+
+
+def _to_reserve(ov: UsageOverlay, e: Entry) -> dict[FlavorResource, int]:
+    """Kueue's quotaResourcesToReserve: a preemptor without candidates holds what it could
+    use (up to nominal, or up to its borrowing limit when it borrows), so that lower
+    priority workloads don't slip in ahead of it."""
+    node = ov.tree.nodes[e.node]
+    reserve = {}
+    for fr, value in e.assignment.usage.items():
+        used = ov.used(e.node, fr)
+        nominal = node.nominal.get(fr, 0)
+        if e.assignment.borrowing > 0:
+            limit = node.borrowing_limit.get(fr)
+            reserve[fr] = value if limit is None else min(value, nominal + limit - used)
+        else:
+            reserve[fr] = max(0, min(value, nominal - used))
+    return reserve
+
+
+def _fits_after(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> bool:
+    """Kueue's `fits`: does the entry fit once every victim chosen so far is gone?"""
+    gone = set(preempted) | {t.workload for t in e.targets}
+    ov.begin()
+    ov.remove_workloads(sorted(gone), e.assignment.usage.keys())
+    fits = ov.fits(e.node, e.assignment.usage)
+    ov.rollback()
+    return fits
+
+
+def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> Decision:
+    """Kueue's processEntry: the decision for one nominated head, given earlier ones."""
+    a, cq, w = e.assignment, e.cluster_queue, e.workload
+    strategy = cq.queueing_strategy
+    if a.mode is FitMode.NO_FIT:
+        reason = a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR
+        return Pending(
+            workload=w.key,
+            cluster_queue=cq.name,
+            reason=reason,
+            message=a.message(),
+            requeue=requeue_for(strategy),
+            shortfalls=a.shortfalls,
+        )
+    if a.mode is FitMode.PREEMPT and not e.targets:
+        if cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
+            ov.add(e.node, _to_reserve(ov, e))
+        return Pending(
+            workload=w.key,
+            cluster_queue=cq.name,
+            reason=PendingReason.WAITING_FOR_QUOTA,
+            message=a.message(),
+            requeue=requeue_for(strategy),
+            shortfalls=a.shortfalls,
+        )
+    if any(t.workload in preempted for t in e.targets):
+        message = "Workload has overlapping preemption targets with another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
+    if not _fits_after(ov, e, preempted):
+        message = "Workload no longer fits after processing another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
+    preempted.update((t.workload, t) for t in e.targets)
+    ov.add(e.node, a.usage)
+    if a.mode is FitMode.PREEMPT:
+        victims = tuple(
+            Victim(workload=t.workload, cluster_queue=t.cluster_queue, reason=t.reason)
+            for t in e.targets
+        )
+        message = f"{a.message()}. Pending the preemption of {len(victims)} workload(s)"
+        return Preempt(
+            workload=w.key,
+            cluster_queue=cq.name,
+            victims=victims,
+            pod_sets=_admissions(a),
+            message=message,
+        )
+    return Admit(
+        workload=w.key,
+        cluster_queue=cq.name,
+        pod_sets=_admissions(a),
+        borrowing=a.borrowing > 0,
+        borrow_level=a.borrowing,
+    )
+
+
+def run_cycle(snapshot: Snapshot, heads: Iterable[Workload]) -> tuple[Decision, ...]:
+    """Decide every head once. Decisions come in processing order, then the heads that
+    could not be considered at all (inactive queues, deactivated workloads...)."""
+    ov = UsageOverlay(snapshot)
+    entries: list[Entry] = []
+    rejected: list[Decision] = []
+    for w in heads:
+        if w.key in snapshot.admitted:
+            continue
+        checked = validate(snapshot, w)
+        if isinstance(checked, Pending):
+            rejected.append(checked)
+        else:
+            entries.append(nominate(ov, w, checked))
+    preempted: dict[WorkloadKey, Target] = {}
+    if snapshot.fair_sharing is None:
+        entries.sort(key=lambda e: cycle_key(e.assignment.borrowing, e.workload))
+        decisions = [process(ov, e, preempted) for e in entries]
+    else:
+        decisions = [process(ov, e, preempted) for e in fair_order(ov, entries)]
+    return tuple(decisions + rejected)
+
+
+def drain(snapshot: Snapshot) -> tuple[Evict, ...]:
+    """Evictions a snapshot calls for by itself: admitted workloads of ClusterQueues and
+    LocalQueues set to HoldAndDrain, and deactivated workloads still holding quota."""
+    evictions = []
+    for key in sorted(snapshot.admitted):
+        a = snapshot.admitted[key]
+        if a.evicted:
+            continue
+        cq = snapshot.cluster_queues.get(a.cluster_queue)
+        lq = snapshot.local_queues.get(a.workload.local_queue)
+        if not a.workload.active:
+            evictions.append(
+                Evict(
+                    workload=key,
+                    cluster_queue=a.cluster_queue,
+                    reason=EvictionReason.DEACTIVATED,
+                    message="The workload is deactivated",
+                )
+            )
+        elif cq is not None and cq.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            evictions.append(
+                Evict(
+                    workload=key,
+                    cluster_queue=a.cluster_queue,
+                    reason=EvictionReason.CLUSTER_QUEUE_STOPPED,
+                    message=f"The ClusterQueue {cq.name} is stopped",
+                )
+            )
+        elif lq is not None and lq.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            evictions.append(
+                Evict(
+                    workload=key,
+                    cluster_queue=a.cluster_queue,
+                    reason=EvictionReason.LOCAL_QUEUE_STOPPED,
+                    message=f"The LocalQueue {lq.name} is stopped",
+                )
+            )
+    return tuple(evictions)

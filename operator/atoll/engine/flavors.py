@@ -1,0 +1,393 @@
+"""Flavor assignment: which ResourceFlavor each pod set gets, for each resource group.
+
+Mirrors Kueue's pkg/scheduler/flavorassigner/flavorassigner.go (assignFlavors,
+findFlavorForPodSets, fitsResourceQuota, isPreferred, shouldTryNextFlavor,
+resolveNoFitReason). For each pod set and each resource group it touches, the
+ClusterQueue's flavors are tried in order:
+
+- a flavor whose taints the pod doesn't tolerate, or whose nodeLabels contradict the pod's
+  nodeSelector / required node affinity, is skipped (NoMatchingFlavor);
+- all resources of the group must come from the same flavor, whose mode is its worst
+  resource's: Fit (with a borrowing level), Preempt, or NoFit;
+- the search stops at a flavor that fits without borrowing, or earlier as flavorFungibility
+  says (whenCanBorrow / whenCanPreempt = MayStopSearch); otherwise the best flavor seen
+  wins, by `preference`.
+
+Earlier pod sets' usage counts when later pod sets are assigned the same flavor.
+The scan always starts at the first flavor: Kueue's resume-from-last-tried-flavor across
+cycles is state the queue would have to carry, and is not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from atoll.engine import quota
+from atoll.engine.decisions import PendingReason, Shortfall
+from atoll.engine.matching import flavor_mismatch
+from atoll.engine.model import (
+    PODS,
+    BorrowWithinCohortPolicy,
+    ClusterQueue,
+    FlavorName,
+    FlavorResource,
+    FungibilityPolicy,
+    FungibilityPreference,
+    PodSet,
+    PodSetName,
+    ReclaimWithinCohort,
+    ResourceGroup,
+    ResourceName,
+    Workload,
+)
+from atoll.engine.overlay import UsageOverlay
+from atoll.engine.quantities import format_quantity
+from atoll.engine.targets import Possibility, simulate_preemption
+
+
+class FitMode(Enum):
+    """Kueue's FlavorAssignmentMode (ordered: a larger value is better)."""
+
+    NO_FIT = 0
+    PREEMPT = 1
+    FIT = 2
+
+
+class _Mode(Enum):
+    NO_FIT = 0
+    NO_CANDIDATES = 1
+    PREEMPT = 2
+    RECLAIM = 3
+    FIT = 4
+
+
+_FIT_MODE = {
+    _Mode.NO_FIT: FitMode.NO_FIT,
+    _Mode.NO_CANDIDATES: FitMode.PREEMPT,
+    _Mode.PREEMPT: FitMode.PREEMPT,
+    _Mode.RECLAIM: FitMode.PREEMPT,
+    _Mode.FIT: FitMode.FIT,
+}
+_FROM_POSSIBILITY = {
+    Possibility.NO_CANDIDATES: _Mode.NO_CANDIDATES,
+    Possibility.PREEMPT: _Mode.PREEMPT,
+    Possibility.RECLAIM: _Mode.RECLAIM,
+}
+_SEVERITY = {
+    None: 0,
+    PendingReason.WAITING_FOR_QUOTA: 2,
+    PendingReason.EXCEEDS_MAX_QUOTA: 3,
+    PendingReason.NO_MATCHING_FLAVOR: 4,
+}
+_WORST = (_Mode.NO_FIT, 1 << 30)
+_BEST = (_Mode.FIT, 0)
+
+
+def most_severe(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
+    return a if _SEVERITY.get(a, 1) >= _SEVERITY.get(b, 1) else b
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlavorChoice:
+    flavor: FlavorName
+    mode: FitMode
+    borrow: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSetResult:
+    name: PodSetName
+    count: int
+    requests: Mapping[ResourceName, int]
+    """Totals for `count` pods (plus `pods` when the ClusterQueue covers it)."""
+    flavors: Mapping[ResourceName, FlavorChoice]
+    reasons: tuple[str, ...] = ()
+    failed: bool = False
+
+    @property
+    def mode(self) -> FitMode:
+        if self.failed or (self.requests and not self.flavors):
+            return FitMode.NO_FIT
+        if not self.reasons:
+            return FitMode.FIT
+        return min((c.mode for c in self.flavors.values()), key=lambda m: m.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assignment:
+    pod_sets: tuple[PodSetResult, ...]
+    usage: Mapping[FlavorResource, int]
+    borrowing: int
+    mode: FitMode
+    no_fit_reason: PendingReason | None
+    shortfalls: tuple[Shortfall, ...]
+
+    def message(self) -> str:
+        parts = [
+            f"couldn't assign flavors to pod set {ps.name}: {', '.join(sorted(ps.reasons))}"
+            for ps in self.pod_sets
+            if ps.mode is not FitMode.FIT or ps.reasons
+        ]
+        return "; ".join(parts)
+
+    def need_preemption(self) -> frozenset[FlavorResource]:
+        return frozenset(
+            (c.flavor, r)
+            for ps in self.pod_sets
+            for r, c in ps.flavors.items()
+            if c.mode is FitMode.PREEMPT
+        )
+
+
+@dataclass(slots=True)
+class _Group:
+    """The outcome of choosing a flavor for one resource group of one pod set."""
+
+    flavors: dict[ResourceName, FlavorChoice]
+    reasons: list[str]
+    no_fit: dict[FlavorName, PendingReason | None]
+    shortfalls: list[Shortfall]
+
+
+def _preferred(a: tuple[_Mode, int], b: tuple[_Mode, int], cq: ClusterQueue) -> bool:
+    """Kueue's isPreferred: is granular mode `a` better than `b`?"""
+    if a[0] is _Mode.NO_FIT:
+        return False
+    if b[0] is _Mode.NO_FIT:
+        return True
+    if (a[0] is _Mode.NO_CANDIDATES) != (b[0] is _Mode.NO_CANDIDATES):
+        return b[0] is _Mode.NO_CANDIDATES
+    pref = cq.flavor_fungibility.preference
+    if pref is FungibilityPreference.PREEMPTION_OVER_BORROWING and a[1] != b[1]:
+        return a[1] < b[1]
+    if a[0] is not b[0]:
+        return bool(a[0].value > b[0].value)
+    return a[1] < b[1]
+
+
+def _try_next(mode: tuple[_Mode, int], cq: ClusterQueue) -> bool:
+    fung = cq.flavor_fungibility
+    if mode[0] in (_Mode.NO_FIT, _Mode.NO_CANDIDATES):
+        return True
+    if mode[0] in (_Mode.PREEMPT, _Mode.RECLAIM) and (
+        fung.when_can_preempt is FungibilityPolicy.TRY_NEXT_FLAVOR
+    ):
+        return True
+    return mode[1] > 0 and fung.when_can_borrow is FungibilityPolicy.TRY_NEXT_FLAVOR
+
+
+def _can_preempt_while_borrowing(ov: UsageOverlay, cq: ClusterQueue) -> bool:
+    if cq.preemption.borrow_within_cohort.policy is not BorrowWithinCohortPolicy.NEVER:
+        return True
+    return (
+        ov.snapshot.fair_sharing is not None
+        and cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    ov: UsageOverlay
+    workload: Workload
+    cq: ClusterQueue
+    node: int
+
+
+def _fits_quota(
+    ctx: _Ctx, fr: FlavorResource, assumed: int, request: int, group: _Group
+) -> tuple[_Mode, int]:
+    """Kueue's fitsResourceQuota: the mode of one resource on one flavor."""
+    ov, node = ctx.ov, ctx.node
+    flavor, resource = fr
+    value = assumed + request
+    maximum = ov.potential_available(node, fr)
+    fmt = format_quantity
+    if value > maximum:
+        group.reasons.append(
+            f"insufficient quota for {resource} in flavor {flavor}, previously considered "
+            f"podsets requests ({fmt(resource, assumed)}) + current podset request "
+            f"({fmt(resource, request)}) > maximum capacity ({fmt(resource, maximum)})"
+        )
+        group.no_fit[flavor] = most_severe(
+            group.no_fit.get(flavor), PendingReason.EXCEEDS_MAX_QUOTA
+        )
+        group.shortfalls.append(
+            Shortfall(
+                flavor=flavor,
+                resource=resource,
+                needed=value,
+                available=ov.available(node, fr),
+                maximum=maximum,
+            )
+        )
+        return _Mode.NO_FIT, 0
+    borrow, may_reclaim = quota.lowest_fitting_subtree(ov.tree, ov.maps, node, fr, value)
+    available = ov.available(node, fr)
+    if value <= available:
+        return _Mode.FIT, borrow
+    nominal = ov.tree.nodes[node].nominal.get(fr, 0)
+    borrowable = max(0, available - max(0, nominal - ov.used(node, fr)))
+    group.reasons.append(
+        f"insufficient unused quota for {resource} in flavor {flavor}, "
+        f"{fmt(resource, value - available)} more needed (needs {fmt(resource, value)}, "
+        f"free {fmt(resource, available)} incl. {fmt(resource, borrowable)} borrowable "
+        f"from the cohort)"
+    )
+    group.shortfalls.append(
+        Shortfall(
+            flavor=flavor, resource=resource, needed=value, available=available, maximum=maximum
+        )
+    )
+    if nominal >= value or may_reclaim or _can_preempt_while_borrowing(ov, ctx.cq):
+        possibility, after = simulate_preemption(ov, ctx.workload, ctx.cq, fr, value)
+        return _FROM_POSSIBILITY[possibility], after
+    group.no_fit[flavor] = most_severe(group.no_fit.get(flavor), PendingReason.WAITING_FOR_QUOTA)
+    return _Mode.NO_FIT, borrow
+
+
+def _choose_flavor(
+    ctx: _Ctx,
+    pod_set: PodSet,
+    rg: ResourceGroup,
+    requests: Mapping[ResourceName, int],
+    usage: Mapping[FlavorResource, int],
+) -> _Group:
+    """Kueue's findFlavorForPodSets for one resource group."""
+    group = _Group(flavors={}, reasons=[], no_fit={}, shortfalls=[])
+    wanted = sorted(r for r in requests if r in rg.covered_resources)
+    best: dict[ResourceName, FlavorChoice] = {}
+    best_mode = _WORST
+    for fq in rg.flavors:
+        mismatch = flavor_mismatch(ctx.ov.snapshot.flavors[fq.flavor], pod_set)
+        if mismatch is not None:
+            group.reasons.append(mismatch)
+            group.no_fit[fq.flavor] = PendingReason.NO_MATCHING_FLAVOR
+            continue
+        chosen: dict[ResourceName, FlavorChoice] = {}
+        mode = _BEST
+        for resource in wanted:
+            fr = (fq.flavor, resource)
+            this = _fits_quota(ctx, fr, usage.get(fr, 0), requests[resource], group)
+            if _preferred(mode, this, ctx.cq):
+                mode = this
+            if mode[0] is _Mode.NO_FIT:
+                break
+            chosen[resource] = FlavorChoice(
+                flavor=fq.flavor, mode=_FIT_MODE[this[0]], borrow=this[1]
+            )
+        if mode[0] is not _Mode.NO_FIT:
+            group.no_fit.pop(fq.flavor, None)
+        if not _try_next(mode, ctx.cq):
+            best, best_mode = chosen, mode
+            break
+        if _preferred(mode, best_mode, ctx.cq):
+            best, best_mode = chosen, mode
+    group.flavors = best
+    if best_mode[0] is _Mode.FIT:
+        group.reasons = []
+    return group
+
+
+def pod_set_requests(cq_covers_pods: bool, pod_set: PodSet, count: int) -> dict[ResourceName, int]:
+    totals = {r: q * count for r, q in pod_set.requests if q}
+    if cq_covers_pods:
+        totals[PODS] = count
+    return totals
+
+
+def _pod_set_reason(groups: list[_Group], unavailable: bool) -> PendingReason | None:
+    """Kueue's resolveNoFitReason for one pod set: the least severe reason among a group's
+    flavors (alternatives), the most severe across groups (all are needed)."""
+    if unavailable:
+        return PendingReason.NO_MATCHING_FLAVOR
+    reason: PendingReason | None = None
+    for g in groups:
+        if g.flavors or not g.no_fit:
+            continue
+        least = min(g.no_fit.values(), key=lambda r: _SEVERITY.get(r, 1))
+        reason = most_severe(reason, least)
+    return reason if reason is not None else PendingReason.NO_MATCHING_FLAVOR
+
+
+def _assign_pod_set(
+    ctx: _Ctx, pod_set: PodSet, count: int, usage: Mapping[FlavorResource, int]
+) -> tuple[PodSetResult, list[_Group], PendingReason | None]:
+    groups_of = ctx.ov.snapshot.group_of[ctx.cq.name]
+    requests = pod_set_requests(PODS in groups_of, pod_set, count)
+    flavors: dict[ResourceName, FlavorChoice] = {}
+    reasons: list[str] = []
+    groups: list[_Group] = []
+    for resource in sorted(requests):
+        if resource in flavors:
+            continue
+        rg = groups_of.get(resource)
+        if rg is None:
+            reasons.append(f"resource {resource} unavailable in ClusterQueue")
+            result = PodSetResult(
+                name=pod_set.name,
+                count=count,
+                requests=requests,
+                flavors={},
+                reasons=tuple(reasons),
+                failed=True,
+            )
+            return result, groups, PendingReason.NO_MATCHING_FLAVOR
+        group = _choose_flavor(ctx, pod_set, rg, requests, usage)
+        groups.append(group)
+        reasons += group.reasons
+        if not group.flavors:
+            result = PodSetResult(
+                name=pod_set.name,
+                count=count,
+                requests=requests,
+                flavors={},
+                reasons=tuple(reasons),
+                failed=True,
+            )
+            return result, groups, _pod_set_reason(groups, False)
+        flavors.update(group.flavors)
+    result = PodSetResult(
+        name=pod_set.name, count=count, requests=requests, flavors=flavors, reasons=tuple(reasons)
+    )
+    return result, groups, None
+
+
+def assign_flavors(
+    ov: UsageOverlay, workload: Workload, cq: ClusterQueue, counts: tuple[int, ...] | None = None
+) -> Assignment:
+    """Flavors for every pod set of `workload` in `cq`, against the overlay's usage."""
+    ctx = _Ctx(ov, workload, cq, ov.node(cq.name))
+    usage: dict[FlavorResource, int] = {}
+    results: list[PodSetResult] = []
+    shortfalls: list[Shortfall] = []
+    borrowing = 0
+    for i, pod_set in enumerate(workload.pod_sets):
+        count = pod_set.count if counts is None else counts[i]
+        result, groups, failure = _assign_pod_set(ctx, pod_set, count, usage)
+        results.append(result)
+        for g in groups:
+            shortfalls += g.shortfalls
+        if failure is not None:
+            return Assignment(
+                pod_sets=tuple(results),
+                usage=usage,
+                borrowing=borrowing,
+                mode=FitMode.NO_FIT,
+                no_fit_reason=failure,
+                shortfalls=tuple(shortfalls),
+            )
+        for resource, choice in result.flavors.items():
+            fr = (choice.flavor, resource)
+            usage[fr] = usage.get(fr, 0) + result.requests[resource]
+            borrowing = max(borrowing, choice.borrow)
+    mode = min((r.mode for r in results), key=lambda m: m.value, default=FitMode.NO_FIT)
+    return Assignment(
+        pod_sets=tuple(results),
+        usage=usage,
+        borrowing=borrowing,
+        mode=mode,
+        no_fit_reason=None if mode is not FitMode.NO_FIT else PendingReason.NO_MATCHING_FLAVOR,
+        shortfalls=tuple(shortfalls) if mode is not FitMode.FIT else (),
+    )

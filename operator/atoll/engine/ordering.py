@@ -1,0 +1,47 @@
+"""Queue order inside a ClusterQueue, and the order heads are processed in one cycle.
+
+Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: priority, then queue-order
+timestamp, then UID; StrictFIFO vs BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
+(`makeClassicalIterator`: workloads that don't borrow first, then priority, then FIFO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from atoll.engine.decisions import Requeue
+from atoll.engine.model import ClusterQueueName, QueueingStrategy, Workload, WorkloadKey
+
+
+def queue_key(w: Workload) -> tuple[int, float, str, str]:
+    """Heap order inside one ClusterQueue: higher priority, then older, then UID."""
+    return (-w.priority, w.queued_at, w.uid, w.key)
+
+
+def cycle_key(borrow_level: int, w: Workload) -> tuple[int, int, float, str, str]:
+    """Order of the heads in one cycle: non-borrowing before borrowing (then less
+    borrowing first), then higher priority, then older."""
+    return (borrow_level, -w.priority, w.queued_at, w.uid, w.key)
+
+
+def select_heads(
+    pending: Mapping[ClusterQueueName, Iterable[Workload]],
+    parked: frozenset[WorkloadKey] = frozenset(),
+) -> list[Workload]:
+    """The head of every ClusterQueue: its first workload in queue order that isn't parked
+    as inadmissible. (A StrictFIFO queue never parks a workload for lack of quota, so its
+    head blocks the ones behind it; a BestEffortFIFO queue parks it and moves on.)"""
+    heads = []
+    for name in sorted(pending):
+        candidates = [w for w in pending[name] if w.key not in parked]
+        if candidates:
+            heads.append(min(candidates, key=queue_key))
+    return heads
+
+
+def requeue_for(strategy: QueueingStrategy | None, *, immediate: bool = False) -> Requeue:
+    """Kueue's RequeueIfNotPresent: StrictFIFO always retries at once; BestEffortFIFO only
+    when the failure came from contention within the cycle or a pending preemption."""
+    if immediate or strategy is QueueingStrategy.STRICT_FIFO:
+        return Requeue.IMMEDIATE
+    return Requeue.INADMISSIBLE

@@ -1,0 +1,301 @@
+"""The immutable snapshot one scheduling cycle reads, and how it is built.
+
+Mirrors Kueue's pkg/cache/scheduler/snapshot.go and the tree accumulation of
+resource_node.go (`updateCohortResourceNode`, `accumulateFromChild`). Built once from plain
+model objects; cycles and what-ifs layer their changes on top (overlay.py), never copy it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from atoll.engine.model import (
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    Cohort,
+    CohortName,
+    FairSharing,
+    FlavorName,
+    FlavorResource,
+    LocalQueue,
+    LocalQueueKey,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceName,
+    StopPolicy,
+    WorkloadKey,
+)
+from atoll.engine.quota import NO_PARENT, QuotaNode, QuotaTree, add_usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    flavors: Mapping[FlavorName, ResourceFlavor]
+    cluster_queues: Mapping[ClusterQueueName, ClusterQueue]
+    cohorts: Mapping[CohortName, Cohort]
+    local_queues: Mapping[LocalQueueKey, LocalQueue]
+    admitted: Mapping[WorkloadKey, AdmittedWorkload]
+    fair_sharing: FairSharing | None
+    tree: QuotaTree
+    base_usage: tuple[Mapping[FlavorResource, int], ...]
+    """Usage per quota-tree node, as Kueue's resourceNode.Usage."""
+    workload_usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]]
+    workloads_by_cq: Mapping[ClusterQueueName, tuple[WorkloadKey, ...]]
+    inactive: Mapping[ClusterQueueName, str]
+    """ClusterQueues that admit nothing, with the reason (Stopped, FlavorNotFound, ...)."""
+    group_of: Mapping[ClusterQueueName, Mapping[ResourceName, ResourceGroup]]
+    over_nominal: Mapping[tuple[int, FlavorResource], tuple[int, ...]]
+    """Per cohort node and flavor/resource: its children using more than their own quota."""
+    using: Mapping[ClusterQueueName, Mapping[FlavorResource, tuple[AdmittedWorkload, ...]]]
+    """Admitted workloads per ClusterQueue and flavor/resource they use, in preemption
+    candidate order (see candidate_key)."""
+    releasable: Mapping[tuple[ClusterQueueName, FlavorResource], Releasable]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Releasable:
+    """How much of a flavor/resource a ClusterQueue's workloads hold, by priority: what
+    evicting all workloads below a priority could free at most."""
+
+    evicted: int
+    priorities: tuple[int, ...]
+    """Of the workloads not already evicted, ascending."""
+    cumulative: tuple[int, ...]
+    """cumulative[i]: usage of the first i of them (len(priorities) + 1 entries)."""
+
+
+def _releasable(
+    workloads: tuple[AdmittedWorkload, ...],
+    fr: FlavorResource,
+    usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
+) -> Releasable:
+    evicted = sum(usage[a.key][fr] for a in workloads if a.evicted)
+    running = [a for a in workloads if not a.evicted]
+    cumulative = [0]
+    for a in running:
+        cumulative.append(cumulative[-1] + usage[a.key][fr])
+    return Releasable(
+        evicted=evicted,
+        priorities=tuple(a.workload.priority for a in running),
+        cumulative=tuple(cumulative),
+    )
+
+
+class _ListWriter:
+    __slots__ = ("maps",)
+
+    def __init__(self, maps: list[dict[FlavorResource, int]]) -> None:
+        self.maps = maps
+
+    def writable(self, n: int) -> dict[FlavorResource, int]:
+        return self.maps[n]
+
+
+def _quotas(
+    groups: tuple[ResourceGroup, ...],
+) -> tuple[dict[FlavorResource, int], dict[FlavorResource, int], dict[FlavorResource, int]]:
+    nominal: dict[FlavorResource, int] = {}
+    borrowing: dict[FlavorResource, int] = {}
+    lending: dict[FlavorResource, int] = {}
+    for group in groups:
+        for fq in group.flavors:
+            for rq in fq.resources:
+                fr = (fq.flavor, rq.resource)
+                nominal[fr] = rq.nominal
+                if rq.borrowing_limit is not None:
+                    borrowing[fr] = rq.borrowing_limit
+                if rq.lending_limit is not None:
+                    lending[fr] = rq.lending_limit
+    return nominal, borrowing, lending
+
+
+def _resolve_cohorts(
+    cohorts: Iterable[Cohort], cluster_queues: Iterable[ClusterQueue]
+) -> tuple[dict[CohortName, Cohort], set[CohortName]]:
+    """Explicit cohorts plus implicit ones (named but never created), and those in cycles."""
+    found = {c.name: c for c in cohorts}
+    wanted = [cq.cohort for cq in cluster_queues] + [c.parent for c in list(found.values())]
+    for name in wanted:
+        if name is not None and name not in found:
+            found[name] = Cohort(name=name)
+    broken: set[CohortName] = set()
+    for name in found:
+        seen: list[CohortName] = []
+        current: CohortName | None = name
+        while current is not None and current not in seen and current not in broken:
+            seen.append(current)
+            current = found[current].parent
+        if current is not None and (current in seen or current in broken):
+            broken.update(seen)
+    return found, broken
+
+
+def _build_tree(
+    cohorts: Mapping[CohortName, Cohort], cluster_queues: Mapping[ClusterQueueName, ClusterQueue]
+) -> QuotaTree:
+    names: list[tuple[bool, str]] = [(False, n) for n in sorted(cohorts)]
+    names += [(True, n) for n in sorted(cluster_queues)]
+    index = {key: i for i, key in enumerate(names)}
+    parents: list[int] = []
+    for is_cq, name in names:
+        parent_name = (
+            cluster_queues[ClusterQueueName(name)].cohort
+            if is_cq
+            else cohorts[CohortName(name)].parent
+        )
+        parents.append(NO_PARENT if parent_name is None else index[(False, parent_name)])
+    children: list[list[int]] = [[] for _ in names]
+    for i, parent_id in enumerate(parents):
+        if parent_id != NO_PARENT:
+            children[parent_id].append(i)
+    built: dict[int, QuotaNode] = {}
+
+    def build(i: int) -> QuotaNode:
+        is_cq, name = names[i]
+        for child in children[i]:
+            build(child)
+        groups = (
+            cluster_queues[ClusterQueueName(name)].resource_groups
+            if is_cq
+            else cohorts[CohortName(name)].resource_groups
+        )
+        nominal, borrowing, lending = _quotas(groups)
+        subtree = dict(nominal)
+        height = min(len(children[i]), 1)
+        for child in children[i]:
+            c = built[child]
+            for fr, q in c.subtree_quota.items():
+                subtree[fr] = subtree.get(fr, 0) + q - c.local_quota.get(fr, 0)
+            if not c.is_cluster_queue:
+                height = max(height, c.height + 1)
+        local = {fr: max(0, subtree.get(fr, 0) - limit) for fr, limit in lending.items()}
+        built[i] = QuotaNode(
+            name=name,
+            is_cluster_queue=is_cq,
+            parent=parents[i],
+            children=tuple(children[i]),
+            nominal=nominal,
+            borrowing_limit=borrowing,
+            lending_limit=lending,
+            subtree_quota=subtree,
+            local_quota=local,
+            height=0 if is_cq else height,
+        )
+        return built[i]
+
+    for i, parent_id in enumerate(parents):
+        if parent_id == NO_PARENT:
+            build(i)
+    return QuotaTree(
+        nodes=tuple(built[i] for i in range(len(names))),
+        cluster_queues={ClusterQueueName(n): index[(True, n)] for is_cq, n in names if is_cq},
+        cohorts={CohortName(n): index[(False, n)] for is_cq, n in names if not is_cq},
+    )
+
+
+def candidate_key(a: AdmittedWorkload) -> tuple[bool, int, float, str, str]:
+    """Kueue's CandidatesOrdering within one ClusterQueue: already evicted first, then lower
+    priority, then most recently admitted."""
+    return (not a.evicted, a.workload.priority, -a.reserved_at, a.workload.uid, a.key)
+
+
+def admission_usage(admitted: AdmittedWorkload) -> dict[FlavorResource, int]:
+    usage: dict[FlavorResource, int] = {}
+    for ps in admitted.admission.pod_sets:
+        flavors = dict(ps.flavors)
+        for resource, total in ps.resource_usage:
+            flavor = flavors.get(resource)
+            if flavor is not None and total:
+                fr = (flavor, resource)
+                usage[fr] = usage.get(fr, 0) + total
+    return usage
+
+
+def _inactive_reason(
+    cq: ClusterQueue, flavors: Mapping[FlavorName, ResourceFlavor], broken: set[CohortName]
+) -> str | None:
+    if cq.inactive_reason is not None:
+        return cq.inactive_reason
+    if cq.stop_policy is not StopPolicy.NONE:
+        return "Stopped"
+    if cq.cohort is not None and cq.cohort in broken:
+        return "CohortCycle"
+    for group in cq.resource_groups:
+        for fq in group.flavors:
+            if fq.flavor not in flavors:
+                return "FlavorNotFound"
+    return None
+
+
+def build_snapshot(
+    *,
+    flavors: Iterable[ResourceFlavor] = (),
+    cluster_queues: Iterable[ClusterQueue] = (),
+    cohorts: Iterable[Cohort] = (),
+    local_queues: Iterable[LocalQueue] = (),
+    admitted: Iterable[AdmittedWorkload] = (),
+    fair_sharing: FairSharing | None = None,
+) -> Snapshot:
+    flavor_map = {f.name: f for f in flavors}
+    cq_map = {cq.name: cq for cq in cluster_queues}
+    cohort_map, broken = _resolve_cohorts(cohorts, cq_map.values())
+    inactive = {
+        name: reason
+        for name, cq in cq_map.items()
+        if (reason := _inactive_reason(cq, flavor_map, broken)) is not None
+    }
+    tree_cqs = {n: cq for n, cq in cq_map.items() if cq.cohort not in broken}
+    tree = _build_tree({n: c for n, c in cohort_map.items() if n not in broken}, tree_cqs)
+    usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
+    writer = _ListWriter(usage)
+    admitted_map = {a.key: a for a in admitted}
+    workload_usage: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
+    by_cq: dict[ClusterQueueName, list[WorkloadKey]] = {}
+    for key in sorted(admitted_map):
+        a = admitted_map[key]
+        workload_usage[key] = wl_usage = admission_usage(a)
+        by_cq.setdefault(a.cluster_queue, []).append(key)
+        node = tree.cluster_queues.get(a.cluster_queue)
+        if node is not None:
+            for fr, value in wl_usage.items():
+                add_usage(tree, writer, node, fr, value)
+    using: dict[ClusterQueueName, dict[FlavorResource, list[AdmittedWorkload]]] = {}
+    for key in sorted(admitted_map, key=lambda k: candidate_key(admitted_map[k])):
+        a = admitted_map[key]
+        per_fr = using.setdefault(a.cluster_queue, {})
+        for fr in workload_usage[key]:
+            per_fr.setdefault(fr, []).append(a)
+    using_t = {cq: {fr: tuple(v) for fr, v in m.items()} for cq, m in using.items()}
+    over: dict[tuple[int, FlavorResource], list[int]] = {}
+    for n, node in enumerate(tree.nodes):
+        if node.parent != NO_PARENT:
+            for fr, used in usage[n].items():
+                if used > node.subtree_quota.get(fr, 0):
+                    over.setdefault((node.parent, fr), []).append(n)
+    group_of = {
+        name: {r: g for g in cq.resource_groups for r in g.covered_resources}
+        for name, cq in cq_map.items()
+    }
+    return Snapshot(
+        flavors=flavor_map,
+        cluster_queues=cq_map,
+        cohorts=cohort_map,
+        local_queues={lq.key: lq for lq in local_queues},
+        admitted=admitted_map,
+        fair_sharing=fair_sharing,
+        tree=tree,
+        base_usage=tuple(usage),
+        workload_usage=workload_usage,
+        workloads_by_cq={k: tuple(v) for k, v in by_cq.items()},
+        inactive=inactive,
+        group_of=group_of,
+        over_nominal={k: tuple(v) for k, v in over.items()},
+        using=using_t,
+        releasable={
+            (cq, fr): _releasable(ws, fr, workload_usage)
+            for cq, m in using_t.items()
+            for fr, ws in m.items()
+        },
+    )

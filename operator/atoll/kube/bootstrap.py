@@ -1,0 +1,82 @@
+"""The initial listing: before the scheduler admits anything, every queue object, Workload and
+Job is read into the cache, so the ledger is rebuilt from Workload statuses after a restart
+and no quota is handed out twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.cohort import Cohort
+from atoll.api.core import Job, PriorityClass
+from atoll.api.localqueue import LocalQueue
+from atoll.api.meta import KubeObject
+from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import Workload
+from atoll.state.cache import Cache
+
+log = structlog.get_logger("atoll.bootstrap")
+K = TypeVar("K", bound=KubeObject)
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+
+
+def _each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> int:
+    n = 0
+    for raw in items:
+        try:
+            store(model.from_dict(raw))
+            n += 1
+        except ValidationError as e:
+            log.warning("object not understood, ignored", kind=model.KIND, error=str(e))
+    return n
+
+
+async def load(api: client.ApiClient, cache: Cache, *, attempts: int = 30) -> dict[str, int]:
+    """List everything atoll reads (retrying while the API server is still warming up, e.g.
+    a CRD whose storage initializes); return how many objects of each kind were loaded."""
+    for attempt in range(attempts):
+        try:
+            return await _load(api, cache)
+        except ApiException as e:
+            if e.status not in (429, 500, 503, 504) or attempt == attempts - 1:
+                raise
+            log.info("initial listing retried", status=e.status)
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+    raise AssertionError("unreachable")
+
+
+async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
+    custom = client.CustomObjectsApi(api)
+    counts: dict[str, int] = {}
+
+    async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
+        raw = await custom.list_cluster_custom_object(GROUP, VERSION, plural)
+        counts[plural] = _each(model, raw.get("items", []), store)
+
+    await kueue("resourceflavors", ResourceFlavor, cache.set_flavor)
+    await kueue("cohorts", Cohort, cache.set_cohort)
+    await kueue("clusterqueues", ClusterQueue, cache.set_cluster_queue)
+    await kueue("localqueues", LocalQueue, cache.set_local_queue)
+    await kueue("workloadpriorityclasses", WorkloadPriorityClass, cache.set_workload_class)
+    await kueue("workloads", Workload, cache.set_workload)
+    sched = client.SchedulingV1Api(api)
+    pcs = api.sanitize_for_serialization(await sched.list_priority_class())
+    counts["priorityclasses"] = _each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
+    core = client.CoreV1Api(api)
+    nss = api.sanitize_for_serialization(await core.list_namespace())
+    for ns in nss.get("items", []):
+        meta = ns.get("metadata", {})
+        cache.set_namespace(meta["name"], dict(meta.get("labels") or {}))
+    counts["namespaces"] = len(nss.get("items", []))
+    batch = client.BatchV1Api(api)
+    jobs = api.sanitize_for_serialization(await batch.list_job_for_all_namespaces())
+    counts["jobs"] = _each(Job, jobs.get("items", []), cache.set_job)
+    return counts

@@ -1,0 +1,147 @@
+"""kopf event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
+the scheduling loop or queue the Job for reconciliation. Only `on.event` handlers: kopf writes
+no annotation or finalizer on any object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import kopf
+import structlog
+from pydantic import ValidationError
+
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.cohort import Cohort
+from atoll.api.core import Job, PriorityClass
+from atoll.api.localqueue import LocalQueue
+from atoll.api.meta import KubeObject
+from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import Workload
+from atoll.control.workqueue import WorkQueue
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+log = structlog.get_logger("atoll.handlers")
+K = TypeVar("K", bound=KubeObject)
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+@dataclass(slots=True)
+class Wiring:
+    """Where parsed objects go."""
+
+    cache: Cache
+    wake: Callable[[], None]
+    jobs: WorkQueue
+    queues_changed: Callable[[], None]
+
+
+def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
+    try:
+        return model.from_dict(dict(body))
+    except ValidationError as e:
+        meta = body.get("metadata") or {}
+        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        log.warning("object not understood, ignored", kind=model.KIND, object=where, error=str(e))
+        return None
+
+
+def _owner_job(wl: Workload) -> str | None:
+    for ref in wl.metadata.owner_references or ():
+        if ref.kind == "Job":
+            return wls.key_of(wl.namespace, ref.name)
+    return None
+
+
+def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
+    """Register every watch atoll needs on `registry`."""
+
+    def queue_kind(
+        resource: tuple[str, str, str],
+        model: type[K],
+        kind: str,
+        *,
+        store: Callable[[K], None],
+        key: Callable[[K], str],
+    ) -> None:
+        @kopf.on.event(*resource, registry=registry)
+        def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
+            obj = _parse(model, body)
+            if obj is None:
+                return
+            if type == "DELETED":
+                w.cache.delete(kind, key(obj))
+            else:
+                store(obj)
+            w.wake()
+            w.queues_changed()
+
+    def by_name(o: KubeObject) -> str:
+        return o.name
+
+    c = w.cache
+    queue_kind((*KUEUE, "resourceflavors"), ResourceFlavor, "rf", store=c.set_flavor, key=by_name)
+    queue_kind(
+        (*KUEUE, "clusterqueues"), ClusterQueue, "cq", store=c.set_cluster_queue, key=by_name
+    )
+    queue_kind((*KUEUE, "cohorts"), Cohort, "co", store=c.set_cohort, key=by_name)
+    queue_kind(
+        (*KUEUE, "localqueues"),
+        LocalQueue,
+        "lq",
+        store=c.set_local_queue,
+        key=lambda o: wls.key_of(o.namespace, o.name),
+    )
+    queue_kind(
+        (*KUEUE, "workloadpriorityclasses"),
+        WorkloadPriorityClass,
+        "wpc",
+        store=c.set_workload_class,
+        key=by_name,
+    )
+    queue_kind(
+        ("scheduling.k8s.io", "v1", "priorityclasses"),
+        PriorityClass,
+        "pc",
+        store=c.set_priority_class,
+        key=by_name,
+    )
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    def _namespace(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+        if type == "DELETED":
+            w.cache.delete("ns", name)
+        else:
+            w.cache.set_namespace(name, dict(body.get("metadata", {}).get("labels") or {}))
+        w.wake()
+
+    @kopf.on.event(*KUEUE, "workloads", registry=registry)
+    def _workload(type: str | None, body: kopf.Body, **_: Any) -> None:
+        wl = _parse(Workload, body)
+        if wl is None:
+            return
+        if type == "DELETED":
+            w.cache.delete_workload(wls.wl_key(wl))
+        else:
+            w.cache.set_workload(wl)
+        job = _owner_job(wl)
+        if job is not None:
+            w.jobs.add(job)
+        w.wake()
+        w.queues_changed()
+
+    @kopf.on.event("batch", "v1", "jobs", registry=registry)
+    def _job(type: str | None, body: kopf.Body, **_: Any) -> None:
+        job = _parse(Job, body)
+        if job is None:
+            return
+        key = wls.key_of(job.namespace, job.name)
+        if type == "DELETED":
+            w.cache.delete_job(key)
+        else:
+            w.cache.set_job(job)
+        w.jobs.add(key)

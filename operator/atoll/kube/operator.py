@@ -1,0 +1,306 @@
+"""`atoll run`: the operator process. kopf watches and the webhook run on every replica; the
+leader also runs the scheduling loop, the Job reconcilers and the queue status writer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+import structlog
+from aiohttp import web
+from kubernetes_asyncio import client, config
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from atoll.api.configuration import Configuration
+from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
+from atoll.control.queue_status import QueueStatusReporter
+from atoll.control.scheduler import Scheduler
+from atoll.control.workqueue import WorkQueue
+from atoll.engine import model as m
+from atoll.kube import bootstrap, handlers, webhook
+from atoll.kube.leader import LeaderElector, LeaseSettings
+from atoll.kube.ratelimit import TokenBucket
+from atoll.kube.writers import KubeWriter
+
+log = structlog.get_logger("atoll.operator")
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    configuration: Configuration = field(default_factory=Configuration)
+    kubeconfig: Path | None = None
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    webhook: str = "url"
+    """`url` (the API server calls https://HOST:PORT, e.g. the sandbox), `service` (in a
+    cluster, through the Service `webhook_service`), or `off`."""
+    webhook_host: str = "127.0.0.1"
+    webhook_addr: str = "127.0.0.1"
+    webhook_port: int = 9443
+    webhook_service: str = "atoll-system/atoll-webhook"
+    metrics_addr: str = "127.0.0.1"
+    metrics_port: int = 8080
+    health_addr: str = "127.0.0.1"
+    health_port: int = 8081
+    leader_elect: bool = True
+    workers: int = 4
+
+
+def job_settings(cfg: Configuration) -> JobSettings:
+    wfpr = cfg.wait_for_pods_ready
+    strategy = wfpr.requeuing_strategy
+    return JobSettings(
+        manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
+        managed_namespaces=cfg.managed_jobs_namespace_selector,
+        pods_ready=PodsReadySettings(
+            enable=cfg.wait_for_pods_ready_enabled,
+            timeout=wfpr.timeout,
+            recovery_timeout=wfpr.recovery_timeout,
+            backoff_base=float(strategy.backoff_base_seconds),
+            backoff_max=float(strategy.backoff_max_seconds),
+            backoff_limit_count=strategy.backoff_limit_count,
+        ),
+    )
+
+
+def fair_sharing(cfg: Configuration) -> m.FairSharing | None:
+    if cfg.fair_sharing is None:
+        return None
+    return m.FairSharing(
+        preemption_strategies=tuple(
+            m.FairSharingStrategy(s.value) for s in cfg.fair_sharing.preemption_strategies
+        )
+    )
+
+
+class Operator:
+    """Everything one replica runs, wired together."""
+
+    def __init__(self, opts: RunOptions, api: client.ApiClient) -> None:
+        from atoll.state.cache import Cache  # noqa: PLC0415 - keep kube's import surface small
+
+        self.opts = opts
+        self.api = api
+        cfg = opts.configuration
+        self.registry = CollectorRegistry()
+        conn = cfg.client_connection
+        self.writer = KubeWriter(api, TokenBucket(conn.qps, max(1, conn.burst)))
+        self.cache = Cache()
+        self.scheduler = Scheduler(
+            cache=self.cache,
+            store=self.writer,
+            emit=self.writer.emit,
+            fair_sharing=fair_sharing(cfg),
+        )
+        self.jobs = JobController(
+            self.cache, self.writer, self.writer, self.writer.emit, settings=job_settings(cfg)
+        )
+        self.job_queue = WorkQueue("jobs")
+        self.queues = QueueStatusReporter(self.cache, self.writer, time.time)
+        self._queues_dirty = asyncio.Event()
+        self.synced = asyncio.Event()
+        self.leading = False
+
+    def _kopf_registry(self) -> kopf.OperatorRegistry:
+        registry = kopf.OperatorRegistry()
+        handlers.register(
+            registry,
+            handlers.Wiring(
+                cache=self.cache,
+                wake=self.scheduler.wake,
+                jobs=self.job_queue,
+                queues_changed=self._queues_dirty.set,
+            ),
+        )
+        if self.opts.webhook != "off":
+            webhook.register(
+                registry,
+                self.jobs.manages,
+                all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
+            )
+
+        @kopf.on.login(registry=registry)
+        def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            if SERVICE_ACCOUNT_TOKEN.exists() and self.opts.kubeconfig is None:
+                return kopf.login_with_service_account(**kwargs)
+            return kopf.login_with_kubeconfig(**kwargs)
+
+        return registry
+
+    def _kopf_settings(self) -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False
+        settings.peering.standalone = True
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="atoll.dev")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="atoll.dev", key="last-handled-configuration"
+        )
+        settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
+        if self.opts.webhook != "off":
+            o = self.opts
+            settings.admission.server = webhook.make_server(
+                addr=o.webhook_addr,
+                port=o.webhook_port,
+                host=o.webhook_host,
+                service=o.webhook_service if o.webhook == "service" else None,
+                cert_dir=None,
+            )
+            settings.admission.managed = self.opts.configuration.atoll.webhook_configuration_name
+        return settings
+
+    async def _queue_status_loop(self) -> None:
+        while True:
+            await self._queues_dirty.wait()
+            await asyncio.sleep(0.5)
+            self._queues_dirty.clear()
+            try:
+                await self.queues.report()
+            except Exception as e:
+                log.warning("queue status write failed", error=repr(e))
+                self._queues_dirty.set()
+                await asyncio.sleep(2)
+
+    async def _lead(self) -> None:
+        self.leading = True
+        for key in list(self.cache.jobs):
+            self.job_queue.add(key)
+        self.scheduler.wake()
+        self._queues_dirty.set()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.scheduler.run())
+            tg.create_task(self._queue_status_loop())
+            for _ in range(self.opts.workers):
+                tg.create_task(self.job_queue.work(self.jobs.reconcile))
+
+    async def _http(self) -> None:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(
+                body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            )
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if not self.synced.is_set():
+                return web.Response(status=503, text="initial sync not done")
+            return web.Response(text="ok")
+
+        apps = []
+        m_app = web.Application()
+        m_app.router.add_get("/metrics", metrics)
+        h_app = web.Application()
+        h_app.router.add_get("/healthz", healthz)
+        h_app.router.add_get("/readyz", readyz)
+        for app, addr, port in (
+            (m_app, self.opts.metrics_addr, self.opts.metrics_port),
+            (h_app, self.opts.health_addr, self.opts.health_port),
+        ):
+            if port <= 0:
+                continue
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, addr, port).start()
+            apps.append(runner)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for runner in apps:
+                await runner.cleanup()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        counts = await bootstrap.load(self.api, self.cache)
+        log.info("initial sync done", **counts)
+        self.synced.set()
+        stop = stop or asyncio.Event()
+        work: list[Coroutine[Any, Any, None]] = [
+            kopf.operator(
+                registry=self._kopf_registry(),
+                settings=self._kopf_settings(),
+                clusterwide=True,
+                standalone=True,
+                stop_flag=stop,
+            ),
+            self._http(),
+        ]
+        elector: LeaderElector | None = None
+        if self.opts.leader_elect:
+            cfg = self.opts.configuration.leader_election
+            elector = LeaderElector(
+                self.api,
+                LeaseSettings(
+                    namespace=cfg.resource_namespace or self.opts.configuration.namespace,
+                    name=cfg.resource_name,
+                    identity=self.opts.identity,
+                    lease_duration=cfg.lease_duration,
+                    renew_deadline=cfg.renew_deadline,
+                    retry_period=cfg.retry_period,
+                ),
+            )
+            work.append(elector.lead(self._lead))
+        else:
+            work.append(self._lead())
+        tasks = [asyncio.create_task(c) for c in work]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.set()
+            for t in [*tasks, stopper]:
+                t.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            if elector is not None:
+                await elector.release()
+        for t in done:
+            if t is not stopper and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        log.info("operator stopped")
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json" or (fmt == "auto" and not os.isatty(2))
+        else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=__import__("sys").stderr),
+    )
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+async def run(opts: RunOptions) -> None:
+    in_cluster = await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists)
+    if opts.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(opts.kubeconfig)
+        await config.load_kube_config(config_file=str(opts.kubeconfig))
+    elif in_cluster:
+        config.load_incluster_config()
+    else:
+        await config.load_kube_config()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with client.ApiClient() as api:
+        await Operator(opts, api).run(stop)

@@ -1,0 +1,372 @@
+"""The ports of `atoll.control.ports`, implemented with kubernetes_asyncio.
+
+Workload status is written with a read-modify-write on the status subresource (PUT with the
+read resourceVersion, so a concurrent change is a 409 and the mutation is re-applied to the
+fresh object); fields of the status that atoll does not model are carried over untouched.
+Jobs are changed with JSON merge patches carrying the resourceVersion they were computed from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from atoll.api import labels as keys
+from atoll.api.clusterqueue import ClusterQueueStatus
+from atoll.api.core import PodTemplateSpec
+from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart
+from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation
+from atoll.kube.ratelimit import TokenBucket
+
+log = structlog.get_logger("atoll.kube")
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+MERGE = "application/merge-patch+json"
+_RETRIES = 8
+_STATUS_FIELDS = {f.alias or name for name, f in WorkloadStatus.model_fields.items()}
+T = TypeVar("T")
+
+
+def _split(key: str) -> tuple[str, str]:
+    ns, _, name = key.partition("/")
+    return ns, name
+
+
+def _removed(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """A merge-patch map that sets `new` and deletes keys of `old` it lacks."""
+    patch: dict[str, Any] = dict(new)
+    for k in old or {}:
+        if k not in new:
+            patch[k] = None
+    return patch
+
+
+class KubeWriter:
+    """Writes Workloads, Jobs, queue statuses and Events; counts requests per verb."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        limiter: TokenBucket,
+        *,
+        component: str = "kueue-admission",
+        on_request: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.limiter = limiter
+        self.component = component
+        self.on_request = on_request
+
+    async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+        await self.limiter.acquire()
+        try:
+            result = await fn()
+        except ApiException as e:
+            if self.on_request:
+                self.on_request(verb, str(e.status))
+            raise
+        if self.on_request:
+            self.on_request(verb, "200")
+        return result
+
+    # -- Workloads ------------------------------------------------------------------------
+    async def _get_workload(self, key: str) -> dict[str, Any]:
+        ns, name = _split(key)
+        try:
+            raw: dict[str, Any] = await self._call(
+                "get",
+                lambda: self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, ns, "workloads", name
+                ),
+            )
+        except ApiException as e:
+            if e.status == 404:
+                raise NotFoundError(key) from e
+            raise
+        return raw
+
+    async def create_workload(self, wl: Workload) -> Workload:
+        ns = wl.namespace or ""
+        try:
+            raw: dict[str, Any] = await self._call(
+                "create",
+                lambda: self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "workloads", wl.to_dict()
+                ),
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            raw = await self._get_workload(f"{ns}/{wl.name}")
+        return Workload.from_dict(raw)
+
+    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+        ns, name = _split(key)
+        for _ in range(_RETRIES):
+            raw = await self._get_workload(key)
+            status = mutate(Workload.from_dict(raw))
+            if status is None:
+                return None
+            old_status = raw.get("status") or {}
+            kept = {k: v for k, v in old_status.items() if k not in _STATUS_FIELDS}
+            body = dict(raw, status=kept | status.to_dict())
+            try:
+                written: dict[str, Any] = await self._call(
+                    "update",
+                    lambda body=body: self.custom.replace_namespaced_custom_object_status(  # type: ignore[misc]
+                        GROUP, VERSION, ns, "workloads", name, body
+                    ),
+                )
+            except ApiException as e:
+                if e.status == 409:
+                    continue
+                if e.status == 404:
+                    raise NotFoundError(key) from e
+                raise
+            return Workload.from_dict(written)
+        raise RuntimeError(f"workload {key}: status write kept conflicting")
+
+    async def _patch_workload(self, key: str, body: dict[str, Any]) -> None:
+        ns, name = _split(key)
+        try:
+            await self._call(
+                "patch",
+                lambda: self.custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
+                ),
+            )
+        except ApiException as e:
+            if e.status == 404:
+                raise NotFoundError(key) from e
+            raise
+
+    async def remove_workload_finalizer(self, key: str, finalizer: str) -> None:
+        for _ in range(_RETRIES):
+            raw = await self._get_workload(key)
+            meta = raw.get("metadata", {})
+            finalizers = list(meta.get("finalizers") or [])
+            if finalizer not in finalizers:
+                return
+            finalizers.remove(finalizer)
+            body = {
+                "metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}
+            }
+            try:
+                await self._patch_workload(key, body)
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
+
+    async def delete_workload(self, key: str) -> None:
+        ns, name = _split(key)
+        try:
+            await self._call(
+                "delete",
+                lambda: self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, ns, "workloads", name
+                ),
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    async def deactivate_workload(self, key: str) -> None:
+        await self._patch_workload(key, {"spec": {"active": False}})
+
+    # -- Jobs -----------------------------------------------------------------------------
+    async def _get_job(self, key: str) -> dict[str, Any]:
+        ns, name = _split(key)
+        try:
+            job = await self._call("get", lambda: self.batch.read_namespaced_job(name, ns))
+        except ApiException as e:
+            if e.status == 404:
+                raise NotFoundError(key) from e
+            raise
+        raw: dict[str, Any] = self.batch.api_client.sanitize_for_serialization(job)
+        return raw
+
+    async def _patch_job(self, key: str, body: dict[str, Any], *, status: bool = False) -> None:
+        ns, name = _split(key)
+        fn = self.batch.patch_namespaced_job_status if status else self.batch.patch_namespaced_job
+        try:
+            await self._call("patch", lambda: fn(name, ns, body, _content_type=MERGE))
+        except ApiException as e:
+            if e.status == 404:
+                raise NotFoundError(key) from e
+            raise
+
+    async def _patch_job_retrying(
+        self, key: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> None:
+        for _ in range(_RETRIES):
+            raw = await self._get_job(key)
+            body = build(raw)
+            if body is None:
+                return
+            body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"]["resourceVersion"]
+            try:
+                await self._patch_job(key, body)
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"job {key}: patch kept conflicting")
+
+    async def suspend_job(self, key: str) -> None:
+        await self._patch_job_retrying(
+            key, lambda raw: None if raw["spec"].get("suspend") else {"spec": {"suspend": True}}
+        )
+
+    async def start_job(self, key: str, plan: JobStart) -> None:
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            spec = raw["spec"]
+            if not spec.get("suspend"):
+                return None
+            template = spec.get("template") or {}
+            tmeta = template.get("metadata") or {}
+            tspec = template.get("spec") or {}
+            body: dict[str, Any] = {
+                "spec": {
+                    "suspend": False,
+                    "template": {
+                        "metadata": {
+                            "labels": dict(plan.labels),
+                            "annotations": _removed(
+                                tmeta.get("annotations"), dict(plan.annotations)
+                            )
+                            | {
+                                k: v
+                                for k, v in (tmeta.get("annotations") or {}).items()
+                                if k not in plan.annotations
+                            },
+                        },
+                        "spec": {
+                            "nodeSelector": _removed(
+                                tspec.get("nodeSelector"), dict(plan.node_selector)
+                            ),
+                            "tolerations": [t.to_dict() for t in plan.tolerations] or None,
+                        },
+                    },
+                }
+            }
+            if plan.parallelism is not None:
+                body["spec"]["parallelism"] = plan.parallelism
+            return body
+
+        await self._patch_job_retrying(key, build)
+
+    async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
+        """Kueue's three-step stop: suspend (with the stopping annotation), clear startTime,
+        restore the template exactly from the Workload and drop the annotation."""
+
+        def suspend(raw: dict[str, Any]) -> dict[str, Any] | None:
+            ann = raw["metadata"].get("annotations") or {}
+            if raw["spec"].get("suspend") and keys.STOPPING_ANNOTATION not in ann:
+                return None
+            return {
+                "metadata": {"annotations": {keys.STOPPING_ANNOTATION: "true"}},
+                "spec": {"suspend": True},
+            }
+
+        await self._patch_job_retrying(key, suspend)
+        raw = await self._get_job(key)
+        if (raw.get("status") or {}).get("startTime"):
+            await self._patch_job(key, {"status": {"startTime": None}}, status=True)
+        want = template.to_dict()
+        want_meta = want.get("metadata") or {}
+        want_spec = want.get("spec") or {}
+
+        def restore(raw: dict[str, Any]) -> dict[str, Any] | None:
+            tmpl = raw["spec"].get("template") or {}
+            meta = tmpl.get("metadata") or {}
+            spec = tmpl.get("spec") or {}
+            labels = dict(want_meta.get("labels") or {})
+            for k, v in (meta.get("labels") or {}).items():
+                if k in JOB_CONTROLLER_LABELS or k.startswith("batch.kubernetes.io/"):
+                    labels[k] = v
+            body: dict[str, Any] = {
+                "metadata": {"annotations": {keys.STOPPING_ANNOTATION: None}},
+                "spec": {
+                    "template": {
+                        "metadata": {
+                            "labels": _removed(meta.get("labels"), labels),
+                            "annotations": _removed(
+                                meta.get("annotations"), dict(want_meta.get("annotations") or {})
+                            ),
+                        },
+                        "spec": {
+                            "nodeSelector": _removed(
+                                spec.get("nodeSelector"), dict(want_spec.get("nodeSelector") or {})
+                            ),
+                            "tolerations": want_spec.get("tolerations"),
+                            "schedulingGates": want_spec.get("schedulingGates"),
+                        },
+                    }
+                },
+            }
+            if parallelism is not None:
+                body["spec"]["parallelism"] = parallelism
+            return body
+
+        await self._patch_job_retrying(key, restore)
+
+    # -- queue status ---------------------------------------------------------------------
+    async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
+        body = {"status": status.to_dict()}
+        await self._call(
+            "patch",
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, "clusterqueues", name, body, _content_type=MERGE
+            ),
+        )
+
+    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
+        ns, name = _split(key)
+        body = {"status": status.to_dict()}
+        await self._call(
+            "patch",
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, "localqueues", name, body, _content_type=MERGE
+            ),
+        )
+
+    # -- events ---------------------------------------------------------------------------
+    async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace or "default"},
+            "involvedObject": {
+                "kind": ref.kind,
+                "apiVersion": ref.api_version,
+                "namespace": ref.namespace,
+                "name": ref.name,
+                "uid": ref.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._call(
+                "create",
+                lambda: self.core.create_namespaced_event(ref.namespace or "default", body),
+            )
+        except ApiException as e:  # an event is best effort: never fail a decision for it
+            log.warning("event not recorded", reason=reason, error=str(e.status))

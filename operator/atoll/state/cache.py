@@ -1,0 +1,268 @@
+"""The live cache: every object atoll reads, the admission ledger and the pending queues.
+
+Mutable and synchronous (no awaits): kube handlers write into it, the scheduling loop reads a
+snapshot of it. Mirrors Kueue's pkg/cache/scheduler (cache + assumed workloads) and
+pkg/cache/queue (pending heaps, inadmissible workloads). The ledger of record is the Workload
+status (QuotaReserved + admission); a decision taken but not yet seen in a Workload status is
+*assumed* here so that the next cycle already counts its quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.cohort import Cohort
+from atoll.api.core import Job, PriorityClass
+from atoll.api.localqueue import LocalQueue
+from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import Workload
+from atoll.engine import model as m
+from atoll.engine.snapshot import Snapshot, build_snapshot
+from atoll.state import convert
+from atoll.state import workloads as wls
+
+UNKNOWN_QUEUE_PREFIX = "\0lq:"
+"""Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
+
+
+@dataclass(slots=True)
+class Cache:
+    """Everything the scheduler needs, keyed by name or `namespace/name`."""
+
+    flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
+    cohorts: dict[str, Cohort] = field(default_factory=dict)
+    local_queues: dict[str, LocalQueue] = field(default_factory=dict)
+    workload_classes: dict[str, WorkloadPriorityClass] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    assumed: dict[str, m.Admission] = field(default_factory=dict)
+    """Admissions decided by this process and not yet seen in the Workload's status."""
+    evicting: set[str] = field(default_factory=set)
+    """Victims whose eviction was decided and not yet seen in their status."""
+    parked: dict[str, int] = field(default_factory=dict)
+    """Inadmissible workloads, with the epoch they were parked at."""
+    epoch: int = 0
+    """Bumped by every change that can make a parked workload admissible."""
+    _engine_workloads: dict[str, m.Workload] = field(default_factory=dict)
+    _e_flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
+    _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
+    _e_cohorts: dict[str, m.Cohort] = field(default_factory=dict)
+    _e_local_queues: dict[str, m.LocalQueue] = field(default_factory=dict)
+
+    # -- queue objects (each change may make parked workloads admissible) -----------------
+    def bump(self) -> None:
+        self.epoch += 1
+        self.parked.clear()
+
+    def set_flavor(self, obj: ResourceFlavor) -> None:
+        self.flavors[obj.name] = obj
+        self._e_flavors[obj.name] = convert.flavor(obj)
+        self.bump()
+
+    def set_cluster_queue(self, obj: ClusterQueue) -> None:
+        old = self.cluster_queues.get(obj.name)
+        self.cluster_queues[obj.name] = obj
+        if (
+            old is None
+            or old.spec != obj.spec
+            or old.metadata.deletion_timestamp != (obj.metadata.deletion_timestamp)
+        ):
+            self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
+            self.bump()
+
+    def set_cohort(self, obj: Cohort) -> None:
+        old = self.cohorts.get(obj.name)
+        self.cohorts[obj.name] = obj
+        if old is None or old.spec != obj.spec:
+            self._e_cohorts[obj.name] = convert.cohort(obj)
+            self.bump()
+
+    def set_local_queue(self, obj: LocalQueue) -> None:
+        key = wls.key_of(obj.namespace, obj.name)
+        old = self.local_queues.get(key)
+        self.local_queues[key] = obj
+        if old is None or old.spec != obj.spec:
+            self._e_local_queues[key] = convert.local_queue(obj)
+            self.bump()
+
+    def set_namespace(self, name: str, labels: dict[str, str]) -> None:
+        if self.namespaces.get(name) != labels:
+            self.namespaces[name] = labels
+            for key in [k for k in self._engine_workloads if k.startswith(f"{name}/")]:
+                del self._engine_workloads[key]
+            self.bump()
+
+    def set_workload_class(self, obj: WorkloadPriorityClass) -> None:
+        self.workload_classes[obj.name] = obj
+
+    def set_priority_class(self, obj: PriorityClass) -> None:
+        self.priority_classes[obj.name] = obj
+
+    def delete(self, kind: str, key: str) -> None:
+        """Forget an object of a queue kind: rf, cq, co, lq, wpc, pc, ns."""
+        tables: dict[str, tuple[dict[str, Any], ...]] = {
+            "rf": (self.flavors, self._e_flavors),
+            "cq": (self.cluster_queues, self._e_cluster_queues),
+            "co": (self.cohorts, self._e_cohorts),
+            "lq": (self.local_queues, self._e_local_queues),
+            "wpc": (self.workload_classes,),
+            "pc": (self.priority_classes,),
+            "ns": (self.namespaces,),
+        }
+        for table in tables[kind]:
+            table.pop(key, None)
+        self.bump()
+
+    # -- workloads and jobs ---------------------------------------------------------------
+    def set_workload(self, wl: Workload) -> None:
+        key = wls.wl_key(wl)
+        old = self.workloads.get(key)
+        self.workloads[key] = wl
+        self._engine_workloads.pop(key, None)
+        if wls.has_quota(wl):
+            self.assumed.pop(key, None)
+        if wls.is_evicted(wl) or not wls.has_quota(wl):
+            self.evicting.discard(key)
+        was_holding = old is not None and wls.has_quota(old) and not wls.is_finished(old)
+        holds = wls.has_quota(wl) and not wls.is_finished(wl)
+        if was_holding and not holds:
+            self.bump()  # quota released: parked workloads may fit now
+        if old is None or old.spec != wl.spec:
+            self.parked.pop(key, None)
+
+    def delete_workload(self, key: str) -> None:
+        old = self.workloads.pop(key, None)
+        self._engine_workloads.pop(key, None)
+        self.assumed.pop(key, None)
+        self.parked.pop(key, None)
+        self.evicting.discard(key)
+        if old is not None and wls.has_quota(old):
+            self.bump()
+
+    def set_job(self, job: Job) -> None:
+        self.jobs[wls.key_of(job.namespace, job.name)] = job
+
+    def delete_job(self, key: str) -> None:
+        self.jobs.pop(key, None)
+
+    def workloads_of_job(self, job_key: str, job_uid: str | None = None) -> list[Workload]:
+        """Workloads whose controller owner is the Job `namespace/name` (and uid, if given)."""
+        ns, _, name = job_key.partition("/")
+        out = []
+        for wl in self.workloads.values():
+            if wl.namespace != ns:
+                continue
+            for ref in wl.metadata.owner_references or ():
+                if (
+                    ref.kind == "Job"
+                    and ref.name == name
+                    and (job_uid is None or ref.uid == job_uid)
+                ):
+                    out.append(wl)
+                    break
+        return out
+
+    # -- the ledger -----------------------------------------------------------------------
+    def assume(self, key: str, admission: m.Admission) -> None:
+        self.assumed[key] = admission
+        self.parked.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        """A status write failed: drop the assumption so the quota is free again."""
+        if self.assumed.pop(key, None) is not None:
+            self.bump()
+
+    def park(self, key: str) -> None:
+        self.parked[key] = self.epoch
+
+    def engine_workload(self, key: str) -> m.Workload | None:
+        cached = self._engine_workloads.get(key)
+        if cached is not None:
+            return cached
+        wl = self.workloads.get(key)
+        if wl is None:
+            return None
+        ew = convert.workload(
+            wl,
+            namespace_labels=self.namespaces.get(wl.namespace or "", {}),
+            queued_at=wls.queue_order_time(wl),
+        )
+        self._engine_workloads[key] = ew
+        return ew
+
+    def holding(self) -> Iterable[tuple[str, m.Admission, bool]]:
+        """(key, admission, evicted) of every workload that holds quota, assumed ones too."""
+        for key, wl in self.workloads.items():
+            if wls.is_finished(wl) or key in self.assumed:
+                continue
+            if wls.has_quota(wl):
+                adm = convert.admission(wl)
+                if adm is not None:
+                    yield key, adm, wls.is_evicted(wl) or key in self.evicting
+        for key, adm in self.assumed.items():
+            if key in self.workloads:
+                yield key, adm, key in self.evicting
+
+    def is_pending(self, wl: Workload, now: float) -> bool:
+        key = wls.wl_key(wl)
+        if key in self.assumed or wls.is_finished(wl) or wls.has_quota(wl) or wls.is_deleting(wl):
+            return False
+        if not wl.spec.queue_name or not wl.spec.active:
+            return False
+        if wls.is_false(wl, wls.REQUEUED):
+            return False
+        at = wls.requeue_at(wl)
+        return at is None or at <= now
+
+    def next_requeue(self, now: float) -> float | None:
+        """The earliest future requeueAt among pending workloads (for the loop's timer)."""
+        times = [
+            t
+            for wl in self.workloads.values()
+            if (t := wls.requeue_at(wl)) is not None and t > now and not wls.has_quota(wl)
+        ]
+        return min(times) if times else None
+
+    def pending_by_queue(self, now: float) -> dict[m.ClusterQueueName, list[m.Workload]]:
+        """Pending workloads grouped by ClusterQueue (unknown queues grouped by LocalQueue)."""
+        groups: dict[m.ClusterQueueName, list[m.Workload]] = {}
+        for key, wl in self.workloads.items():
+            if not self.is_pending(wl, now):
+                continue
+            ew = self.engine_workload(key)
+            if ew is None:
+                continue
+            lq = self.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name or ""))
+            cq = lq.spec.cluster_queue if lq is not None else None
+            group = (
+                cq
+                if cq and cq in self.cluster_queues
+                else f"{UNKNOWN_QUEUE_PREFIX}{ew.local_queue}"
+            )
+            groups.setdefault(m.ClusterQueueName(group), []).append(ew)
+        return groups
+
+    def parked_keys(self) -> frozenset[m.WorkloadKey]:
+        return frozenset(m.WorkloadKey(k) for k, e in self.parked.items() if e == self.epoch)
+
+    def snapshot(self, fair_sharing: m.FairSharing | None = None) -> Snapshot:
+        admitted = []
+        for key, adm, evicted in self.holding():
+            ew = self.engine_workload(key)
+            if ew is not None:
+                admitted.append(m.AdmittedWorkload(workload=ew, admission=adm, evicted=evicted))
+        return build_snapshot(
+            flavors=self._e_flavors.values(),
+            cluster_queues=self._e_cluster_queues.values(),
+            cohorts=self._e_cohorts.values(),
+            local_queues=self._e_local_queues.values(),
+            admitted=admitted,
+            fair_sharing=fair_sharing,
+        )

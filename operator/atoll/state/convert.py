@@ -1,0 +1,262 @@
+"""Turning `atoll.api` models into the engine's snapshot types, once per object change.
+
+Mirrors what Kueue's pkg/cache/scheduler does when it builds ClusterQueueSnapshot and
+workload.Info: per-pod requests are folded (containers summed, init containers maxed,
+overhead added) and quantities become exact integers (cpu in milli-units, others in units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from atoll.api import clusterqueue as api_cq
+from atoll.api.cohort import Cohort as ApiCohort
+from atoll.api.core import PodSpec, Taint, Toleration
+from atoll.api.localqueue import LocalQueue as ApiLocalQueue
+from atoll.api.meta import LabelSelector as ApiSelector
+from atoll.api.quantity import Quantity
+from atoll.api.resourceflavor import ResourceFlavor as ApiFlavor
+from atoll.api.workload import Workload as ApiWorkload
+from atoll.engine import model as m
+
+
+def amount(resource: str, quantity: Quantity) -> int:
+    """The engine's integer for a quantity: milli-cpu, else whole units rounded up."""
+    return quantity.milli if resource == "cpu" else quantity.value
+
+
+def _effect(raw: str | None) -> m.TaintEffect | None:
+    return m.TaintEffect(raw) if raw else None
+
+
+def taint(t: Taint) -> m.Taint:
+    return m.Taint(key=t.key, value=t.value or "", effect=m.TaintEffect(t.effect))
+
+
+def toleration(t: Toleration) -> m.Toleration:
+    op = m.TolerationOperator(t.operator) if t.operator else m.TolerationOperator.EQUAL
+    return m.Toleration(key=t.key or "", operator=op, value=t.value or "", effect=_effect(t.effect))
+
+
+def selector(s: ApiSelector | None) -> m.LabelSelector | None:
+    if s is None:
+        return None
+    return m.LabelSelector(
+        match_labels=frozenset((s.match_labels or {}).items()),
+        match_expressions=tuple(
+            m.SelectorRequirement(
+                key=r.key, operator=m.SelectorOperator(r.operator.value), values=r.values or ()
+            )
+            for r in s.match_expressions or ()
+        ),
+    )
+
+
+def flavor(f: ApiFlavor) -> m.ResourceFlavor:
+    return m.ResourceFlavor(
+        name=m.FlavorName(f.name),
+        node_labels=frozenset((f.spec.node_labels or {}).items()),
+        node_taints=tuple(taint(t) for t in f.spec.node_taints or ()),
+        tolerations=tuple(toleration(t) for t in f.spec.tolerations or ()),
+    )
+
+
+def _groups(groups: Iterable[api_cq.ResourceGroup]) -> tuple[m.ResourceGroup, ...]:
+    out = []
+    for g in groups:
+        flavors = []
+        for fq in g.flavors:
+            flavors.append(
+                m.FlavorQuotas(
+                    flavor=m.FlavorName(fq.name),
+                    resources=tuple(
+                        m.ResourceQuota(
+                            resource=m.ResourceName(r.name),
+                            nominal=amount(r.name, r.nominal_quota),
+                            borrowing_limit=None
+                            if r.borrowing_limit is None
+                            else amount(r.name, r.borrowing_limit),
+                            lending_limit=None
+                            if r.lending_limit is None
+                            else amount(r.name, r.lending_limit),
+                        )
+                        for r in fq.resources
+                    ),
+                )
+            )
+        out.append(
+            m.ResourceGroup(
+                covered_resources=tuple(m.ResourceName(r) for r in g.covered_resources),
+                flavors=tuple(flavors),
+            )
+        )
+    return tuple(out)
+
+
+def _weight_milli(fs: api_cq.FairSharing | None) -> int:
+    if fs is None or fs.weight is None:
+        return 1000
+    return fs.weight.milli
+
+
+def cluster_queue(cq: api_cq.ClusterQueue) -> m.ClusterQueue:
+    spec = cq.spec
+    pre = spec.preemption
+    fung = spec.flavor_fungibility
+    return m.ClusterQueue(
+        name=m.ClusterQueueName(cq.name),
+        cohort=m.CohortName(spec.cohort_name) if spec.cohort_name else None,
+        resource_groups=_groups(spec.resource_groups),
+        preemption=m.PreemptionPolicy(
+            within_cluster_queue=m.WithinClusterQueue(pre.within_cluster_queue.value),
+            reclaim_within_cohort=m.ReclaimWithinCohort(pre.reclaim_within_cohort.value),
+            borrow_within_cohort=m.BorrowWithinCohort(
+                policy=m.BorrowWithinCohortPolicy(pre.borrow_within_cohort.policy.value),
+                max_priority_threshold=pre.borrow_within_cohort.max_priority_threshold,
+            ),
+        ),
+        queueing_strategy=m.QueueingStrategy(spec.queueing_strategy.value),
+        flavor_fungibility=m.FlavorFungibility(
+            when_can_borrow=m.FungibilityPolicy(fung.when_can_borrow.value),
+            when_can_preempt=m.FungibilityPolicy(fung.when_can_preempt.value),
+            preference=m.FungibilityPreference(fung.preference.value) if fung.preference else None,
+        ),
+        stop_policy=m.StopPolicy(spec.stop_policy.value),
+        namespace_selector=selector(spec.namespace_selector),
+        fair_weight_milli=_weight_milli(spec.fair_sharing),
+    )
+
+
+def cohort(c: ApiCohort) -> m.Cohort:
+    return m.Cohort(
+        name=m.CohortName(c.name),
+        parent=m.CohortName(c.spec.parent_name) if c.spec.parent_name else None,
+        resource_groups=_groups(c.spec.resource_groups),
+        fair_weight_milli=_weight_milli(c.spec.fair_sharing),
+    )
+
+
+def local_queue(lq: ApiLocalQueue) -> m.LocalQueue:
+    return m.LocalQueue(
+        namespace=lq.namespace or "",
+        name=lq.name,
+        cluster_queue=m.ClusterQueueName(lq.spec.cluster_queue or ""),
+        stop_policy=m.StopPolicy(lq.spec.stop_policy.value),
+    )
+
+
+def _add(total: dict[str, int], requests: Mapping[str, Quantity] | None) -> None:
+    for name, q in (requests or {}).items():
+        total[name] = total.get(name, 0) + amount(name, q)
+
+
+def pod_requests(spec: PodSpec) -> dict[str, int]:
+    """Per-pod requests as the scheduler counts them: containers (and sidecars) summed,
+    regular init containers maxed against that, overhead added; limits stand in for
+    missing requests, as the API server defaults them."""
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.containers:
+        res = c.resources
+        if res is not None:
+            _add(total, {**(res.limits or {}), **(res.requests or {})})
+    for c in spec.init_containers or ():
+        res = c.resources
+        if res is None:
+            continue
+        reqs: dict[str, int] = {}
+        _add(reqs, {**(res.limits or {}), **(res.requests or {})})
+        extra = getattr(c, "restart_policy", None) or (c.model_extra or {}).get("restartPolicy")
+        if extra == "Always":
+            for k, v in reqs.items():
+                sidecars[k] = sidecars.get(k, 0) + v
+        else:
+            for k, v in reqs.items():
+                init_peak[k] = max(init_peak.get(k, 0), v + sidecars.get(k, 0))
+    for k, v in sidecars.items():
+        total[k] = total.get(k, 0) + v
+    for k, v in init_peak.items():
+        total[k] = max(total.get(k, 0), v)
+    _add(total, spec.overhead)
+    return total
+
+
+def _terms(affinity: Mapping[str, object] | None) -> tuple[m.NodeSelectorTerm, ...]:
+    node = (affinity or {}).get("nodeAffinity")
+    if not isinstance(node, Mapping):
+        return ()
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return ()
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        exprs = tuple(
+            m.SelectorRequirement(
+                key=str(e["key"]),
+                operator=m.SelectorOperator(str(e["operator"])),
+                values=tuple(str(v) for v in e.get("values") or ()),
+            )
+            for e in (term.get("matchExpressions") or ())
+        )
+        terms.append(m.NodeSelectorTerm(match_expressions=exprs))
+    return tuple(terms)
+
+
+def workload(
+    wl: ApiWorkload, *, namespace_labels: Mapping[str, str], queued_at: float
+) -> m.Workload:
+    pod_sets = []
+    for ps in wl.spec.pod_sets:
+        spec = ps.template.spec
+        reqs = pod_requests(spec)
+        pod_sets.append(
+            m.PodSet(
+                name=m.PodSetName(ps.name),
+                count=ps.count,
+                requests=tuple(sorted((m.ResourceName(k), v) for k, v in reqs.items())),
+                min_count=ps.min_count,
+                node_selector=frozenset((spec.node_selector or {}).items()),
+                required_affinity=_terms(spec.affinity),
+                tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
+            )
+        )
+    return m.Workload(
+        namespace=wl.namespace or "",
+        name=wl.name,
+        queue_name=wl.spec.queue_name or "",
+        pod_sets=tuple(pod_sets),
+        priority=wl.spec.priority or 0,
+        queued_at=queued_at,
+        namespace_labels=frozenset(namespace_labels.items()),
+        uid=wl.metadata.uid or "",
+        active=wl.spec.active,
+    )
+
+
+def admission(wl: ApiWorkload) -> m.Admission | None:
+    """The engine form of `status.admission`, if the Workload holds one."""
+    adm = wl.status.admission if wl.status else None
+    if adm is None:
+        return None
+    return m.Admission(
+        cluster_queue=m.ClusterQueueName(adm.cluster_queue),
+        pod_sets=tuple(
+            m.PodSetAssignment(
+                name=m.PodSetName(a.name),
+                count=a.count if a.count is not None else 0,
+                flavors=tuple(
+                    sorted(
+                        (m.ResourceName(r), m.FlavorName(f)) for r, f in (a.flavors or {}).items()
+                    )
+                ),
+                resource_usage=tuple(
+                    sorted(
+                        (m.ResourceName(r), amount(r, q))
+                        for r, q in (a.resource_usage or {}).items()
+                    )
+                ),
+            )
+            for a in adm.pod_set_assignments
+        ),
+    )

@@ -1,0 +1,143 @@
+"""What a Workload's status says (pending, reserved, admitted, evicted, finished) and how its
+conditions change. Pure functions over `atoll.api` models.
+
+Mirrors Kueue's pkg/workload (workload.go `Status`, conditions.go, admissionchecks.go
+`SyncAdmittedCondition`) and reference/kueue-compat.md §4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from atoll.api.meta import Condition, ConditionStatus
+from atoll.api.workload import Workload, WorkloadConditionType, WorkloadStatus
+
+QUOTA_RESERVED = WorkloadConditionType.QUOTA_RESERVED.value
+ADMITTED = WorkloadConditionType.ADMITTED.value
+EVICTED = WorkloadConditionType.EVICTED.value
+PREEMPTED = WorkloadConditionType.PREEMPTED.value
+REQUEUED = WorkloadConditionType.REQUEUED.value
+PODS_READY = WorkloadConditionType.PODS_READY.value
+FINISHED = WorkloadConditionType.FINISHED.value
+
+MAX_MESSAGE = 32768
+
+
+def key_of(namespace: str | None, name: str) -> str:
+    return f"{namespace or ''}/{name}"
+
+
+def wl_key(wl: Workload) -> str:
+    return key_of(wl.namespace, wl.name)
+
+
+def condition(wl: Workload, type_: str) -> Condition | None:
+    for c in wl.status.conditions or ():
+        if c.type == type_:
+            return c
+    return None
+
+
+def is_true(wl: Workload, type_: str) -> bool:
+    c = condition(wl, type_)
+    return c is not None and c.status == ConditionStatus.TRUE
+
+
+def is_false(wl: Workload, type_: str) -> bool:
+    c = condition(wl, type_)
+    return c is not None and c.status == ConditionStatus.FALSE
+
+
+def is_finished(wl: Workload) -> bool:
+    return is_true(wl, FINISHED)
+
+
+def has_quota(wl: Workload) -> bool:
+    """QuotaReserved=True with an admission: the Workload holds quota (the ledger)."""
+    return is_true(wl, QUOTA_RESERVED) and wl.status.admission is not None
+
+
+def is_admitted(wl: Workload) -> bool:
+    return is_true(wl, ADMITTED) and has_quota(wl)
+
+
+def is_evicted(wl: Workload) -> bool:
+    return is_true(wl, EVICTED)
+
+
+def is_deleting(wl: Workload) -> bool:
+    return wl.metadata.deletion_timestamp is not None
+
+
+def created_at(wl: Workload) -> float:
+    ts = wl.metadata.creation_timestamp
+    return ts.timestamp() if ts is not None else 0.0
+
+
+def requeue_at(wl: Workload) -> float | None:
+    rs = wl.status.requeue_state
+    if rs is None or rs.requeue_at is None:
+        return None
+    return rs.requeue_at.timestamp()
+
+
+def queue_order_time(wl: Workload) -> float:
+    """Kueue's queue-order timestamp: the eviction time after a PodsReady timeout
+    (requeuingStrategy.timestamp Eviction, the default), else creation."""
+    evicted = condition(wl, EVICTED)
+    if evicted is not None and evicted.reason == "PodsReadyTimeout":
+        return evicted.last_transition_time.timestamp()
+    return created_at(wl)
+
+
+def truncate(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
+def with_condition(
+    conditions: Iterable[Condition],
+    type_: str,
+    *,
+    status: bool,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+    generation: int | None = None,
+) -> tuple[Condition, ...]:
+    """Set one condition (lastTransitionTime moves only when the status changes)."""
+    wanted = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    out: list[Condition] = []
+    found = False
+    for c in conditions:
+        if c.type != type_:
+            out.append(c)
+            continue
+        found = True
+        moved = c.status != wanted
+        out.append(
+            Condition(
+                type=type_,
+                status=wanted,
+                reason=reason,
+                message=truncate(message),
+                last_transition_time=now if moved else c.last_transition_time,
+                observed_generation=generation,
+            )
+        )
+    if not found:
+        out.append(
+            Condition(
+                type=type_,
+                status=wanted,
+                reason=reason,
+                message=truncate(message),
+                last_transition_time=now,
+                observed_generation=generation,
+            )
+        )
+    return tuple(out)
+
+
+def status_with(wl: Workload, **changes: object) -> WorkloadStatus:
+    return wl.status.model_copy(update=changes)

@@ -1,0 +1,152 @@
+"""The operator under test: `atoll run` as a real process against the test cluster, with short
+waitForPodsReady and leader-election timings so that stories finish in seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atoll.sandbox.processes import free_port
+from tests.conftest import REPO, KubeCluster
+
+OPERATOR_NAMESPACE = "atoll-system"
+FAST_SETTINGS = (
+    f"namespace={OPERATOR_NAMESPACE}",
+    "waitForPodsReady.timeout=8s",
+    "waitForPodsReady.requeuingStrategy.backoffBaseSeconds=2",
+    "waitForPodsReady.requeuingStrategy.backoffMaxSeconds=4",
+    "leaderElection.leaseDuration=4s",
+    "leaderElection.renewDeadline=3s",
+    "leaderElection.retryPeriod=1s",
+)
+
+
+class OperatorProcess:
+    """One `atoll run` process; start, stop (SIGTERM), kill (SIGKILL), read its metrics."""
+
+    def __init__(self, cluster: KubeCluster, log: Path, *extra: str) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = 0
+        self.health_port = 0
+
+    def start(self, *, wait_ready: bool = True) -> None:
+        self.metrics_port, self.health_port = free_port(), free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "atoll",
+            "run",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.metrics_port}",
+            "--health-bind-address",
+            f"127.0.0.1:{self.health_port}",
+            "--webhook-bind-address",
+            f"127.0.0.1:{free_port()}",
+            *[a for s in FAST_SETTINGS for a in ("--set", s)],
+            *self.extra,
+        ]
+        env = dict(os.environ, PYTHONPATH=str(REPO / "operator"))
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if wait_ready:
+            self.wait_ready()
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return int(r.status), r.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"operator exited: {self.tail()}")
+            if self._get(self.health_port, "/readyz")[0] == 200:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"operator not ready in {timeout}s: {self.tail()}")
+
+    def metrics(self) -> str:
+        return self._get(self.metrics_port, "/metrics")[1]
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    cluster.apply_crds()
+    cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "atoll.log")
+    op.start()
+    yield op
+    op.stop()
+
+
+def get_json(cluster: KubeCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl(*args, "-o", "json").stdout)
+
+
+def apply(cluster: KubeCluster, *objs: dict[str, Any]) -> None:
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}),
+    )
+
+
+def workload_of(cluster: KubeCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    items = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+    for wl in items:
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            if ref["kind"] == "Job" and ref["name"] == job:
+                return dict(wl)
+    return None
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
+    c = condition(obj, type_)
+    return c is not None and c["status"] == "True"

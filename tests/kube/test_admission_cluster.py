@@ -1,0 +1,278 @@
+"""End-to-end admission stories on a real API server: the operator, kube-scheduler and KWOK."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    condition,
+    get_json,
+    is_true,
+    workload_of,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def _queues(cluster: KubeCluster, ns: str, *, gpus: int, **cq_args: object) -> str:
+    """A flavor, a ClusterQueue and a LocalQueue `q` in `ns`; returns the CQ name."""
+    cq = f"cq-{ns}"
+    apply(
+        cluster,
+        b.flavor(f"rf-{ns}"),
+        b.cluster_queue(cq, f"rf-{ns}", gpus=gpus, **cq_args),  # type: ignore[arg-type]
+        b.local_queue("q", ns, cq),
+    )
+    return cq
+
+
+def _create(cluster: KubeCluster, obj: dict[str, object]) -> dict[str, object]:
+    out = cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
+    created: dict[str, object] = json.loads(out.stdout)
+    return created
+
+
+def test_quick_start_job_is_admitted_runs_and_finishes(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    cq = _queues(cluster, namespace, gpus=8)
+    created = _create(cluster, b.job("sample", namespace, queue="q", pods=3, run="2s"))
+    assert created["spec"]["suspend"] is True  # type: ignore[index]  # the webhook suspended it
+    cluster.wait_for(
+        "the Workload to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "sample"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "sample")
+    assert wl is not None
+    assert wl["metadata"]["name"].startswith("job-sample-")
+    assert wl["status"]["admission"]["clusterQueue"] == cq
+    (ps,) = wl["status"]["admission"]["podSetAssignments"]
+    assert ps["count"] == 3
+    assert ps["flavors"] == {"cpu": f"rf-{namespace}", "nvidia.com/gpu": f"rf-{namespace}"}
+    assert ps["resourceUsage"]["nvidia.com/gpu"] == "3"
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Complete",
+        "job/sample",
+        "-n",
+        namespace,
+        "--timeout=60s",
+        timeout=70,
+    )
+    cluster.wait_for(
+        "the Workload to be Finished",
+        lambda: is_true(workload_of(cluster, namespace, "sample"), "Finished"),
+    )
+    table = cluster.kubectl("get", "workloads", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "QUEUE", "RESERVED", "IN", "ADMITTED", "FINISHED", "AGE"]
+    assert table[1].split()[1:5] == ["q", cq, "True", "True"]
+    pods = get_json(cluster, "get", "pods", "-n", namespace)["items"]
+    assert {p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods} == {"main"}
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in pods)
+
+
+def test_unlabelled_job_is_left_alone(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    created = _create(cluster, b.job("plain", namespace, queue=None, pods=1, run="1s"))
+    assert not created["spec"].get("suspend")  # type: ignore[attr-defined]
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Complete",
+        "job/plain",
+        "-n",
+        namespace,
+        "--timeout=60s",
+        timeout=70,
+    )
+    assert workload_of(cluster, namespace, "plain") is None
+
+
+def test_second_gang_waits_whole_then_runs(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    _queues(cluster, namespace, gpus=8)
+    _create(cluster, b.job("first", namespace, queue="q", pods=6, run="6s"))
+    cluster.wait_for(
+        "first admitted", lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted")
+    )
+    _create(cluster, b.job("second", namespace, queue="q", pods=4, run="1s"))
+    cluster.wait_for(
+        "second to be pending with a reason",
+        lambda: (
+            (condition(workload_of(cluster, namespace, "second"), "QuotaReserved") or {}).get(
+                "status"
+            )
+            == "False"
+        ),
+    )
+    pending = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
+    assert pending is not None
+    assert pending["reason"] == "WaitingForQuota"
+    assert "nvidia.com/gpu" in pending["message"]
+    pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", "job-name=second")["items"]
+    assert pods == []  # no part of the second gang runs while it waits
+    job = get_json(cluster, "get", "job", "second", "-n", namespace)
+    assert job["spec"]["suspend"] is True
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Complete",
+        "job/second",
+        "-n",
+        namespace,
+        "--timeout=90s",
+        timeout=100,
+    )
+    first = get_json(cluster, "get", "job", "first", "-n", namespace)
+    assert first["status"].get("succeeded") == 6
+
+
+def test_higher_priority_gang_preempts_a_whole_lower_one(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    _queues(cluster, namespace, gpus=4, preemption={"withinClusterQueue": "LowerPriority"})
+    apply(
+        cluster,
+        b.priority_class(f"low-{namespace}", 10),
+        b.priority_class(f"high-{namespace}", 1000),
+    )
+    _create(
+        cluster,
+        b.job("low", namespace, queue="q", pods=4, run="120s", priority=f"low-{namespace}"),
+    )
+    cluster.wait_for(
+        "low admitted", lambda: is_true(workload_of(cluster, namespace, "low"), "Admitted")
+    )
+    _create(
+        cluster,
+        b.job("high", namespace, queue="q", pods=2, run="2s", priority=f"high-{namespace}"),
+    )
+    cluster.wait_for(
+        "high admitted",
+        lambda: is_true(workload_of(cluster, namespace, "high"), "Admitted"),
+        timeout=60,
+    )
+    low = workload_of(cluster, namespace, "low")
+    evicted = condition(low, "Evicted")
+    preempted = condition(low, "Preempted")
+    assert evicted is not None
+    assert evicted["reason"] == "Preempted"
+    assert preempted is not None
+    assert preempted["reason"] == "InClusterQueue"
+    assert "Preempted to accommodate a workload" in evicted["message"]
+    cluster.wait_for(
+        "the low Job suspended and its quota released",
+        lambda: (
+            get_json(cluster, "get", "job", "low", "-n", namespace)["spec"]["suspend"]
+            and not is_true(workload_of(cluster, namespace, "low"), "QuotaReserved")
+        ),
+    )
+    low_pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", "job-name=low")["items"]
+    assert all(
+        p["metadata"].get("deletionTimestamp") or p["status"]["phase"] != "Running"
+        for p in low_pods
+    )
+
+
+def test_cohort_borrowing_then_reclaim(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    cohort = f"co-{namespace}"
+    rf = f"rf-{namespace}"
+    apply(
+        cluster,
+        b.flavor(rf),
+        b.cluster_queue(
+            f"a-{namespace}",
+            rf,
+            gpus=4,
+            cohort=cohort,
+            preemption={"reclaimWithinCohort": "Any"},
+        ),
+        b.cluster_queue(
+            f"b-{namespace}",
+            rf,
+            gpus=4,
+            cohort=cohort,
+            preemption={"reclaimWithinCohort": "Any"},
+        ),
+        b.local_queue("qa", namespace, f"a-{namespace}"),
+        b.local_queue("qb", namespace, f"b-{namespace}"),
+    )
+    _create(cluster, b.job("borrower", namespace, queue="qa", pods=6, run="120s"))
+    cluster.wait_for(
+        "borrower admitted beyond its nominal quota",
+        lambda: is_true(workload_of(cluster, namespace, "borrower"), "Admitted"),
+    )
+    cq = get_json(cluster, "get", "clusterqueue", f"a-{namespace}")
+    cluster.wait_for(
+        "ClusterQueue a to report borrowing",
+        lambda: any(
+            r.get("borrowed") == "2"
+            for f in get_json(cluster, "get", "clusterqueue", f"a-{namespace}")["status"].get(
+                "flavorsReservation", []
+            )
+            for r in f["resources"]
+        ),
+    )
+    assert cq["spec"]["cohortName"] == cohort
+    _create(cluster, b.job("owner", namespace, queue="qb", pods=4, run="2s"))
+    cluster.wait_for(
+        "owner admitted after reclaiming its quota",
+        lambda: is_true(workload_of(cluster, namespace, "owner"), "Admitted"),
+        timeout=60,
+    )
+    preempted = condition(workload_of(cluster, namespace, "borrower"), "Preempted")
+    assert preempted is not None
+    assert preempted["reason"] == "InCohortReclamation"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "small_admitted"),
+    [
+        pytest.param("StrictFIFO", False, id="strict-fifo-blocks"),
+        pytest.param("BestEffortFIFO", True, id="best-effort-skips"),
+    ],
+)
+def test_queueing_strategy_head_of_line(
+    cluster: KubeCluster,
+    operator: OperatorProcess,
+    namespace: str,
+    strategy: str,
+    small_admitted: bool,
+) -> None:
+    _queues(cluster, namespace, gpus=4, strategy=strategy)
+    _create(cluster, b.job("running", namespace, queue="q", pods=2, run="30s"))
+    cluster.wait_for(
+        "running admitted", lambda: is_true(workload_of(cluster, namespace, "running"), "Admitted")
+    )
+    _create(cluster, b.job("big", namespace, queue="q", pods=4, run="1s"))
+    cluster.wait_for(
+        "big pending", lambda: condition(workload_of(cluster, namespace, "big"), "QuotaReserved")
+    )
+    time.sleep(1.1)  # creation timestamps have 1 s resolution: make `small` strictly younger
+    _create(cluster, b.job("small", namespace, queue="q", pods=1, run="1s"))
+    cluster.wait_for(
+        "small evaluated",
+        lambda: (
+            condition(workload_of(cluster, namespace, "small"), "QuotaReserved")
+            or not small_admitted
+        ),
+        timeout=30,
+    )
+    if small_admitted:
+        cluster.wait_for(
+            "small admitted past the blocked head",
+            lambda: is_true(workload_of(cluster, namespace, "small"), "Admitted"),
+        )
+    else:
+        time.sleep(3)  # give the scheduler several cycles to (wrongly) admit it
+        assert not is_true(workload_of(cluster, namespace, "small"), "QuotaReserved")
+    assert not is_true(workload_of(cluster, namespace, "big"), "QuotaReserved")
