@@ -328,3 +328,22 @@ def test_no_matching_flavor_message_names_the_flavor() -> None:
         PendingReason.NO_MATCHING_FLAVOR,
         "couldn't assign flavors to pod set main: flavor f doesn't match node affinity",
     )
+
+
+def test_cohort_cycle_makes_its_cluster_queues_inactive() -> None:
+    cohorts = [cohort("x", parent="y"), cohort("y", parent="x")]
+    snap = snapshot([cq("a", 4, "x"), cq("b", 4, None)], cohorts=cohorts)
+    decisions = by_workload(
+        run_cycle(snap, [workload("wa", "a", gpu=1), workload("wb", "b", gpu=1)])
+    )
+    stuck = decisions["wa"]
+    assert isinstance(stuck, Pending)
+    assert stuck.message == "ClusterQueue a is inactive: CohortCycle"
+    assert summary(decisions["wb"]) == "admit:f"
+
+
+def test_cohort_named_but_never_created_is_an_implicit_root() -> None:
+    snap = snapshot([cq("a", 2, "implicit"), cq("b", 2, "implicit")])
+    (d,) = run_cycle(snap, [workload("w", "a", gpu=4)])
+    assert isinstance(d, Admit)
+    assert (d.borrowing, d.borrow_level) == (True, 1)

@@ -10,6 +10,7 @@ from atoll.engine.model import (
     AdmittedWorkload,
     BorrowWithinCohortPolicy,
     ClusterQueue,
+    Cohort,
     PreemptionPolicy,
     ReclaimWithinCohort,
     WithinClusterQueue,
@@ -20,6 +21,7 @@ from tests.engine.builders import (
     admitted,
     by_workload,
     cluster_queue,
+    cohort,
     group,
     preemption,
     quotas,
@@ -280,3 +282,42 @@ def test_preemptor_without_candidates_holds_its_nominal_quota_in_the_cycle() -> 
     # without wa's hold, the 2 free GPUs go to wc
     (alone,) = run_cycle(snapshot(cqs, running=running), heads[1:])
     assert summary(alone) == "admit:f"
+
+
+def _subtrees(left_quota: int, root_quota: int) -> tuple[list[ClusterQueue], list[Cohort]]:
+    cqs = [
+        cluster_queue(
+            "a",
+            group(quotas("f", gpu=0)),
+            cohort="left",
+            policy=preemption(reclaim=RECLAIM_ANY),
+        ),
+        cluster_queue("b", group(quotas("f", gpu=0)), cohort="right"),
+    ]
+    cohorts = [
+        cohort("root", group(quotas("f", gpu=root_quota))),
+        cohort("left", group(quotas("f", gpu=left_quota)), parent="root"),
+        cohort("right", parent="root"),
+    ]
+    return cqs, cohorts
+
+
+@pytest.mark.parametrize(
+    ("left_quota", "root_quota", "expected"),
+    [
+        pytest.param(
+            4, 0, "preempt:other", id="subtree-quota-gives-hierarchical-precedence-while-borrowing"
+        ),
+        pytest.param(
+            0,
+            4,
+            "pending:WaitingForQuota",
+            id="without-subtree-quota-a-borrowing-preemptor-cannot-reclaim",
+        ),
+    ],
+)
+def test_hierarchical_reclaim(left_quota: int, root_quota: int, expected: str) -> None:
+    cqs, cohorts = _subtrees(left_quota, root_quota)
+    snap = snapshot(cqs, cohorts=cohorts, running=[run("other", "b", 4, priority=100)])
+    (d,) = run_cycle(snap, [workload("w", "a", gpu=4)])
+    assert summary(d) == expected

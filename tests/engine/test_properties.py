@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from atoll.engine.cycle import run_cycle
 from atoll.engine.decisions import Admit, Decision, Preempt, Requeue
+from atoll.engine.flavors import assign_flavors
 from atoll.engine.model import (
     Admission,
     AdmittedWorkload,
@@ -37,6 +38,8 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.ordering import select_heads
+from atoll.engine.overlay import UsageOverlay
+from atoll.engine.preemption import Request, classical_targets
 from atoll.engine.snapshot import Snapshot
 from tests.engine.builders import (
     cluster_queue,
@@ -72,9 +75,19 @@ def _group(draw: st.DrawFn, limits: bool, max_nominal: int) -> ResourceGroup:
             nominal = draw(st.integers(0, max_nominal))
             borrow = draw(st.none() | st.integers(0, 6)) if limits else None
             lend = draw(st.none() | st.integers(0, nominal)) if limits else None
-            resources.append(ResourceQuota(resource=ResourceName(r), nominal=nominal, borrowing_limit=borrow, lending_limit=lend))
+            resources.append(
+                ResourceQuota(
+                    resource=ResourceName(r),
+                    nominal=nominal,
+                    borrowing_limit=borrow,
+                    lending_limit=lend,
+                )
+            )
         flavors.append(FlavorQuotas(flavor=f, resources=tuple(resources)))  # type: ignore[arg-type]
-    return ResourceGroup(covered_resources=tuple(ResourceName(r) for r in RESOURCES[:n_resources]), flavors=tuple(flavors))
+    return ResourceGroup(
+        covered_resources=tuple(ResourceName(r) for r in RESOURCES[:n_resources]),
+        flavors=tuple(flavors),
+    )
 
 
 @st.composite
@@ -119,17 +132,23 @@ def worlds(draw: st.DrawFn, fair: bool | None = None) -> World:
             minimum = draw(st.none() | st.integers(1, count)) if j == 0 else None
             sets.append(pod_set(count=count, name=f"ps{j}", min_count=minimum, **requests))
         queue = draw(st.sampled_from([cq.name for cq in cqs]))
-        pending.append(workload(f"w{i}", queue, *sets, priority=draw(st.integers(0, 3)), at=float(i)))
+        pending.append(
+            workload(f"w{i}", queue, *sets, priority=draw(st.integers(0, 3)), at=float(i))
+        )
     use_fair = draw(st.booleans()) if fair is None else fair
     return World(tuple(cqs), tuple(cohorts), tuple(pending), FairSharing() if use_fair else None)
 
 
 def _admit(w: Workload, d: Admit) -> AdmittedWorkload:
     pod_sets = tuple(
-        PodSetAssignment(name=ps.name, count=ps.count, flavors=ps.flavors, resource_usage=ps.resource_usage)
+        PodSetAssignment(
+            name=ps.name, count=ps.count, flavors=ps.flavors, resource_usage=ps.resource_usage
+        )
         for ps in d.pod_sets
     )
-    return AdmittedWorkload(workload=w, admission=Admission(cluster_queue=d.cluster_queue, pod_sets=pod_sets))
+    return AdmittedWorkload(
+        workload=w, admission=Admission(cluster_queue=d.cluster_queue, pod_sets=pod_sets)
+    )
 
 
 def _snap(world: World, running: Iterable[AdmittedWorkload]) -> Snapshot:
@@ -171,7 +190,9 @@ def _usage(snap: Snapshot) -> dict[str, dict[FlavorResource, int]]:
     return usage
 
 
-def _nominal(groups: tuple[ResourceGroup, ...], fr: FlavorResource) -> tuple[int, int | None, int | None]:
+def _nominal(
+    groups: tuple[ResourceGroup, ...], fr: FlavorResource
+) -> tuple[int, int | None, int | None]:
     for g in groups:
         for fq in g.flavors:
             for rq in fq.resources:
@@ -207,7 +228,9 @@ class _Model:
     def nominal_sum(self, nodes: Iterable[str], fr: FlavorResource) -> int:
         return sum(_nominal(self.groups(n), fr)[0] for n in nodes)
 
-    def cq_usage(self, nodes: Iterable[str], usage: dict[str, dict[FlavorResource, int]], fr: FlavorResource) -> int:
+    def cq_usage(
+        self, nodes: Iterable[str], usage: dict[str, dict[FlavorResource, int]], fr: FlavorResource
+    ) -> int:
         return sum(usage.get(n[3:], {}).get(fr, 0) for n in nodes if n.startswith("cq:"))
 
 
@@ -217,7 +240,7 @@ def _check_quota(world: World, snap: Snapshot) -> None:
     frs = [(f, r) for f in FLAVORS for r in RESOURCES]
     for node in model.parent:
         for fr in frs:
-            nominal, borrow, lend = _nominal(model.groups(node), fr)
+            _, borrow, lend = _nominal(model.groups(node), fr)
             tree = model.subtree(node)
             used = model.cq_usage(tree, usage, fr)
             has_parent = model.parent[node] is not None
@@ -245,7 +268,8 @@ def _check_gang(world: World, snap: Snapshot, decisions: tuple[Decision, ...]) -
                 assert {r: v for r, v in given_ps.resource_usage if r != "pods"} == expected
         if isinstance(d, Preempt):
             victims = [v.workload for v in d.victims]
-            assert victims and len(set(victims)) == len(victims)
+            assert victims
+            assert len(set(victims)) == len(victims)
             assert all(v in snap.admitted for v in victims)
 
 
@@ -278,7 +302,9 @@ def test_same_input_same_decisions(world: World, rnd: random.Random) -> None:
 
 @SETTINGS
 @given(worlds(fair=False), st.data())
-def test_removing_a_pending_workload_never_makes_another_inadmissible(world: World, data: st.DataObject) -> None:
+def test_removing_a_pending_workload_never_makes_another_inadmissible(
+    world: World, data: st.DataObject
+) -> None:
     """Classic ordering; the removed workload must not be a preemptor (a head admitted into
     the room its victims leave depends on those victims going, as in Kueue)."""
     history = _simulate(world, cycles=2)
@@ -294,3 +320,33 @@ def test_removing_a_pending_workload_never_makes_another_inadmissible(world: Wor
     for key, d in before.items():
         if key != removed.key and isinstance(d, Admit | Preempt):
             assert type(after[key]) is type(d), (key, d, after[key])
+
+
+@SETTINGS
+@given(worlds(fair=False))
+def test_cycle_start_shortcuts_choose_what_the_general_search_chooses(world: World) -> None:
+    """A pristine overlay lets flat cohorts use per-cycle candidate lists and release
+    bounds (candidates.py); an overlay built from explicit maps always takes the general
+    path. Both must give the same flavors, modes, borrowing and victims."""
+    snap, _ = _simulate(world, cycles=2)[-1]
+    for w in world.pending:
+        if w.key in snap.admitted:
+            continue
+        lq = snap.local_queues[w.local_queue]
+        cq = snap.cluster_queues[lq.cluster_queue]
+        if cq.name in snap.inactive:
+            continue
+        fast = UsageOverlay(snap)
+        general = UsageOverlay(snap, list(snap.base_usage))
+        assert fast.pristine
+        assert not general.pristine
+        a_fast = assign_flavors(fast, w, cq)
+        assert a_fast == assign_flavors(general, w, cq)
+        req = Request(
+            workload=w,
+            cluster_queue=cq,
+            node=fast.node(cq.name),
+            usage=a_fast.usage,
+            need_preemption=a_fast.need_preemption(),
+        )
+        assert classical_targets(fast, req) == classical_targets(general, req)

@@ -1,4 +1,6 @@
-"""`atoll demo`: bring up the sandbox, install atoll's CRDs, run a GPU Job, show the result."""
+"""`atoll demo`: the sandbox, atoll's CRDs and operator, and two GPU gangs on one queue: the
+first is admitted whole, the second waits whole (no pod of it runs) until quota frees, then
+runs. Prints where every pod ran and what `kubectl get workloads` said."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import argparse
 import json
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,30 +19,78 @@ from rich.table import Table
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.processes import StartError
+from atoll.sandbox.processes import StartError, free_port
 from atoll.sandbox.shapes import GPU_RESOURCE, ShapeError, load_shape
 
 NAMESPACE = "atoll-demo"
+OPERATOR = "atoll-operator"
 TOPOLOGY_LABELS = ("topology.atoll.dev/block", "topology.atoll.dev/rack", "nvidia.com/gpu.clique")
 
 
-def _job(pods: int, gpus_per_pod: int) -> dict[str, Any]:
+def _queues(quota: int) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "gpu-nodes"},
+            "spec": {"nodeLabels": {"type": "kwok"}},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "demo-gpus"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", GPU_RESOURCE],
+                        "flavors": [
+                            {
+                                "name": "gpu-nodes",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 1000},
+                                    {"name": GPU_RESOURCE, "nominalQuota": quota},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team", "namespace": NAMESPACE},
+            "spec": {"clusterQueue": "demo-gpus"},
+        },
+    ]
+
+
+def _job(name: str, pods: int, gpus: int, run: str) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "demo-train", "namespace": NAMESPACE},
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"kueue.x-k8s.io/queue-name": "team"},
+        },
         "spec": {
             "parallelism": pods,
             "completions": pods,
             "template": {
-                "metadata": {"annotations": {"atoll.dev/run-duration": "3s"}},
+                "metadata": {"annotations": {"atoll.dev/run-duration": run}},
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
                         {
                             "name": "train",
                             "image": "registry.invalid/atoll/trainer:demo",
-                            "resources": {"limits": {GPU_RESOURCE: str(gpus_per_pod)}},
+                            "resources": {
+                                "requests": {"cpu": "1", GPU_RESOURCE: str(gpus)},
+                                "limits": {GPU_RESOURCE: str(gpus)},
+                            },
                         }
                     ],
                 },
@@ -68,13 +120,14 @@ def _nodes_table(sandbox: Sandbox) -> Table:
 
 
 def _pods_table(sandbox: Sandbox) -> Table:
-    table = Table(title=f"Pods of Job {NAMESPACE}/demo-train")
-    for col in ("pod", "node", "phase", "GPUs"):
+    table = Table(title=f"Pods in {NAMESPACE}")
+    for col in ("job", "pod", "node", "phase", "GPUs"):
         table.add_column(col)
-    pods = _get(sandbox, "get", "pods", "-n", NAMESPACE, "-l", "job-name=demo-train")
-    for pod in sorted(pods, key=lambda p: p["spec"].get("nodeName", "")):
-        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    pods = _get(sandbox, "get", "pods", "-n", NAMESPACE)
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["name"], p["spec"].get("nodeName", ""))):
+        limits = pod["spec"]["containers"][0]["resources"].get("limits", {})
         table.add_row(
+            pod["metadata"]["labels"].get("job-name", "-"),
             pod["metadata"]["name"],
             pod["spec"].get("nodeName", "-"),
             pod["status"].get("phase", "-"),
@@ -83,13 +136,99 @@ def _pods_table(sandbox: Sandbox) -> Table:
     return table
 
 
-def _apply_crds(sandbox: Sandbox, crds: Path, console: Console) -> None:
-    files = sorted(crds.glob("*.yaml")) if crds.is_dir() else []
-    if not files:
-        console.print(f"[yellow]no CRDs in {crds}: skipping[/]")
-        return
-    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
-    console.print(f"applied {len(files)} CRDs from {crds}")
+def _workloads(sandbox: Sandbox) -> str:
+    return sandbox.kubectl("get", "workloads", "-n", NAMESPACE).stdout.rstrip()
+
+
+def _start_operator(sandbox: Sandbox, err: Console) -> int:
+    health = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "atoll",
+        "run",
+        "--kubeconfig",
+        str(sandbox.kubeconfig),
+        "--set",
+        "namespace=kube-system",
+        "--no-leader-elect",
+        "--metrics-bind-address",
+        f"127.0.0.1:{free_port()}",
+        "--health-bind-address",
+        f"127.0.0.1:{health}",
+        "--webhook-bind-address",
+        f"127.0.0.1:{free_port()}",
+    ]
+    sandbox.add_process(OPERATOR, argv)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    err.print("atoll operator ready")
+                    return health
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise StartError(f"the operator did not become ready; see {sandbox.root}/logs/{OPERATOR}.log")
+
+
+def _wait(sandbox: Sandbox, what: str, check: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise StartError(f"demo: timed out waiting for {what}")
+
+
+def _condition(sandbox: Sandbox, job: str, type_: str) -> dict[str, Any] | None:
+    for wl in _get(sandbox, "get", "workloads", "-n", NAMESPACE):
+        owners = [r["name"] for r in wl["metadata"].get("ownerReferences", [])]
+        if job in owners:
+            for c in wl.get("status", {}).get("conditions", []):
+                if c["type"] == type_:
+                    return dict(c)
+    return None
+
+
+def _story(sandbox: Sandbox, console: Console, quota: int) -> None:
+    sandbox.kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": _queues(quota)}),
+    )
+    for name in ("train-a", "train-b"):
+        sandbox.kubectl("delete", "job", name, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+    sandbox.kubectl("create", "-f", "-", input=json.dumps(_job("train-a", 6, 8, "8s")))
+    _wait(
+        sandbox,
+        "train-a admitted",
+        lambda: (_condition(sandbox, "train-a", "Admitted") or {}).get("status") == "True",
+    )
+    sandbox.kubectl("create", "-f", "-", input=json.dumps(_job("train-b", 4, 8, "3s")))
+    _wait(sandbox, "train-b evaluated", lambda: _condition(sandbox, "train-b", "QuotaReserved"))
+    console.print(
+        f"\nClusterQueue demo-gpus has {quota} GPUs. train-a (6 x 8 GPUs) is admitted "
+        "whole; train-b (4 x 8 GPUs) waits whole - none of its pods exists yet:"
+    )
+    console.print(_workloads(sandbox))
+    reason = _condition(sandbox, "train-b", "QuotaReserved") or {}
+    console.print(f"train-b: {reason.get('reason')}: {reason.get('message')}\n")
+    _wait(
+        sandbox,
+        "train-b to complete",
+        lambda: any(
+            j["status"].get("succeeded") == 4
+            for j in _get(sandbox, "get", "jobs", "-n", NAMESPACE)
+            if j["metadata"]["name"] == "train-b"
+        ),
+        timeout=180,
+    )
+    console.print("When train-a finished, train-b was admitted and ran:")
+    console.print(_workloads(sandbox))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -101,36 +240,27 @@ def _run(args: argparse.Namespace) -> int:
             binaries.build(log=err.print)
         sandbox = Sandbox(root=Path(args.dir) if args.dir else None)
         sandbox.up(shape, log=err.print)
+        crds = sorted(Path(args.crds).glob("*.yaml"))
+        if not crds:
+            raise StartError(f"no CRDs in {args.crds}: run `make crds`")
+        sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", args.crds)
+        names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in crds]
+        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        err.print(f"applied {len(crds)} CRDs from {args.crds}")
+        _start_operator(sandbox, err)
+        console.print(_nodes_table(sandbox))
+        _story(sandbox, console, args.quota)
     except (ShapeError, StartError, binaries.BuildError) as e:
         err.print(f"[red]atoll demo: {e}[/]")
         return 1
-    try:
-        _apply_crds(sandbox, Path(args.crds), console)
-        sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
-        sandbox.kubectl("delete", "job", "demo-train", "-n", NAMESPACE, "--ignore-not-found")
-        job = _job(args.pods, args.gpus_per_pod)
-        sandbox.kubectl("create", "-f", "-", input=yaml.safe_dump(job))
-        console.print(
-            f"created Job {NAMESPACE}/demo-train: {args.pods} pods x {args.gpus_per_pod} GPUs"
-        )
-        sandbox.kubectl(
-            "wait",
-            "--for=condition=Complete",
-            "job/demo-train",
-            "-n",
-            NAMESPACE,
-            "--timeout=120s",
-            timeout=150,
-        )
     except subprocess.CalledProcessError as e:
         err.print(f"[red]atoll demo: kubectl failed: {e.stderr or e}[/]")
         return 1
-    console.print(_nodes_table(sandbox))
     console.print(_pods_table(sandbox))
     console.print(
-        "The sandbox keeps running. Explore it with:\n"
-        f'  eval "$({sys.argv[0]} sandbox env)" && kubectl get nodes,pods -A\n'
-        "Stop it with:  atoll sandbox down   (or make sandbox-down)"
+        "The sandbox and the operator keep running. Explore with:\n"
+        f'  eval "$({sys.argv[0]} sandbox env)" && kubectl get workloads,clusterqueues -A\n'
+        "Stop everything with:  atoll sandbox down   (or make sandbox-down)"
     )
     return 0
 
@@ -138,11 +268,10 @@ def _run(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "demo",
-        help="sandbox up, CRDs applied, a GPU Job run on fake nodes, summary printed",
+        help="sandbox + CRDs + operator; one GPU gang admitted whole, another waiting whole",
     )
     parser.add_argument("--shape", default="examples/clusters/dgx-h100.yaml")
     parser.add_argument("--crds", default="crds", help="folder of CRDs to apply (default crds)")
     parser.add_argument("--dir", help="sandbox state folder (default as `atoll sandbox`)")
-    parser.add_argument("--pods", type=int, default=4, help="pods of the demo Job (default 4)")
-    parser.add_argument("--gpus-per-pod", type=int, default=8, help="GPUs per pod (default 8)")
+    parser.add_argument("--quota", type=int, default=64, help="GPUs of the demo queue (64)")
     parser.set_defaults(func=_run)

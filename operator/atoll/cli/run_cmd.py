@@ -17,6 +17,7 @@ from atoll.api.configuration import (
     parse_bind_address,
     parse_override,
 )
+from atoll.kube.operator import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
 from atoll.kube.operator import RunOptions, configure_logging, run
 
 
@@ -43,14 +44,20 @@ def _run(args: argparse.Namespace) -> int:
     metrics = _address(args.metrics_bind_address, cfg.metrics.bind_address, "metrics")
     health = _address(args.health_bind_address, cfg.health.health_probe_bind_address, "health")
     webhook_addr, _, webhook_port = (args.webhook_bind_address or "").rpartition(":")
+    mode = args.webhook
+    if mode == "auto":
+        mode = "service" if IN_CLUSTER_TOKEN.exists() and not args.kubeconfig else "url"
+    service = args.webhook_service or (
+        f"{cfg.namespace}/{cfg.internal_cert_management.webhook_service_name}"
+    )
     opts = RunOptions(
         configuration=cfg,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
-        webhook=args.webhook,
+        webhook=mode,
         webhook_host=args.webhook_host,
-        webhook_addr=webhook_addr or ("127.0.0.1" if args.webhook == "url" else "0.0.0.0"),
+        webhook_addr=webhook_addr or ("127.0.0.1" if mode == "url" else "0.0.0.0"),
         webhook_port=int(webhook_port or cfg.webhook.port),
-        webhook_service=args.webhook_service,
+        webhook_service=service,
         metrics_addr=metrics[0],
         metrics_port=metrics[1],
         health_addr=health[0],

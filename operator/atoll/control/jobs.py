@@ -23,6 +23,7 @@ from atoll.api.meta import LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
 from atoll.control.admission import NO_RESERVATION, NO_RESERVATION_MESSAGE
+from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -79,7 +80,9 @@ class JobController:
         *,
         settings: JobSettings = JobSettings(),
         clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.cache = cache
         self.workloads = workloads
         self.jobs = jobs
@@ -214,6 +217,9 @@ class JobController:
         )
         if written is not None:
             log.info("workload finished", workload=wls.wl_key(wl), reason=reason)
+            adm = written.status.admission
+            if self.metrics is not None and adm is not None:
+                self.metrics.workload_finished(adm.cluster_queue)
             await self.emit(
                 job_ref(job),
                 "Normal",
@@ -288,7 +294,7 @@ class JobController:
         if jf.active_pods(job) > 0:
             return 1.0  # quota is released only when no pod of the gang is active
         if not wls.has_quota(wl):
-            return None
+            return await self._requeue_check(wl)
         reason = evicted.reason if evicted else "Pending"
         now = self._now()
         requeue_now = reason in ("Preempted", "NodeFailures")
@@ -326,9 +332,13 @@ class JobController:
                 changes["requeue_state"] = backoff
             return wls.status_with(w, **changes)
 
+        cq = wl.status.admission.cluster_queue if wl.status.admission else ""
         written = await self._set_status(wl, release)
         if written is not None:
             log.info("quota released", workload=wls.wl_key(wl), reason=reason)
+            if self.metrics is not None and evicted is not None:
+                since = evicted.last_transition_time.timestamp()
+                self.metrics.quota_released(cq, reason, seconds=max(0.0, self.clock() - since))
             if backoff is not None:
                 return await self._requeue_check(written)
         return None
@@ -404,12 +414,21 @@ class JobController:
         if current is None or current.reason != reason:
             written = await self._pods_ready_condition(wl, False, reason, message, now)
             current = wls.condition(written, wls.PODS_READY) if written else current
-        since_cond = current or wls.condition(wl, wls.ADMITTED)
-        since = since_cond.last_transition_time.timestamp() if since_cond else self.clock()
+        admitted = wls.condition(wl, wls.ADMITTED)
+        since = admitted.last_transition_time.timestamp() if admitted else self.clock()
+        if reason == "WaitForRecovery" and current is not None:
+            since = max(since, current.last_transition_time.timestamp())
         remaining = since + timeout - self.clock()
         if remaining > 0:
             return remaining
         log.info("pods ready timeout", workload=wls.wl_key(wl), timeout_s=timeout)
+        if self.metrics is not None and adm is not None:
+            self.metrics.pods_ready_timed_out(
+                adm.cluster_queue, seconds=self.clock() - since, underlying_cause=reason
+            )
+            self.metrics.workload_evicted(
+                adm.cluster_queue, "PodsReadyTimeout", underlying_cause=reason
+            )
         await self._set_status(
             wl,
             lambda w: (

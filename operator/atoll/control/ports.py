@@ -18,6 +18,15 @@ class NotFoundError(LookupError):
     """The object to change no longer exists."""
 
 
+class ApiError(RuntimeError):
+    """The API server refused a request; `message` is its own explanation."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
 StatusMutation = Callable[[Workload], WorkloadStatus | None]
 """Given the freshest Workload, the status to write (None: nothing to change)."""
 

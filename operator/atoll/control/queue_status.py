@@ -23,7 +23,10 @@ from atoll.api.localqueue import (
     LocalQueueStatus,
 )
 from atoll.api.meta import Condition
+from atoll.api.quantity import Quantity
 from atoll.control.admission import quantity
+from atoll.control.metrics import ClusterQueueStatus as CqState
+from atoll.control.metrics import Metrics
 from atoll.control.ports import QueueStatusStore
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -178,13 +181,69 @@ def local_queue_status(
     )
 
 
+def _units(resource: str, q: Quantity | None) -> float | None:
+    """A quantity as the number Kueue's metrics report (cores for cpu, else units)."""
+    if q is None:
+        return None
+    return q.milli / 1000 if resource == "cpu" else float(q.value)
+
+
 class QueueStatusReporter:
     """Writes ClusterQueue and LocalQueue statuses that differ from what the cache last saw."""
 
-    def __init__(self, cache: Cache, store: QueueStatusStore, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        store: QueueStatusStore,
+        clock: Callable[[], float],
+        metrics: Metrics | None = None,
+    ) -> None:
         self.cache = cache
         self.store = store
         self.clock = clock
+        self.metrics = metrics
+
+    def _export(self, cq: ClusterQueue, t: Tally, inactive: str | None) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        name = cq.name
+        parked = sum(1 for k in self.cache.parked_keys() if self._cq_of(str(k)) == name)
+        m.set_pending(name, max(0, t.pending - parked), parked)
+        m.set_reserving_active(name, t.reserving)
+        m.set_admitted_active(name, t.admitted)
+        m.set_cluster_queue_status(name, CqState.ACTIVE if inactive is None else CqState.PENDING)
+        cohort = cq.spec.cohort_name or ""
+        for group in cq.spec.resource_groups:
+            for fq in group.flavors:
+                for r in fq.resources:
+
+                    def units(q: object, res: str = r.name) -> float | None:
+                        if q is None:
+                            return None
+                        return q.milli / 1000 if res == "cpu" else float(q.value)  # type: ignore[attr-defined]
+
+                    m.set_quota(
+                        cohort,
+                        name,
+                        fq.name,
+                        r.name,
+                        nominal=units(r.nominal_quota) or 0.0,
+                        borrowing_limit=units(r.borrowing_limit),
+                        lending_limit=units(r.lending_limit),
+                    )
+                    scale = 1000 if r.name == "cpu" else 1
+                    used = t.in_use.get(fq.name, {}).get(r.name, 0) / scale
+                    reserved = t.reserved.get(fq.name, {}).get(r.name, 0) / scale
+                    m.set_usage(cohort, name, fq.name, r.name, used)
+                    m.set_reservation(cohort, name, fq.name, r.name, reserved)
+
+    def _cq_of(self, key: str) -> str | None:
+        wl = self.cache.workloads.get(key)
+        if wl is None:
+            return None
+        lq = self.cache.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name or ""))
+        return lq.spec.cluster_queue if lq is not None else None
 
     async def report(self) -> int:
         """Write every changed status; return how many were written."""
@@ -195,6 +254,7 @@ class QueueStatusReporter:
         written = 0
         for name, cq in list(self.cache.cluster_queues.items()):
             status = cluster_queue_status(cq, cqs[name], inactive.get(name), now)
+            self._export(cq, cqs[name], inactive.get(name))
             if status != cq.status:
                 await self.store.write_cluster_queue_status(name, status)
                 written += 1

@@ -19,6 +19,7 @@ import structlog
 
 from atoll.api.workload import Workload
 from atoll.control import admission as adm
+from atoll.control.metrics import AdmissionResult, LocalQueueRef, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
 from atoll.engine import decisions as d
 from atoll.engine import model as m
@@ -50,6 +51,7 @@ class CycleResult:
     pending: int = 0
     failed_writes: int = 0
     decisions: tuple[d.Decision, ...] = ()
+    heads: int = 0
 
     @property
     def progress(self) -> bool:
@@ -66,9 +68,11 @@ class Scheduler:
     clock: Callable[[], float] = time.time
     fair_sharing: m.FairSharing | None = None
     on_cycle: Callable[[CycleResult, float], None] | None = None
+    metrics: Metrics | None = None
     debounce: float = 0.01
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
+    _heads: int = 0
 
     def wake(self) -> None:
         self._wake.set()
@@ -101,6 +105,7 @@ class Scheduler:
         snapshot = self.cache.snapshot(self.fair_sharing)
         heads = select_heads(self.cache.pending_by_queue(now), self.cache.parked_keys())
         decisions = run_cycle(snapshot, heads) + drain(snapshot)
+        self._heads = len(heads)
         for dec in decisions:
             match dec:
                 case d.Admit():
@@ -132,7 +137,8 @@ class Scheduler:
         started = time.perf_counter()
         decisions = self.decide()
         self.cycles += 1
-        result = CycleResult(decisions=decisions)
+        result = CycleResult(decisions=decisions, heads=self._heads)
+        decided = time.perf_counter() - started
         now = self._now()
         writes: list[Awaitable[object]] = []
         for dec in decisions:
@@ -145,6 +151,8 @@ class Scheduler:
                     writes.extend(self._preempt(dec, now, result))
                 case d.Evict():
                     result.evicted += 1
+                    if self.metrics is not None:
+                        self.metrics.workload_evicted(str(dec.cluster_queue), dec.reason.value)
                     writes.append(
                         self._write(
                             dec.workload, adm.evict(dec.reason.value, dec.message, now), result
@@ -155,6 +163,10 @@ class Scheduler:
                     writes.append(self._pending(dec, now, result))
         if writes:
             await asyncio.gather(*writes)
+        if self.metrics is not None and decisions:
+            outcome = AdmissionResult.SUCCESS if result.admitted else AdmissionResult.INADMISSIBLE
+            self.metrics.admission_attempt(outcome, decided)
+            self.metrics.scheduling_cycle(decided, heads=result.heads)
         if self.on_cycle is not None:
             self.on_cycle(result, time.perf_counter() - started)
         return result
@@ -184,6 +196,12 @@ class Scheduler:
         ref = workload_ref(written)
         cq = dec.cluster_queue
         log.info("workload admitted", workload=key, cluster_queue=cq, borrowing=dec.borrowing)
+        if self.metrics is not None:
+            ref_pc = written.spec.priority_class_ref
+            pc = ref_pc.name if ref_pc else ""
+            lq = LocalQueueRef(written.namespace or "", written.spec.queue_name or "")
+            self.metrics.quota_reserved(str(cq), waited, priority_class=pc, local_queue=lq)
+            self.metrics.workload_admitted(str(cq), waited, priority_class=pc, local_queue=lq)
         await self.emit(
             ref,
             "Normal",
@@ -235,6 +253,9 @@ class Scheduler:
             )
             mutate = adm.evict("Preempted", message, now, preempted_reason=victim.reason.value)
             writes.append(self._evict_victim(str(victim.workload), mutate, message, result))
+            if self.metrics is not None:
+                self.metrics.workload_preempted(str(dec.cluster_queue), victim.reason.value)
+                self.metrics.workload_evicted(str(victim.cluster_queue), "Preempted")
         return writes
 
     async def _evict_victim(

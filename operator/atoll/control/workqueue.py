@@ -60,7 +60,7 @@ class WorkQueue:
             except Exception as e:
                 n = failures[key] = failures.get(key, 0) + 1
                 again = min(0.05 * 2**n, 30.0)
-                log.warning("reconcile failed", queue=self.name, key=key, error=repr(e))
+                log.warning("reconcile failed", queue=self.name, key=key, error=str(e)[:2000])
             finally:
                 self._active.discard(key)
             if key in self._dirty:

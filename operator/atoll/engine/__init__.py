@@ -1,1 +1,17 @@
-"""Pure admission algorithms over an immutable snapshot: no I/O, no clock, no pydantic."""
+"""Pure admission algorithms over an immutable snapshot: no I/O, no clock, no pydantic.
+
+Admission (Kueue's semantics, whole gangs only):
+
+- `model`: the inputs, frozen dataclasses (ResourceFlavor, ClusterQueue with ResourceGroup /
+  FlavorQuotas / ResourceQuota, Cohort, LocalQueue, Workload with PodSet, AdmittedWorkload
+  with Admission, FairSharing). Quantities are integers: cpu in milli, memory in bytes.
+- `snapshot.build_snapshot(...)` -> `Snapshot`: the quota tree and usage, built once.
+- `ordering.select_heads(pending_by_cluster_queue, parked)`: the head of every queue.
+- `cycle.run_cycle(snapshot, heads)` -> decisions (`decisions.Admit | Preempt | Pending |
+  Evict`), one per head; `cycle.drain(snapshot)` -> Evict for HoldAndDrain and deactivation.
+- `Pending.requeue` tells the queue to retry at once or park the workload as inadmissible.
+
+Internals: quota (hierarchical quota), overlay (copy-on-write usage per cycle), flavors
+(flavor assignment), candidates / preemption / targets (classic preemption), fairsharing /
+tournament (fair sharing), partial (partial admission), matching (selectors and taints).
+"""

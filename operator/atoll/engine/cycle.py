@@ -194,8 +194,12 @@ def _to_reserve(ov: UsageOverlay, e: Entry) -> dict[FlavorResource, int]:
 
 
 def _fits_after(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> bool:
-    """Kueue's `fits`: does the entry fit once every victim chosen so far is gone?"""
-    gone = set(preempted) | {t.workload for t in e.targets}
+    """Kueue's `fits`: does the entry fit once every victim chosen so far is gone? (Only
+    victims in the entry's own cohort tree can make a difference.)"""
+    tree = ov.tree
+    root = tree.root(e.node)
+    gone = {k for k, t in preempted.items() if tree.root(ov.node(t.cluster_queue)) == root}
+    gone.update(t.workload for t in e.targets)
     ov.begin()
     ov.remove_workloads(sorted(gone), e.assignment.usage.keys())
     fits = ov.fits(e.node, e.assignment.usage)
@@ -203,39 +207,20 @@ def _fits_after(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]
     return fits
 
 
-def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> Decision:
-    """Kueue's processEntry: the decision for one nominated head, given earlier ones."""
+def _unassignable(e: Entry, reason: PendingReason) -> Pending:
+    a = e.assignment
+    return Pending(
+        workload=e.workload.key,
+        cluster_queue=e.cluster_queue.name,
+        reason=reason,
+        message=a.message(),
+        requeue=requeue_for(e.cluster_queue.queueing_strategy),
+        shortfalls=a.shortfalls,
+    )
+
+
+def _go(e: Entry) -> Admit | Preempt:
     a, cq, w = e.assignment, e.cluster_queue, e.workload
-    strategy = cq.queueing_strategy
-    if a.mode is FitMode.NO_FIT:
-        reason = a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR
-        return Pending(
-            workload=w.key,
-            cluster_queue=cq.name,
-            reason=reason,
-            message=a.message(),
-            requeue=requeue_for(strategy),
-            shortfalls=a.shortfalls,
-        )
-    if a.mode is FitMode.PREEMPT and not e.targets:
-        if cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
-            ov.add(e.node, _to_reserve(ov, e))
-        return Pending(
-            workload=w.key,
-            cluster_queue=cq.name,
-            reason=PendingReason.WAITING_FOR_QUOTA,
-            message=a.message(),
-            requeue=requeue_for(strategy),
-            shortfalls=a.shortfalls,
-        )
-    if any(t.workload in preempted for t in e.targets):
-        message = "Workload has overlapping preemption targets with another workload"
-        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
-    if not _fits_after(ov, e, preempted):
-        message = "Workload no longer fits after processing another workload"
-        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
-    preempted.update((t.workload, t) for t in e.targets)
-    ov.add(e.node, a.usage)
     if a.mode is FitMode.PREEMPT:
         victims = tuple(
             Victim(workload=t.workload, cluster_queue=t.cluster_queue, reason=t.reason)
@@ -256,6 +241,26 @@ def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) ->
         borrowing=a.borrowing > 0,
         borrow_level=a.borrowing,
     )
+
+
+def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> Decision:
+    """Kueue's processEntry: the decision for one nominated head, given earlier ones."""
+    a, cq, w = e.assignment, e.cluster_queue, e.workload
+    if a.mode is FitMode.NO_FIT:
+        return _unassignable(e, a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR)
+    if a.mode is FitMode.PREEMPT and not e.targets:
+        if cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
+            ov.add(e.node, _to_reserve(ov, e))
+        return _unassignable(e, PendingReason.WAITING_FOR_QUOTA)
+    if any(t.workload in preempted for t in e.targets):
+        message = "Workload has overlapping preemption targets with another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
+    if not _fits_after(ov, e, preempted):
+        message = "Workload no longer fits after processing another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
+    preempted.update((t.workload, t) for t in e.targets)
+    ov.add(e.node, a.usage)
+    return _go(e)
 
 
 def run_cycle(snapshot: Snapshot, heads: Iterable[Workload]) -> tuple[Decision, ...]:

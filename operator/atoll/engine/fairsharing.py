@@ -7,16 +7,17 @@ pkg/scheduler/preemption/preemption.go.
 
 A node's share: for each resource, what it uses above its subtree quota, per mille of what
 its parent could lend it (summed over flavors), the largest of these (the dominant resource),
-divided by the node's weight. Kueue computes it in float64; here it is an exact Fraction.
+divided by the node's weight. Kueue computes it in float64; here it is an exact fraction of
+integers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 
 from atoll.engine import quota
+from atoll.engine.candidates import candidate_order, satisfies_policy, uses_resources
 from atoll.engine.decisions import PreemptionReason
 from atoll.engine.model import (
     AdmittedWorkload,
@@ -28,57 +29,57 @@ from atoll.engine.model import (
     WithinClusterQueue,
 )
 from atoll.engine.overlay import UsageOverlay
-from atoll.engine.preemption import (
-    Request,
-    Target,
-    candidate_order,
-    fill_back,
-    satisfies_policy,
-    uses_resources,
-    workload_fits,
-)
+from atoll.engine.preemption import Request, Target, fill_back, workload_fits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Share:
-    ratio: Fraction
-    """Unweighted: borrowed per mille of lendable, for the dominant resource."""
-    weight_milli: int
+    """A dominant resource share as an exact fraction: what is borrowed of the dominant
+    resource, per mille of what the parent could lend (`numerator / denominator`)."""
+
+    numerator: int
+    denominator: int = 1
+    weight_milli: int = 1000
     borrowing: bool = False
     dominant: str = ""
     borrowed: frozenset[FlavorResource] = frozenset()
 
     @property
     def zero_weight_borrows(self) -> bool:
-        return self.weight_milli == 0 and self.ratio != 0
+        return self.weight_milli == 0 and self.numerator != 0
 
-    def weighted(self) -> Fraction:
-        """The weighted share; meaningless when zero_weight_borrows (infinite)."""
-        if self.ratio == 0 or self.weight_milli == 0:
-            return Fraction(0)
-        return self.ratio * 1000 / self.weight_milli
+    def weighted(self) -> tuple[int, int]:
+        """The weighted share as (numerator, positive denominator); 0 when not borrowing
+        or when the weight is 0 (see zero_weight_borrows)."""
+        if self.numerator == 0 or self.weight_milli == 0:
+            return 0, 1
+        return self.numerator * 1000, self.denominator * self.weight_milli
 
     def rounded(self) -> int:
         """Kueue's status.fairSharing.weightedShare (ceil; MaxInt64 when infinite)."""
         if self.zero_weight_borrows:
             return 2**63 - 1
-        w = self.weighted()
-        return -((-w.numerator) // w.denominator)
+        num, den = self.weighted()
+        return -((-num) // den)
 
 
-NEGATIVE = Share(ratio=Fraction(-1), weight_milli=1000)
+NEGATIVE = Share(numerator=-1)
+
+
+def _cmp(a: tuple[int, int], b: tuple[int, int]) -> int:
+    left, right = a[0] * b[1], b[0] * a[1]
+    return (left > right) - (left < right)
 
 
 def compare(a: Share, b: Share) -> int:
     """Kueue's CompareDRS: lower is preferred for admission, higher for preemption."""
     if a.zero_weight_borrows and b.zero_weight_borrows:
-        return (a.ratio > b.ratio) - (a.ratio < b.ratio)
+        return _cmp((a.numerator, a.denominator), (b.numerator, b.denominator))
     if a.zero_weight_borrows:
         return 1
     if b.zero_weight_borrows:
         return -1
-    wa, wb = a.weighted(), b.weighted()
-    return (wa > wb) - (wa < wb)
+    return _cmp(a.weighted(), b.weighted())
 
 
 def _weight(ov: UsageOverlay, n: int) -> int:
@@ -90,39 +91,58 @@ def _weight(ov: UsageOverlay, n: int) -> int:
 
 
 def _lendable(ov: UsageOverlay, n: int) -> dict[str, int]:
-    root = ov.tree.nodes[ov.tree.root(n)]
-    lendable: dict[str, int] = {}
-    for fr in root.subtree_quota:
-        lendable[fr[1]] = lendable.get(fr[1], 0) + quota.potential_available(ov.tree, n, fr)
-    return lendable
+    """Per resource, what node `n` could lend at most (quota only: cached per overlay)."""
+    key = ("lendable", n)
+    cached = ov.memo.get(key)
+    if cached is None:
+        root = ov.tree.nodes[ov.tree.root(n)]
+        lendable: dict[str, int] = {}
+        for fr in root.subtree_quota:
+            lendable[fr[1]] = lendable.get(fr[1], 0) + quota.potential_available(ov.tree, n, fr)
+        cached = ov.memo[key] = lendable
+    assert isinstance(cached, dict)
+    return cached
 
 
 def dominant_share(
     ov: UsageOverlay, n: int, extra: Mapping[FlavorResource, int] | None = None
 ) -> Share:
+    """The node's share with its current usage (plus `extra`, if given)."""
+    if extra:
+        return _dominant_share(ov, n, extra)
+    key = ("share", n, ov.versions.get(n, 0))
+    cached = ov.memo.get(key)
+    if cached is None:
+        cached = ov.memo[key] = _dominant_share(ov, n, None)
+    assert isinstance(cached, Share)
+    return cached
+
+
+def _dominant_share(ov: UsageOverlay, n: int, extra: Mapping[FlavorResource, int] | None) -> Share:
     node = ov.tree.nodes[n]
     weight = _weight(ov, n)
     if node.parent == quota.NO_PARENT:
-        return Share(ratio=Fraction(0), weight_milli=weight)
+        return Share(numerator=0, weight_milli=weight)
     used = ov.maps[n]
     per_resource: dict[str, int] = {}
     borrowed: list[FlavorResource] = []
     for fr, q in node.subtree_quota.items():
-        over = (extra or {}).get(fr, 0) + used.get(fr, 0) - q
+        over = (extra.get(fr, 0) if extra else 0) + used.get(fr, 0) - q
         if over > 0:
             per_resource[fr[1]] = per_resource.get(fr[1], 0) + over
             borrowed.append(fr)
     if not per_resource:
-        return Share(ratio=Fraction(0), weight_milli=weight)
+        return Share(numerator=0, weight_milli=weight)
     lendable = _lendable(ov, node.parent)
-    ratio, dominant = Fraction(0), ""
+    best, dominant = (0, 1), ""
     for resource in sorted(per_resource):
         if lendable.get(resource, 0) > 0:
-            r = Fraction(per_resource[resource] * 1000, lendable[resource])
-            if r > ratio:
-                ratio, dominant = r, resource
+            ratio = (per_resource[resource] * 1000, lendable[resource])
+            if _cmp(ratio, best) > 0:
+                best, dominant = ratio, resource
     return Share(
-        ratio=ratio,
+        numerator=best[0],
+        denominator=best[1],
         weight_milli=weight,
         borrowing=True,
         dominant=dominant,
@@ -188,9 +208,12 @@ class _Ordering:
         for child in tree.nodes[cohort].children:
             if child in self.pruned:
                 continue
+            if tree.nodes[child].is_cluster_queue and not self.queue.get(child):
+                self.pruned.add(child)  # no candidates left: its share doesn't matter
+                continue
             share = dominant_share(ov, child)
             if tree.nodes[child].is_cluster_queue:
-                if (not share.borrowing and child != self.req.node) or not self.queue.get(child):
+                if not share.borrowing and child != self.req.node:
                     self.pruned.add(child)
                 elif (c := compare(share, best_cq_share)) > 0 or (
                     c == 0 and self._earlier(child, best_cq)
@@ -229,9 +252,10 @@ class _Ordering:
 
 
 def _fits_without_preemptor(ov: UsageOverlay, req: Request) -> bool:
+    ov.begin()
     ov.remove(req.node, req.usage)
     fits = workload_fits(ov, req, True)
-    ov.add(req.node, req.usage)
+    ov.rollback()
     return fits
 
 
@@ -275,9 +299,10 @@ def _first_strategy(
         preemptor_new, target_old = dominant_share(ov, mine), dominant_share(ov, theirs)
         while ordering.queue.get(cq):
             a = ordering.pop(cq)
+            ov.begin()
             ov.remove_workloads((a.key,))
             target_new = dominant_share(ov, theirs)
-            ov.add_workloads((a.key,))
+            ov.rollback()
             if not _passes(strategy, preemptor_new, target_old, target_new):
                 retry.append(a)
                 continue

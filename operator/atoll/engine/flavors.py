@@ -195,38 +195,24 @@ class _Ctx:
     node: int
 
 
-def _fits_quota(
-    ctx: _Ctx, fr: FlavorResource, assumed: int, request: int, group: _Group
-) -> tuple[_Mode, int]:
-    """Kueue's fitsResourceQuota: the mode of one resource on one flavor."""
+def _exceeds_max(
+    group: _Group, fr: FlavorResource, assumed: int, request: int, maximum: int
+) -> None:
+    flavor, resource = fr
+    fmt = format_quantity
+    group.reasons.append(
+        f"insufficient quota for {resource} in flavor {flavor}, previously considered "
+        f"podsets requests ({fmt(resource, assumed)}) + current podset request "
+        f"({fmt(resource, request)}) > maximum capacity ({fmt(resource, maximum)})"
+    )
+    group.no_fit[flavor] = most_severe(group.no_fit.get(flavor), PendingReason.EXCEEDS_MAX_QUOTA)
+
+
+def _short(ctx: _Ctx, group: _Group, fr: FlavorResource, value: int, available: int) -> None:
+    """Record "insufficient unused quota", with the numbers behind it."""
     ov, node = ctx.ov, ctx.node
     flavor, resource = fr
-    value = assumed + request
-    maximum = ov.potential_available(node, fr)
     fmt = format_quantity
-    if value > maximum:
-        group.reasons.append(
-            f"insufficient quota for {resource} in flavor {flavor}, previously considered "
-            f"podsets requests ({fmt(resource, assumed)}) + current podset request "
-            f"({fmt(resource, request)}) > maximum capacity ({fmt(resource, maximum)})"
-        )
-        group.no_fit[flavor] = most_severe(
-            group.no_fit.get(flavor), PendingReason.EXCEEDS_MAX_QUOTA
-        )
-        group.shortfalls.append(
-            Shortfall(
-                flavor=flavor,
-                resource=resource,
-                needed=value,
-                available=ov.available(node, fr),
-                maximum=maximum,
-            )
-        )
-        return _Mode.NO_FIT, 0
-    borrow, may_reclaim = quota.lowest_fitting_subtree(ov.tree, ov.maps, node, fr, value)
-    available = ov.available(node, fr)
-    if value <= available:
-        return _Mode.FIT, borrow
     nominal = ov.tree.nodes[node].nominal.get(fr, 0)
     borrowable = max(0, available - max(0, nominal - ov.used(node, fr)))
     group.reasons.append(
@@ -235,15 +221,47 @@ def _fits_quota(
         f"free {fmt(resource, available)} incl. {fmt(resource, borrowable)} borrowable "
         f"from the cohort)"
     )
-    group.shortfalls.append(
-        Shortfall(
-            flavor=flavor, resource=resource, needed=value, available=available, maximum=maximum
+
+
+def _fits_quota(
+    ctx: _Ctx,
+    fr: FlavorResource,
+    assumed: int,
+    request: int,
+    group: _Group,
+    *,
+    so_far: tuple[_Mode, int],
+) -> tuple[_Mode, int]:
+    """Kueue's fitsResourceQuota: the mode of one resource on one flavor. `so_far` is the
+    flavor's mode from its other resources: when that is already "preemption without
+    candidates" at this borrowing level or worse, the preemption oracle can't change the
+    flavor's outcome and isn't consulted (the answer is the same either way)."""
+    ov, node = ctx.ov, ctx.node
+    value = assumed + request
+    maximum = ov.potential_available(node, fr)
+    available = ov.available(node, fr)
+    if value > maximum:
+        _exceeds_max(group, fr, assumed, request, maximum)
+        group.shortfalls.append(
+            Shortfall(
+                flavor=fr[0], resource=fr[1], needed=value, available=available, maximum=maximum
+            )
         )
+        return _Mode.NO_FIT, 0
+    borrow, may_reclaim = quota.lowest_fitting_subtree(ov.tree, ov.maps, node, fr, value)
+    if value <= available:
+        return _Mode.FIT, borrow
+    _short(ctx, group, fr, value, available)
+    group.shortfalls.append(
+        Shortfall(flavor=fr[0], resource=fr[1], needed=value, available=available, maximum=maximum)
     )
+    nominal = ov.tree.nodes[node].nominal.get(fr, 0)
     if nominal >= value or may_reclaim or _can_preempt_while_borrowing(ov, ctx.cq):
+        if so_far[0] is _Mode.NO_CANDIDATES and borrow <= so_far[1]:
+            return _Mode.NO_CANDIDATES, borrow
         possibility, after = simulate_preemption(ov, ctx.workload, ctx.cq, fr, value)
         return _FROM_POSSIBILITY[possibility], after
-    group.no_fit[flavor] = most_severe(group.no_fit.get(flavor), PendingReason.WAITING_FOR_QUOTA)
+    group.no_fit[fr[0]] = most_severe(group.no_fit.get(fr[0]), PendingReason.WAITING_FOR_QUOTA)
     return _Mode.NO_FIT, borrow
 
 
@@ -269,7 +287,7 @@ def _choose_flavor(
         mode = _BEST
         for resource in wanted:
             fr = (fq.flavor, resource)
-            this = _fits_quota(ctx, fr, usage.get(fr, 0), requests[resource], group)
+            this = _fits_quota(ctx, fr, usage.get(fr, 0), requests[resource], group, so_far=mode)
             if _preferred(mode, this, ctx.cq):
                 mode = this
             if mode[0] is _Mode.NO_FIT:

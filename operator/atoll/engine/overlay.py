@@ -14,11 +14,24 @@ from atoll.engine import quota
 from atoll.engine.model import ClusterQueueName, FlavorResource, WorkloadKey
 from atoll.engine.snapshot import Snapshot
 
+_Saved = tuple[Mapping[FlavorResource, int], dict[FlavorResource, int] | None, int]
+"""A node's map, its owned copy (if any) and its version before a what-if wrote to it."""
+
 
 class UsageOverlay:
     """Copy-on-write usage per quota-tree node. Not shared between threads."""
 
-    __slots__ = ("_based", "_frames", "_owned", "maps", "snapshot", "tree")
+    __slots__ = (
+        "_based",
+        "_clock",
+        "_frames",
+        "_owned",
+        "maps",
+        "memo",
+        "snapshot",
+        "tree",
+        "versions",
+    )
 
     def __init__(self, snapshot: Snapshot, maps: list[Mapping[FlavorResource, int]] | None = None):
         self.snapshot = snapshot
@@ -27,18 +40,25 @@ class UsageOverlay:
             list(snapshot.base_usage) if maps is None else maps
         )
         self._owned: dict[int, dict[FlavorResource, int]] = {}
-        self._frames: list[
-            dict[int, tuple[Mapping[FlavorResource, int], dict[FlavorResource, int] | None]]
-        ] = []
+        self._frames: list[dict[int, _Saved]] = []
         self._based = maps is None
+        self.memo: dict[tuple[object, ...], object] = {}
+        """Derived data; a key must name everything its value depends on (the snapshot,
+        `pristine`, or a node's entry in `versions`)."""
+        self.versions: dict[int, int] = {}
+        """Per node, a number that names its usage: a write gives it a number never used
+        before; a rollback gives back the number the restored usage had."""
+        self._clock = 0
 
     def writable(self, n: int) -> dict[FlavorResource, int]:
         owned = self._owned.get(n)
         if self._frames:
             frame = self._frames[-1]
             if n not in frame:
-                frame[n] = (self.maps[n], owned)
+                frame[n] = (self.maps[n], owned, self.versions.get(n, 0))
                 owned = None  # copy again: the frame keeps the map as it was
+        self._clock += 1
+        self.versions[n] = self._clock
         if owned is None:
             owned = self._owned[n] = dict(self.maps[n])
             self.maps[n] = owned
@@ -49,7 +69,8 @@ class UsageOverlay:
         self._frames.append({})
 
     def rollback(self) -> None:
-        for n, (previous, owned) in self._frames.pop().items():
+        for n, (previous, owned, version) in self._frames.pop().items():
+            self.versions[n] = version
             self.maps[n] = previous
             if owned is not None:
                 self._owned[n] = owned

@@ -64,6 +64,8 @@ class Releasable:
     """Of the workloads not already evicted, ascending."""
     cumulative: tuple[int, ...]
     """cumulative[i]: usage of the first i of them (len(priorities) + 1 entries)."""
+    largest: int
+    """The most any single one of the workloads uses."""
 
 
 def _releasable(
@@ -71,15 +73,22 @@ def _releasable(
     fr: FlavorResource,
     usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
 ) -> Releasable:
-    evicted = sum(usage[a.key][fr] for a in workloads if a.evicted)
-    running = [a for a in workloads if not a.evicted]
+    evicted = largest = 0
+    priorities: list[int] = []
     cumulative = [0]
-    for a in running:
-        cumulative.append(cumulative[-1] + usage[a.key][fr])
+    for a in workloads:
+        used = usage[a.key][fr]
+        largest = max(largest, used)
+        if a.evicted:
+            evicted += used
+        else:
+            priorities.append(a.workload.priority)
+            cumulative.append(cumulative[-1] + used)
     return Releasable(
         evicted=evicted,
-        priorities=tuple(a.workload.priority for a in running),
+        priorities=tuple(priorities),
         cumulative=tuple(cumulative),
+        largest=largest,
     )
 
 
@@ -132,6 +141,44 @@ def _resolve_cohorts(
     return found, broken
 
 
+def _build_node(
+    i: int,
+    *,
+    names: list[tuple[bool, str]],
+    parents: list[int],
+    children: list[list[int]],
+    groups: list[tuple[ResourceGroup, ...]],
+    built: dict[int, QuotaNode],
+) -> None:
+    """Build node `i` after its children: subtree quota, local quota, height."""
+    for child in children[i]:
+        _build_node(
+            child, names=names, parents=parents, children=children, groups=groups, built=built
+        )
+    is_cq, name = names[i]
+    nominal, borrowing, lending = _quotas(groups[i])
+    subtree = dict(nominal)
+    height = min(len(children[i]), 1)
+    for child in children[i]:
+        c = built[child]
+        for fr, q in c.subtree_quota.items():
+            subtree[fr] = subtree.get(fr, 0) + q - c.local_quota.get(fr, 0)
+        if not c.is_cluster_queue:
+            height = max(height, c.height + 1)
+    built[i] = QuotaNode(
+        name=name,
+        is_cluster_queue=is_cq,
+        parent=parents[i],
+        children=tuple(children[i]),
+        nominal=nominal,
+        borrowing_limit=borrowing,
+        lending_limit=lending,
+        subtree_quota=subtree,
+        local_quota={fr: max(0, subtree.get(fr, 0) - limit) for fr, limit in lending.items()},
+        height=0 if is_cq else height,
+    )
+
+
 def _build_tree(
     cohorts: Mapping[CohortName, Cohort], cluster_queues: Mapping[ClusterQueueName, ClusterQueue]
 ) -> QuotaTree:
@@ -139,55 +186,24 @@ def _build_tree(
     names += [(True, n) for n in sorted(cluster_queues)]
     index = {key: i for i, key in enumerate(names)}
     parents: list[int] = []
+    groups: list[tuple[ResourceGroup, ...]] = []
     for is_cq, name in names:
-        parent_name = (
-            cluster_queues[ClusterQueueName(name)].cohort
-            if is_cq
-            else cohorts[CohortName(name)].parent
+        owner: ClusterQueue | Cohort = (
+            cluster_queues[ClusterQueueName(name)] if is_cq else cohorts[CohortName(name)]
         )
+        parent_name = owner.cohort if isinstance(owner, ClusterQueue) else owner.parent
         parents.append(NO_PARENT if parent_name is None else index[(False, parent_name)])
+        groups.append(owner.resource_groups)
     children: list[list[int]] = [[] for _ in names]
     for i, parent_id in enumerate(parents):
         if parent_id != NO_PARENT:
             children[parent_id].append(i)
     built: dict[int, QuotaNode] = {}
-
-    def build(i: int) -> QuotaNode:
-        is_cq, name = names[i]
-        for child in children[i]:
-            build(child)
-        groups = (
-            cluster_queues[ClusterQueueName(name)].resource_groups
-            if is_cq
-            else cohorts[CohortName(name)].resource_groups
-        )
-        nominal, borrowing, lending = _quotas(groups)
-        subtree = dict(nominal)
-        height = min(len(children[i]), 1)
-        for child in children[i]:
-            c = built[child]
-            for fr, q in c.subtree_quota.items():
-                subtree[fr] = subtree.get(fr, 0) + q - c.local_quota.get(fr, 0)
-            if not c.is_cluster_queue:
-                height = max(height, c.height + 1)
-        local = {fr: max(0, subtree.get(fr, 0) - limit) for fr, limit in lending.items()}
-        built[i] = QuotaNode(
-            name=name,
-            is_cluster_queue=is_cq,
-            parent=parents[i],
-            children=tuple(children[i]),
-            nominal=nominal,
-            borrowing_limit=borrowing,
-            lending_limit=lending,
-            subtree_quota=subtree,
-            local_quota=local,
-            height=0 if is_cq else height,
-        )
-        return built[i]
-
     for i, parent_id in enumerate(parents):
         if parent_id == NO_PARENT:
-            build(i)
+            _build_node(
+                i, names=names, parents=parents, children=children, groups=groups, built=built
+            )
     return QuotaTree(
         nodes=tuple(built[i] for i in range(len(names))),
         cluster_queues={ClusterQueueName(n): index[(True, n)] for is_cq, n in names if is_cq},
@@ -229,6 +245,48 @@ def _inactive_reason(
     return None
 
 
+def _charge(
+    tree: QuotaTree, admitted: Mapping[WorkloadKey, AdmittedWorkload]
+) -> tuple[list[dict[FlavorResource, int]], dict[WorkloadKey, Mapping[FlavorResource, int]]]:
+    """Usage per tree node (bubbled up as Kueue does) and per workload."""
+    usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
+    writer = _ListWriter(usage)
+    per_workload: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
+    for key in sorted(admitted):
+        a = admitted[key]
+        per_workload[key] = wl_usage = admission_usage(a)
+        node = tree.cluster_queues.get(a.cluster_queue)
+        if node is not None:
+            for fr, value in wl_usage.items():
+                add_usage(tree, writer, node, fr, value)
+    return usage, per_workload
+
+
+def _candidate_index(
+    admitted: Mapping[WorkloadKey, AdmittedWorkload],
+    usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
+) -> dict[ClusterQueueName, dict[FlavorResource, tuple[AdmittedWorkload, ...]]]:
+    using: dict[ClusterQueueName, dict[FlavorResource, list[AdmittedWorkload]]] = {}
+    for key in sorted(admitted, key=lambda k: candidate_key(admitted[k])):
+        a = admitted[key]
+        per_fr = using.setdefault(a.cluster_queue, {})
+        for fr in usage[key]:
+            per_fr.setdefault(fr, []).append(a)
+    return {cq: {fr: tuple(v) for fr, v in m.items()} for cq, m in using.items()}
+
+
+def _over_nominal(
+    tree: QuotaTree, usage: list[dict[FlavorResource, int]]
+) -> dict[tuple[int, FlavorResource], tuple[int, ...]]:
+    over: dict[tuple[int, FlavorResource], list[int]] = {}
+    for n, node in enumerate(tree.nodes):
+        if node.parent != NO_PARENT:
+            for fr, used in usage[n].items():
+                if used > node.subtree_quota.get(fr, 0):
+                    over.setdefault((node.parent, fr), []).append(n)
+    return {k: tuple(v) for k, v in over.items()}
+
+
 def build_snapshot(
     *,
     flavors: Iterable[ResourceFlavor] = (),
@@ -248,36 +306,12 @@ def build_snapshot(
     }
     tree_cqs = {n: cq for n, cq in cq_map.items() if cq.cohort not in broken}
     tree = _build_tree({n: c for n, c in cohort_map.items() if n not in broken}, tree_cqs)
-    usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
-    writer = _ListWriter(usage)
     admitted_map = {a.key: a for a in admitted}
-    workload_usage: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
+    usage, workload_usage = _charge(tree, admitted_map)
     by_cq: dict[ClusterQueueName, list[WorkloadKey]] = {}
     for key in sorted(admitted_map):
-        a = admitted_map[key]
-        workload_usage[key] = wl_usage = admission_usage(a)
-        by_cq.setdefault(a.cluster_queue, []).append(key)
-        node = tree.cluster_queues.get(a.cluster_queue)
-        if node is not None:
-            for fr, value in wl_usage.items():
-                add_usage(tree, writer, node, fr, value)
-    using: dict[ClusterQueueName, dict[FlavorResource, list[AdmittedWorkload]]] = {}
-    for key in sorted(admitted_map, key=lambda k: candidate_key(admitted_map[k])):
-        a = admitted_map[key]
-        per_fr = using.setdefault(a.cluster_queue, {})
-        for fr in workload_usage[key]:
-            per_fr.setdefault(fr, []).append(a)
-    using_t = {cq: {fr: tuple(v) for fr, v in m.items()} for cq, m in using.items()}
-    over: dict[tuple[int, FlavorResource], list[int]] = {}
-    for n, node in enumerate(tree.nodes):
-        if node.parent != NO_PARENT:
-            for fr, used in usage[n].items():
-                if used > node.subtree_quota.get(fr, 0):
-                    over.setdefault((node.parent, fr), []).append(n)
-    group_of = {
-        name: {r: g for g in cq.resource_groups for r in g.covered_resources}
-        for name, cq in cq_map.items()
-    }
+        by_cq.setdefault(admitted_map[key].cluster_queue, []).append(key)
+    using = _candidate_index(admitted_map, workload_usage)
     return Snapshot(
         flavors=flavor_map,
         cluster_queues=cq_map,
@@ -290,12 +324,15 @@ def build_snapshot(
         workload_usage=workload_usage,
         workloads_by_cq={k: tuple(v) for k, v in by_cq.items()},
         inactive=inactive,
-        group_of=group_of,
-        over_nominal={k: tuple(v) for k, v in over.items()},
-        using=using_t,
+        group_of={
+            name: {r: g for g in cq.resource_groups for r in g.covered_resources}
+            for name, cq in cq_map.items()
+        },
+        over_nominal=_over_nominal(tree, usage),
+        using=using,
         releasable={
             (cq, fr): _releasable(ws, fr, workload_usage)
-            for cq, m in using_t.items()
+            for cq, m in using.items()
             for fr, ws in m.items()
         },
     )

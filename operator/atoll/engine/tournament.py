@@ -41,16 +41,21 @@ H = TypeVar("H", bound=Head)
 
 def _shares(ov: UsageOverlay, heads: Sequence[Head]) -> dict[tuple[int, WorkloadKey], Share]:
     """For each head and each cohort above it: the share of the child of that cohort on
-    the head's path, as if the head were admitted."""
+    the head's path, as if the head were admitted. Cached per head while the usage along
+    its path is unchanged."""
     shares: dict[tuple[int, WorkloadKey], Share] = {}
     for h in heads:
-        usage = h.assignment.usage
-        ov.add(h.node, usage)
-        share = dominant_share(ov, h.node)
-        for ancestor in ov.tree.path_to_root(h.node):
+        path = [h.node, *ov.tree.path_to_root(h.node)]
+        key = ("head-shares", h.workload.key, *(ov.versions.get(n, 0) for n in path[:-1]))
+        cached = ov.memo.get(key)
+        if cached is None:
+            ov.begin()
+            ov.add(h.node, h.assignment.usage)
+            cached = ov.memo[key] = [dominant_share(ov, n) for n in path[:-1]]
+            ov.rollback()
+        assert isinstance(cached, list)
+        for ancestor, share in zip(path[1:], cached, strict=True):
             shares[(ancestor, h.workload.key)] = share
-            share = dominant_share(ov, ancestor)
-        ov.remove(h.node, usage)
     return shares
 
 

@@ -21,8 +21,10 @@ from kubernetes_asyncio import client, config
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from atoll import __version__
 from atoll.api.configuration import Configuration
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
+from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
 from atoll.control.scheduler import Scheduler
 from atoll.control.workqueue import WorkQueue
@@ -93,23 +95,40 @@ class Operator:
         self.api = api
         cfg = opts.configuration
         self.registry = CollectorRegistry()
+        self.metrics = Metrics(
+            self.registry,
+            role=ReplicaRole.FOLLOWER if opts.leader_elect else ReplicaRole.STANDALONE,
+            cluster_queue_resources=True,
+            version=__version__,
+        )
         conn = cfg.client_connection
-        self.writer = KubeWriter(api, TokenBucket(conn.qps, max(1, conn.burst)))
+        self.writer = KubeWriter(
+            api,
+            TokenBucket(conn.qps, max(1, conn.burst)),
+            on_request=self.metrics.api_request,
+        )
         self.cache = Cache()
         self.scheduler = Scheduler(
             cache=self.cache,
             store=self.writer,
             emit=self.writer.emit,
             fair_sharing=fair_sharing(cfg),
+            metrics=self.metrics,
         )
         self.jobs = JobController(
-            self.cache, self.writer, self.writer, self.writer.emit, settings=job_settings(cfg)
+            self.cache,
+            self.writer,
+            self.writer,
+            self.writer.emit,
+            settings=job_settings(cfg),
+            metrics=self.metrics,
         )
         self.job_queue = WorkQueue("jobs")
-        self.queues = QueueStatusReporter(self.cache, self.writer, time.time)
+        self.queues = QueueStatusReporter(self.cache, self.writer, time.time, self.metrics)
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
         self.leading = False
+        self._shared_cert: webhook.SharedCert | None = None
 
     def _kopf_registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
@@ -148,16 +167,16 @@ class Operator:
             prefix="atoll.dev", key="last-handled-configuration"
         )
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
-        if self.opts.webhook != "off":
-            o = self.opts
-            settings.admission.server = webhook.make_server(
-                addr=o.webhook_addr,
-                port=o.webhook_port,
-                host=o.webhook_host,
-                service=o.webhook_service if o.webhook == "service" else None,
-                cert_dir=None,
+        o = self.opts
+        if o.webhook == "url":
+            settings.admission.server = webhook.make_url_server(
+                addr=o.webhook_addr, port=o.webhook_port, host=o.webhook_host
             )
-            settings.admission.managed = self.opts.configuration.atoll.webhook_configuration_name
+            settings.admission.managed = o.configuration.atoll.webhook_configuration_name
+        elif o.webhook == "service" and self._shared_cert is not None:
+            settings.admission.server = webhook.make_service_server(
+                addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
+            )
         return settings
 
     async def _queue_status_loop(self) -> None:
@@ -168,12 +187,14 @@ class Operator:
             try:
                 await self.queues.report()
             except Exception as e:
-                log.warning("queue status write failed", error=repr(e))
+                log.warning("queue status write failed", error=str(e)[:600])
                 self._queues_dirty.set()
                 await asyncio.sleep(2)
 
     async def _lead(self) -> None:
         self.leading = True
+        if self.opts.leader_elect:
+            self.metrics.set_role(ReplicaRole.LEADER)
         for key in list(self.cache.jobs):
             self.job_queue.add(key)
         self.scheduler.wake()
@@ -220,7 +241,23 @@ class Operator:
             for runner in apps:
                 await runner.cleanup()
 
+    async def _prepare_webhook(self) -> None:
+        if self.opts.webhook != "service":
+            return
+        cfg = self.opts.configuration
+        ns, _, service = self.opts.webhook_service.partition("/")
+        self._shared_cert = await webhook.shared_certificate(
+            self.api,
+            namespace=ns,
+            secret=cfg.internal_cert_management.webhook_secret_name,
+            service=service,
+        )
+        await webhook.patch_ca_bundle(
+            self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
+        )
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        await self._prepare_webhook()
         counts = await bootstrap.load(self.api, self.cache)
         log.info("initial sync done", **counts)
         self.synced.set()

@@ -1,18 +1,24 @@
 """The mutating admission webhook on Job CREATE: a Job that atoll manages starts suspended.
 
 Mirrors Kueue's `/mutate-batch-v1-job` (pkg/controller/jobs/job/job_webhook.go): the handler id
-is the webhook path. kopf serves it and keeps the MutatingWebhookConfiguration (name from the
-configuration) pointing at it with our CA bundle. Certificates come from `atoll.pki`.
+is the webhook path. kopf serves it. In the sandbox (`url` mode) kopf also creates and owns the
+MutatingWebhookConfiguration; in a cluster (`service` mode) the configuration is installed by
+`deploy/` and every replica serves one certificate kept in a Secret, whose CA the operator
+patches into the configuration. Certificates come from `atoll.pki`.
 """
 
 from __future__ import annotations
 
+import base64
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job
@@ -47,48 +53,102 @@ def register(
         patch.setdefault("spec", {})["suspend"] = True
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
-    """A kopf webhook server that the API server reaches through a Service (in a cluster)."""
-
-    def __init__(self, *, service_namespace: str, service_name: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.service_namespace = service_namespace
-        self.service_name = service_name
-
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for config in super().__call__(fn):
-            yield {
-                "caBundle": config.get("caBundle"),
-                "service": {
-                    "namespace": self.service_namespace,
-                    "name": self.service_name,
-                    "port": 443,
-                    "path": "",
-                },
-            }
+def make_url_server(*, addr: str, port: int, host: str) -> kopf.WebhookServer:
+    """For the sandbox: a fresh CA and serving certificate for `host`; kopf then creates and
+    owns the MutatingWebhookConfiguration with a URL pointing at `https://host:port`."""
+    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
+    is_ip = host.replace(".", "").isdigit()
+    files = pki.write_serving_pki(
+        folder, dns=() if is_ip else (host,), ips=(host,) if is_ip else ()
+    )
+    return kopf.WebhookServer(
+        addr=addr,
+        port=port,
+        host=host,
+        certfile=files.serving_cert,
+        pkeyfile=files.serving_key,
+        cadata=files.ca_cert.read_bytes(),
+    )
 
 
-def make_server(
-    *, addr: str, port: int, host: str, service: str | None, cert_dir: Path | None
-) -> kopf.WebhookServer:
-    """Generate a CA and a serving certificate (for `host` and the Service's DNS names) and
-    build the server: URL-based for the sandbox, Service-based with `service=ns/name`."""
-    folder = cert_dir or Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
-    names = [host] if host and not host[0].isdigit() else []
-    ips = [host] if host and host[0].isdigit() else []
-    if service:
-        ns, _, name = service.partition("/")
-        names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
-    files = pki.write_serving_pki(folder, dns=tuple(names), ips=tuple(ips))
-    common: dict[str, Any] = {
-        "addr": addr,
-        "port": port,
-        "host": host,
-        "certfile": files.serving_cert,
-        "pkeyfile": files.serving_key,
-        "cadata": files.ca_cert.read_bytes(),
-    }
-    if service:
-        ns, _, name = service.partition("/")
-        return ServiceWebhookServer(service_namespace=ns, service_name=name, **common)
-    return kopf.WebhookServer(**common)
+@dataclass(frozen=True, slots=True)
+class SharedCert:
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+
+async def shared_certificate(
+    api: client.ApiClient, *, namespace: str, secret: str, service: str
+) -> SharedCert:
+    """In a cluster every replica must serve the same certificate (the Service spreads calls
+    across them): the first creates it in a Secret, the others read it (create is atomic)."""
+    core = client.CoreV1Api(api)
+    for _ in range(5):
+        try:
+            found = await core.read_namespaced_secret(secret, namespace)
+            data = found.data or {}
+            return SharedCert(
+                ca=base64.b64decode(data["ca.crt"]),
+                cert=base64.b64decode(data["tls.crt"]),
+                key=base64.b64decode(data["tls.key"]),
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        ca = pki.make_ca("atoll-webhook-ca")
+        names = (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
+        cert, key = pki.issue(ca, names[0], dns=names, server=True)
+        made = SharedCert(ca=pki.cert_pem(ca[0]), cert=pki.cert_pem(cert), key=pki.key_pem(key))
+        body = {
+            "metadata": {"name": secret, "namespace": namespace},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "ca.crt": base64.b64encode(made.ca).decode(),
+                "tls.crt": base64.b64encode(made.cert).decode(),
+                "tls.key": base64.b64encode(made.key).decode(),
+            },
+        }
+        try:
+            await core.create_namespaced_secret(namespace, body)
+            return made
+        except ApiException as e:
+            if e.status != 409:
+                raise  # 409: another replica won the race; read its certificate
+    raise RuntimeError(f"webhook certificate Secret {namespace}/{secret} kept changing")
+
+
+async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) -> None:
+    """Fill `caBundle` of every webhook of the installed MutatingWebhookConfiguration."""
+    admission = client.AdmissionregistrationV1Api(api)
+    for _ in range(5):
+        raw = api.sanitize_for_serialization(
+            await admission.read_mutating_webhook_configuration(configuration)
+        )
+        bundle = base64.b64encode(ca).decode()
+        hooks = raw.get("webhooks") or []
+        if all(h.get("clientConfig", {}).get("caBundle") == bundle for h in hooks):
+            return
+        for hook in hooks:
+            hook.setdefault("clientConfig", {})["caBundle"] = bundle
+        try:
+            await admission.replace_mutating_webhook_configuration(configuration, raw)
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    raise RuntimeError(f"MutatingWebhookConfiguration {configuration} kept changing")
+
+
+def make_service_server(*, addr: str, port: int, cert: SharedCert) -> kopf.WebhookServer:
+    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
+    (folder / "tls.crt").write_bytes(cert.cert)
+    (folder / "tls.key").write_bytes(cert.key)
+    (folder / "tls.key").chmod(0o600)
+    return kopf.WebhookServer(
+        addr=addr,
+        port=port,
+        certfile=folder / "tls.crt",
+        pkeyfile=folder / "tls.key",
+        cadata=cert.ca,
+    )

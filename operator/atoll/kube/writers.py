@@ -8,7 +8,9 @@ Jobs are changed with JSON merge patches carrying the resourceVersion they were 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,7 +24,7 @@ from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart
-from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation
+from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger("atoll.kube")
@@ -32,6 +34,15 @@ MERGE = "application/merge-patch+json"
 _RETRIES = 8
 _STATUS_FIELDS = {f.alias or name for name, f in WorkloadStatus.model_fields.items()}
 T = TypeVar("T")
+
+
+def api_message(e: ApiException) -> str:
+    """The API server's own message of a failed request (its Status body), else the reason."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    return str(body.get("message") or e.reason or e.status)
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -73,7 +84,7 @@ class KubeWriter:
         except ApiException as e:
             if self.on_request:
                 self.on_request(verb, str(e.status))
-            raise
+            raise ApiError(int(e.status or 0), api_message(e)) from e
         if self.on_request:
             self.on_request(verb, "200")
         return result
@@ -88,7 +99,7 @@ class KubeWriter:
                     GROUP, VERSION, ns, "workloads", name
                 ),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
@@ -103,7 +114,7 @@ class KubeWriter:
                     GROUP, VERSION, ns, "workloads", wl.to_dict()
                 ),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status != 409:
                 raise
             raw = await self._get_workload(f"{ns}/{wl.name}")
@@ -126,7 +137,7 @@ class KubeWriter:
                         GROUP, VERSION, ns, "workloads", name, body
                     ),
                 )
-            except ApiException as e:
+            except ApiError as e:
                 if e.status == 409:
                     continue
                 if e.status == 404:
@@ -144,7 +155,7 @@ class KubeWriter:
                     GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
                 ),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
@@ -163,7 +174,7 @@ class KubeWriter:
             try:
                 await self._patch_workload(key, body)
                 return
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != 409:
                     raise
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
@@ -177,7 +188,7 @@ class KubeWriter:
                     GROUP, VERSION, ns, "workloads", name
                 ),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status != 404:
                 raise
 
@@ -189,7 +200,7 @@ class KubeWriter:
         ns, name = _split(key)
         try:
             job = await self._call("get", lambda: self.batch.read_namespaced_job(name, ns))
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
@@ -201,7 +212,7 @@ class KubeWriter:
         fn = self.batch.patch_namespaced_job_status if status else self.batch.patch_namespaced_job
         try:
             await self._call("patch", lambda: fn(name, ns, body, _content_type=MERGE))
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
@@ -218,7 +229,7 @@ class KubeWriter:
             try:
                 await self._patch_job(key, body)
                 return
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != 409:
                     raise
         raise RuntimeError(f"job {key}: patch kept conflicting")
@@ -280,9 +291,6 @@ class KubeWriter:
             }
 
         await self._patch_job_retrying(key, suspend)
-        raw = await self._get_job(key)
-        if (raw.get("status") or {}).get("startTime"):
-            await self._patch_job(key, {"status": {"startTime": None}}, status=True)
         want = template.to_dict()
         want_meta = want.get("metadata") or {}
         want_spec = want.get("spec") or {}
@@ -319,7 +327,19 @@ class KubeWriter:
                 body["spec"]["parallelism"] = parallelism
             return body
 
-        await self._patch_job_retrying(key, restore)
+        for attempt in range(_RETRIES):
+            # The Job controller may write a stale startTime back while it processes the
+            # suspension; the template is mutable only once startTime is unset.
+            raw = await self._get_job(key)
+            if (raw.get("status") or {}).get("startTime"):
+                await self._patch_job(key, {"status": {"startTime": None}}, status=True)
+            try:
+                await self._patch_job_retrying(key, restore)
+                return
+            except ApiError as e:
+                if e.status != 422 or attempt == _RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.1 * (attempt + 1))
 
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
@@ -368,5 +388,5 @@ class KubeWriter:
                 "create",
                 lambda: self.core.create_namespaced_event(ref.namespace or "default", body),
             )
-        except ApiException as e:  # an event is best effort: never fail a decision for it
+        except ApiError as e:  # an event is best effort: never fail a decision for it
             log.warning("event not recorded", reason=reason, error=str(e.status))

@@ -131,8 +131,18 @@ class Sandbox:
         return [ComponentStatus(p.name, p.pid, is_ours(p), p.log) for p in state.procs]
 
     def is_running(self) -> bool:
-        st = self.status()
-        return len(st) == len(COMPONENTS) and all(c.running for c in st)
+        st = {c.name: c.running for c in self.status()}
+        return all(st.get(name, False) for name in COMPONENTS)
+
+    def add_process(self, name: str, argv: list[str]) -> Proc:
+        """Start an extra process (e.g. the operator) that `down` stops with the rest."""
+        state = self.load_state()
+        if state is None:
+            raise StartError("sandbox not running: start it with `atoll sandbox up`")
+        for proc in [p for p in state.procs if p.name == name]:
+            stop(proc)
+            state.procs.remove(proc)
+        return self._launch(state, name, argv)
 
     # -- kubectl -------------------------------------------------------------------------
     def kubectl(

@@ -29,6 +29,14 @@ UNKNOWN_QUEUE_PREFIX = "\0lq:"
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
 
 
+def _older(new: str | None, current: str | None) -> bool:
+    """Whether `new` is an older resourceVersion than `current`. Kubernetes' versions are
+    opaque, but etcd-backed servers issue increasing integers; anything else is not older."""
+    if not new or not current or not new.isdigit() or not current.isdigit():
+        return False
+    return int(new) < int(current)
+
+
 @dataclass(slots=True)
 class Cache:
     """Everything the scheduler needs, keyed by name or `namespace/name`."""
@@ -122,8 +130,12 @@ class Cache:
 
     # -- workloads and jobs ---------------------------------------------------------------
     def set_workload(self, wl: Workload) -> None:
+        """Store a Workload unless the cache already holds a newer version of it (a write's
+        response can overtake the watch events that precede it)."""
         key = wls.wl_key(wl)
         old = self.workloads.get(key)
+        if old is not None and _older(wl.metadata.resource_version, old.metadata.resource_version):
+            return
         self.workloads[key] = wl
         self._engine_workloads.pop(key, None)
         if wls.has_quota(wl):

@@ -139,5 +139,10 @@ def with_condition(
     return tuple(out)
 
 
+def dt_now() -> dt.datetime:
+    """The current time, whole seconds (conditions carry second resolution)."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
 def status_with(wl: Workload, **changes: object) -> WorkloadStatus:
     return wl.status.model_copy(update=changes)

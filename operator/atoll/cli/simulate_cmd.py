@@ -1,0 +1,139 @@
+"""`atoll simulate SCENARIO [--compare] [--out DIR] [--json]`: the engine, offline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from atoll.sandbox import shapes
+from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.greedy import GreedySimulator
+from atoll.sim.plots import write_plots
+from atoll.sim.render import print_report
+from atoll.sim.results import SimResult, align_ends
+from atoll.sim.scenario import (
+    SCENARIO_ANNOTATIONS,
+    SHAPE_FILE,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    parse_duration,
+)
+
+JSON_SCHEMA_VERSION = 1
+
+
+def expand_shape(doc: Mapping[str, Any], base: Path) -> list[dict[str, Any]]:
+    """A scenario's ClusterShape document → Nodes: inline, or read from the file named by
+    the `atoll.dev/shape-file` annotation (relative to the scenario)."""
+    annotations = (doc.get("metadata") or {}).get("annotations") or {}
+    if SHAPE_FILE in annotations:
+        shape = shapes.load_shape(base / annotations[SHAPE_FILE])
+    else:
+        try:
+            shape = shapes.ClusterShape.model_validate(doc)
+        except ValueError as e:
+            raise shapes.ShapeError(f"inline ClusterShape: {e}") from e
+    return shapes.nodes(shape)
+
+
+def read_scenario(path: Path) -> Scenario:
+    try:
+        return load_scenario(path, expand_shape)
+    except shapes.ShapeError as e:
+        raise ScenarioError(str(e)) from e
+
+
+def _progress(console: Console, label: str) -> tuple[Progress, Callable[[int, int, float], None]]:
+    bar = Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs finished · t={task.fields[t]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task(label, total=None, t="0s")
+
+    def update(done: int, total: int, t: float) -> None:
+        bar.update(task, completed=done, total=total, t=f"{t:,.0f}s")
+
+    return bar, update
+
+
+def run_all(
+    scn: Scenario, *, compare: bool, until: float | None, console: Console
+) -> list[SimResult]:
+    results = []
+    bar, update = _progress(console, "atoll gang admission")
+    with bar:
+        results.append(GangSimulator(scn, Settings.of(scn.config, until), update).run())
+    if compare:
+        bar, update = _progress(console, "pod-by-pod greedy")
+        with bar:
+            results.append(GreedySimulator(scn, update).run())
+        align_ends(results)
+    return results
+
+
+def as_json(scn: Scenario, results: list[SimResult]) -> dict[str, Any]:
+    return {
+        "schemaVersion": JSON_SCHEMA_VERSION,
+        "scenario": scn.name,
+        "runs": [r.to_json() for r in results],
+    }
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        scn = read_scenario(Path(args.scenario))
+        until = parse_duration(args.until) if args.until else None
+    except (ScenarioError, ValueError) as e:
+        err.print(f"atoll simulate: {e}")
+        return 1
+    results = run_all(scn, compare=args.compare, until=until, console=err)
+    doc = as_json(scn, results)
+    if args.out:
+        out = Path(args.out)
+        for path in write_plots(results, out):
+            err.print(f"wrote {path}")
+        (out / "results.json").write_text(json.dumps(doc, indent=1))
+        err.print(f"wrote {out / 'results.json'}")
+    if args.json:
+        json.dump(doc, sys.stdout)
+        print()
+    else:
+        print_report(results, Console())
+    return 0
+
+
+def register(sub: Any) -> None:
+    annotations = "; ".join(f"{k}: {v}" for k, v in SCENARIO_ANNOTATIONS.items())
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a scenario offline with atoll's engine (and compare with greedy)",
+        description=(
+            "Discrete-event simulation of a scenario file (Kueue objects, a ClusterShape or "
+            "Nodes, batch/v1 Jobs) with the same cache, queues and engine as the operator. "
+            f"Job annotations: {annotations}."
+        ),
+    )
+    p.add_argument("scenario", help="scenario YAML (see examples/scenarios/)")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run pod-by-pod greedy placement (kube-scheduler alone) and compare",
+    )
+    p.add_argument("--out", metavar="DIR", help="write PNG plots and results.json here")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--until", metavar="DURATION", help="stop the simulation at this time")
+    p.set_defaults(func=_simulate)

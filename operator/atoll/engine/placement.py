@@ -1,0 +1,223 @@
+"""All-or-nothing, deterministic, best-fit placement of a gang on the inventory.
+
+Mirrors Kueue's topology-aware scheduling (pkg/cache/scheduler/tas_flavor_snapshot.go,
+`FindTopologyAssignmentsForWorkload`: required / preferred / unconstrained requests and
+podset slices, BestFit over domains) and adds what Kueue leaves open (kueue#10548): DRA
+device feasibility per node inside the topology decision (atoll.engine.nodefit). Pod sets
+are placed in order on one working copy of the inventory; the first that does not fit makes
+the whole gang a NoFit, so nothing is ever partly placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from atoll.engine import topology as topo
+from atoll.engine.devices import DeviceSelectorError, allocate
+from atoll.engine.inventory import (
+    Gang,
+    GangPodSet,
+    Inventory,
+    NoFit,
+    NoFitReason,
+    Placement,
+    PlacementPolicy,
+    PlacementResult,
+    PodPlacement,
+    PodSetPlacement,
+    TopologyMode,
+)
+from atoll.engine.nodefit import Working, entries, pod_requests
+from atoll.engine.placementreasons import no_fit
+
+
+def place(
+    inventory: Inventory,
+    gang: Gang,
+    *,
+    within: frozenset[str] | None = None,
+    policy: PlacementPolicy = PlacementPolicy.BEST_FIT,
+) -> PlacementResult:
+    """Every pod of every pod set on a node (and devices), or why not.
+
+    `within` restricts placement to these nodes (used by topology-aware preemption)."""
+    w = Working(inventory=inventory, policy=policy)
+    out = []
+    for i, ps in enumerate(gang.pod_sets):
+        try:
+            got = _place_pod_set(w, gang, i, ps, within)
+        except DeviceSelectorError as e:
+            return NoFit(
+                gang=gang.key,
+                pod_set=ps.name,
+                reason=NoFitReason.SELECTOR_ERROR,
+                message=f"pod set {ps.name}: device selector failed: {e}",
+            )
+        if isinstance(got, NoFit):
+            return got
+        out.append(got)
+    return Placement(gang=gang.key, pod_sets=tuple(out))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """How a pod set's request reads against its Topology."""
+
+    levels: tuple[str, ...] | None
+    """None: no topology, nodes alone."""
+    depth: int | None
+    """Index of the required / preferred level; None: anywhere."""
+    mode: TopologyMode
+    units: topo.Units
+    need: int
+
+
+def plan(inventory: Inventory, ps: GangPodSet) -> Plan | str:
+    """The plan, or what is wrong with the request."""
+    t = ps.topology
+    if t is None:
+        return Plan(
+            levels=None,
+            depth=None,
+            mode=TopologyMode.UNCONSTRAINED,
+            units=topo.Units(),
+            need=ps.count,
+        )
+    levels = inventory.topologies.get(t.topology)
+    if levels is None:
+        return f"topology {t.topology} not found"
+    depth = None
+    if t.level is not None and t.mode is not TopologyMode.UNCONSTRAINED:
+        if t.level not in levels:
+            return f"level {t.level} is not in topology {t.topology}"
+        depth = levels.index(t.level)
+    units = topo.Units()
+    if t.slice_level is not None:
+        size = t.slice_size or 0
+        if t.slice_level not in levels or size < 1 or ps.count % size:
+            return f"slice level {t.slice_level} of size {size} is invalid for {ps.count} pods"
+        sd = levels.index(t.slice_level)
+        if depth is not None and sd < depth:
+            return f"slice level {t.slice_level} is above level {t.level}"
+        units = topo.Units(slice_depth=sd, size=size)
+    mode = t.mode if t.slice_level is None else TopologyMode.REQUIRED
+    if depth is None and mode is TopologyMode.REQUIRED:
+        mode = TopologyMode.PREFERRED  # slices only: anywhere, each slice in its domain
+    need = ps.count // units.size
+    return Plan(levels=levels, depth=depth, mode=mode, units=units, need=need)
+
+
+_MODES = {
+    PlacementPolicy.BEST_FIT: (topo.SplitMode.LEAST_FREE, topo.SplitMode.BEST_FIT),
+    PlacementPolicy.FIRST_FIT: (topo.SplitMode.FIRST_FIT, topo.SplitMode.FIRST_FIT),
+    PlacementPolicy.SPREAD: (topo.SplitMode.MOST_FREE, topo.SplitMode.MOST_FREE),
+}
+"""Per policy: how nodes are filled without a topology, and how domains are chosen."""
+
+
+def _split(
+    p: Plan, ents: list[topo.Entry], policy: PlacementPolicy
+) -> tuple[list[tuple[str, int]], int | None] | None:
+    """Pods per node and the depth of the single domain that holds them all."""
+    flat_mode, mode = _MODES[policy]
+    if p.levels is None or (p.mode is TopologyMode.UNCONSTRAINED and p.units.slice_depth is None):
+        flat = [topo.Entry(path=(e.node,), node=e.node, cap=e.cap, weight=e.weight) for e in ents]
+        got = topo.split(flat, -1, p.need, p.units, flat_mode)
+        return None if got is None else (got, None)
+    bottom = p.depth if p.depth is not None else -1
+    top = bottom if p.mode is TopologyMode.REQUIRED else 0
+    for depth in range(bottom, top - 1, -1):
+        pick = topo.tightest(ents, depth, p.need, p.units, mode)
+        if pick is not None:
+            got = topo.split(pick[1], depth, p.need, p.units, mode)
+            if got is not None:
+                return got, depth
+    if p.mode is TopologyMode.REQUIRED and p.depth is not None:
+        return None
+    got = topo.split(ents, -1, p.need, p.units, mode)
+    return None if got is None else (got, None)
+
+
+def _place_pod_set(
+    w: Working, gang: Gang, index: int, ps: GangPodSet, within: frozenset[str] | None
+) -> PodSetPlacement | NoFit:
+    p = plan(w.inventory, ps)
+    if isinstance(p, str):
+        reason = (
+            NoFitReason.UNKNOWN_TOPOLOGY
+            if p.startswith("topology ")
+            else NoFitReason.INVALID_REQUEST
+        )
+        return NoFit(
+            gang=gang.key, pod_set=ps.name, reason=reason, message=f"pod set {ps.name}: {p}"
+        )
+    if ps.count == 0:
+        return PodSetPlacement(name=ps.name, pods=())
+    ents, ok = entries(w, index, ps, p.levels, within)
+    got = _split(p, ents, w.policy)
+    if got is None:
+        return no_fit(w, gang=gang, ps=ps, p=p, ents=ents, ok=ok)
+    pairs, depth = got
+    return _materialize(w, ps=ps, p=p, ents=ents, pairs=pairs, depth=depth)
+
+
+def _materialize(
+    w: Working,
+    *,
+    ps: GangPodSet,
+    p: Plan,
+    ents: Sequence[topo.Entry],
+    pairs: list[tuple[str, int]],
+    depth: int | None,
+) -> PodSetPlacement:
+    paths = {e.node: e.path for e in ents}
+    pods: list[PodPlacement] = []
+    island = w.inventory.island_attribute
+    for node_name, n in sorted(pairs, key=lambda nn: paths[nn[0]]):
+        node = w.inventory.by_name[node_name]
+        reqs = pod_requests(ps, node)
+        for _ in range(n):
+            devices = allocate(ps.claims, w.devices(node), island, best_fit=w.best_fit)
+            if devices is None:  # the capacity search said this fits
+                raise AssertionError(f"pod set {ps.name}: node {node_name} lost its fit")
+            w.take(node, reqs, devices)
+            pods.append(
+                PodPlacement(
+                    pod_set=ps.name, index=len(pods), node=node_name, requests=reqs, devices=devices
+                )
+            )
+    return _result(w, ps=ps, p=p, paths=paths, pods=pods, depth=depth)
+
+
+def _result(
+    w: Working,
+    *,
+    ps: GangPodSet,
+    p: Plan,
+    paths: dict[str, topo.Path],
+    pods: list[PodPlacement],
+    depth: int | None,
+) -> PodSetPlacement:
+    if p.levels is None or ps.topology is None:
+        return PodSetPlacement(name=ps.name, pods=tuple(pods))
+    levels = topo.assignment_levels(p.levels)
+    counts: dict[tuple[str, ...], int] = {}
+    for pod in pods:
+        path = paths[pod.node]
+        if levels == (topo.HOSTNAME_LABEL,):
+            labels = w.inventory.by_name[pod.node].labels
+            values: tuple[str, ...] = (labels.get(topo.HOSTNAME_LABEL, pod.node),)
+        else:
+            values = path[: len(levels)]
+        counts[values] = counts.get(values, 0) + 1
+    first = paths[pods[0].node] if pods else ()
+    return PodSetPlacement(
+        name=ps.name,
+        pods=tuple(pods),
+        topology=ps.topology.topology,
+        level=None if depth is None else p.levels[depth],
+        domain=() if depth is None else first[: depth + 1],
+        assignment_levels=levels,
+        assignment=tuple(counts.items()),
+    )

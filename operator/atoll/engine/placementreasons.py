@@ -1,0 +1,120 @@
+"""Why a pod set does not fit, with numbers: what it needs, the largest free domain and
+island, and what would change the answer.
+
+Kueue's TAS reports "topology ... doesn't allow to fit any of N pod(s)"
+(pkg/cache/scheduler/tas_flavor_snapshot.go); atoll says how far off the best domain is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from atoll.engine import topology as topo
+from atoll.engine.devices import ConstraintKind, device_count, device_matches, group_sizes
+from atoll.engine.inventory import Gang, GangPodSet, NodeInventory, NoFit, NoFitReason, TopologyMode
+from atoll.engine.nodefit import Working
+
+if TYPE_CHECKING:
+    from atoll.engine.placement import Plan
+
+
+def _island_attribute(w: Working, ps: GangPodSet) -> str | None:
+    for claim in ps.claims:
+        for c in claim.constraints:
+            if c.kind is ConstraintKind.MATCH:
+                return c.attribute
+    return w.inventory.island_attribute
+
+
+def largest_island(
+    w: Working, ps: GangPodSet, nodes: Sequence[NodeInventory]
+) -> tuple[int, str | None]:
+    """Most free devices (matching the pod's first request) sharing one island value on one
+    node; without an island attribute, most free matching devices on one node."""
+    alt = next((r.alternatives[0] for c in ps.claims for r in c.requests), None)
+    if alt is None:
+        return 0, None
+    attribute = _island_attribute(w, ps)
+    best: tuple[int, str | None] = (0, None)
+    for node in nodes:
+        free = [d for d in w.devices(node).free if device_matches(alt, d)]
+        size = max(group_sizes(free, attribute).values(), default=0) if attribute else len(free)
+        if size > best[0]:
+            best = (size, node.name)
+    return best
+
+
+def _units(p: Plan) -> str:
+    return f"slices of {p.units.size} pods" if p.units.slice_depth is not None else "pods"
+
+
+def no_fit(
+    w: Working,
+    *,
+    gang: Gang,
+    ps: GangPodSet,
+    p: Plan,
+    ents: list[topo.Entry],
+    ok: list[NodeInventory],
+) -> NoFit:
+    if not ok:
+        return NoFit(
+            gang=gang.key,
+            pod_set=ps.name,
+            reason=NoFitReason.NO_ELIGIBLE_NODE,
+            needed=p.need,
+            message=f"pod set {ps.name}: no schedulable node matches its node selector,"
+            " affinity and tolerations",
+        )
+    total = topo.capacity(ents, -1, p.units)
+    island, island_node = largest_island(w, ps, ok)
+    per_pod = device_count(ps.claims)
+    tail = ""
+    if per_pod:
+        attr = _island_attribute(w, ps)
+        where = f" sharing {attr}" if attr else ""
+        tail = (
+            f"; each pod needs {per_pod} device(s){where}, the largest free island has "
+            f"{island}" + (f" ({island_node})" if island_node else "")
+        )
+    required = p.mode is TopologyMode.REQUIRED and p.depth is not None and p.levels is not None
+    if required and total >= p.need:
+        assert p.levels is not None
+        assert p.depth is not None
+        level = p.levels[p.depth]
+        key, room = topo.largest(ents, p.depth, p.units)
+        return NoFit(
+            gang=gang.key,
+            pod_set=ps.name,
+            reason=NoFitReason.NO_DOMAIN,
+            needed=p.need,
+            available=room,
+            level=level,
+            largest_domain=key,
+            devices_per_pod=per_pod,
+            largest_island=island,
+            largest_island_node=island_node,
+            fits_unconstrained=True,
+            message=(
+                f"pod set {ps.name} needs {p.need} {_units(p)} in one {level}; the largest"
+                f" has room for {room}"
+                + (f" ({key[-1]})" if key else "")
+                + f"{tail}; would fit now as preferred instead of required"
+            ),
+        )
+    return NoFit(
+        gang=gang.key,
+        pod_set=ps.name,
+        reason=NoFitReason.INSUFFICIENT,
+        needed=p.need,
+        available=total,
+        level=p.levels[p.depth] if p.levels and p.depth is not None else None,
+        devices_per_pod=per_pod,
+        largest_island=island,
+        largest_island_node=island_node,
+        message=(
+            f"pod set {ps.name} needs {p.need} {_units(p)}; {len(ok)} eligible node(s)"
+            f" have room for {total}{tail}"
+        ),
+    )

@@ -1,0 +1,377 @@
+"""atoll's gang admission on a virtual clock: the operator's own loop, offline.
+
+Each instant, after the events due then (completions, PodsReady timeouts, backoff ends,
+arrivals), the simulator runs what `control/scheduler.Scheduler.decide` runs — the same
+`state.cache.Cache`, its pending queues (`pending_by_queue`, `parked_keys`),
+`engine.ordering.select_heads`, `engine.cycle.run_cycle` + `drain`, and the same
+assume / evicting / park bookkeeping — then applies the decisions as instant Workload
+status writes, and repeats while a cycle makes progress, as the live loop does.
+
+Around the engine, the simulated cluster: an admitted gang's pods are bound by
+kube-scheduler's rules (`sim/nodes.py`) on the nodes of its flavors; when all are bound the
+Job runs for its run duration. waitForPodsReady is therefore satisfied at once unless the
+pods cannot be placed (quota admits more than the nodes can hold, fragmentation, taints):
+then the gang waits with its pods partly bound and, after the timeout, is evicted whole
+and requeued with Kueue's backoff. Preempted gangs lose their pods at once (no graceful
+termination) and restart from scratch when readmitted (no checkpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from atoll.api import labels as keys
+from atoll.api.configuration import Configuration
+from atoll.engine import decisions as d
+from atoll.engine import model as m
+from atoll.engine.cycle import drain, run_cycle
+from atoll.engine.ordering import select_heads
+from atoll.sim import workloads as sw
+from atoll.sim.events import Clock, Kind
+from atoll.sim.nodes import GPU, NodePool
+from atoll.sim.pods import Gang, request, signature
+from atoll.sim.results import JobRecord, JobState, Mode, SimResult, Timeline
+from atoll.sim.scenario import Scenario, SimJob
+from atoll.state import convert
+from atoll.state.cache import Cache
+
+Progress = Callable[[int, int, float], None]
+"""(finished Jobs, all Jobs, simulated time) after each instant."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    pods_ready: bool = True
+    timeout: float = 1800.0
+    backoff_base: float = 60.0
+    backoff_max: float = 3600.0
+    backoff_limit: int | None = None
+    fair_sharing: m.FairSharing | None = None
+    until: float | None = None
+    """Stop the simulation at this time (default: when no event is left)."""
+
+    @classmethod
+    def of(cls, cfg: Configuration, until: float | None = None) -> Settings:
+        wfpr = cfg.wait_for_pods_ready
+        rs = wfpr.requeuing_strategy
+        fs = None
+        if cfg.fair_sharing is not None:
+            fs = m.FairSharing(
+                preemption_strategies=tuple(
+                    m.FairSharingStrategy(s.value) for s in cfg.fair_sharing.preemption_strategies
+                )
+            )
+        return cls(
+            pods_ready=cfg.wait_for_pods_ready_enabled,
+            timeout=wfpr.timeout,
+            backoff_base=float(rs.backoff_base_seconds),
+            backoff_max=float(rs.backoff_max_seconds),
+            backoff_limit=rs.backoff_limit_count,
+            fair_sharing=fs,
+            until=until,
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class _Run:
+    key: str
+    """The Workload's `namespace/name`."""
+    sj: SimJob
+    record: JobRecord
+    cq: str
+    gang: Gang | None = None
+    gen: int = 0
+    running: bool = False
+
+
+def queue_of(scn: Scenario) -> Callable[[SimJob], str | None]:
+    """The ClusterQueue a Job's LocalQueue points at (None without a queue-name label)."""
+    lqs = {f"{q.namespace or 'default'}/{q.name}": q.spec.cluster_queue for q in scn.local_queues}
+
+    def of(sj: SimJob) -> str | None:
+        name = (sj.job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
+        if name is None:
+            return None
+        return lqs.get(f"{sj.job.namespace or 'default'}/{name}") or f"<no LocalQueue {name}>"
+
+    return of
+
+
+def fill_cache(scn: Scenario) -> Cache:
+    """A Cache holding the scenario's queue objects, as the operator's handlers fill it."""
+    cache = Cache()
+    for f in scn.flavors:
+        cache.set_flavor(f)
+    for co in scn.cohorts:
+        cache.set_cohort(co)
+    for cq in scn.cluster_queues:
+        cache.set_cluster_queue(cq)
+    for lq in scn.local_queues:
+        cache.set_local_queue(lq)
+    for wpc in scn.workload_classes:
+        cache.set_workload_class(wpc)
+    for pc in scn.priority_classes:
+        cache.set_priority_class(pc)
+    for ns, ns_labels in scn.namespaces.items():
+        cache.set_namespace(ns, ns_labels)
+    return cache
+
+
+def decide(cache: Cache, now: float, fair_sharing: m.FairSharing | None) -> tuple[d.Decision, ...]:
+    """`control/scheduler.Scheduler.decide`, line for line (the sim layer cannot import
+    control): one engine cycle on the cache, its decisions assumed."""
+    snapshot = cache.snapshot(fair_sharing)
+    heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
+    decisions = run_cycle(snapshot, heads) + drain(snapshot)
+    for dec in decisions:
+        match dec:
+            case d.Admit():
+                cache.assume(
+                    dec.workload,
+                    m.Admission(
+                        cluster_queue=dec.cluster_queue,
+                        pod_sets=tuple(
+                            m.PodSetAssignment(
+                                name=p.name,
+                                count=p.count,
+                                flavors=p.flavors,
+                                resource_usage=p.resource_usage,
+                            )
+                            for p in dec.pod_sets
+                        ),
+                    ),
+                )
+            case d.Preempt():
+                cache.evicting.update(v.workload for v in dec.victims)
+            case d.Evict():
+                cache.evicting.add(dec.workload)
+            case d.Pending():
+                if dec.requeue is d.Requeue.INADMISSIBLE:
+                    cache.park(dec.workload)
+    return decisions
+
+
+@dataclass(slots=True)
+class GangSimulator:
+    scenario: Scenario
+    settings: Settings = field(default_factory=Settings)
+    progress: Progress | None = None
+    cache: Cache = field(init=False)
+    pool: NodePool = field(init=False)
+    clock: Clock = field(default_factory=Clock)
+    cycles: int = 0
+    _runs: dict[str, _Run] = field(default_factory=dict)
+    """By Workload key."""
+    _waiting: list[_Run] = field(default_factory=list)
+    """Admitted gangs whose pods are not all bound yet, in admission order."""
+    _usage: dict[str, int] = field(default_factory=dict)
+    _pending: dict[str, int] = field(default_factory=dict)
+    _busy: int = 0
+    _finished: int = 0
+    _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
+    _drains: bool = False
+    timeline: Timeline = field(default_factory=Timeline)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        scn = self.scenario
+        self.cache = fill_cache(scn)
+        self.pool = NodePool.of(scn.nodes)
+        self._flavors = {f.name: convert.flavor(f) for f in scn.flavors}
+        self._drains = any(q.spec.stop_policy.value != "None" for q in scn.cluster_queues) or any(
+            q.spec.stop_policy.value != "None" for q in scn.local_queues
+        )
+        of = queue_of(scn)
+        for sj in scn.jobs:
+            cq = of(sj)
+            if cq is None:
+                self.notes.append(f"{sj.key}: no {keys.QUEUE_NAME_LABEL} label, not simulated")
+                continue
+            key = f"{sj.job.namespace}/job-{sj.job.name}"
+            record = JobRecord(name=sj.key, arrival=sj.arrival, pods=0, gpus=0, cluster_queue=cq)
+            self._runs[key] = _Run(key=key, sj=sj, record=record, cq=cq)
+            self._usage.setdefault(cq, 0)
+            self._pending.setdefault(cq, 0)
+            self.clock.at(sj.arrival, Kind.ARRIVE, key)
+
+    # -- events ---------------------------------------------------------------------------
+    def _arrive(self, key: str, t: float) -> None:
+        run = self._runs[key]
+        job = run.sj.job
+        value = sw.priority(job, self.cache.workload_classes, self.cache.priority_classes)
+        self.cache.set_workload(sw.build_workload(job, value=value, created=t))
+        ew = self.cache.engine_workload(key)
+        if ew is not None and ew.pod_sets:
+            ps = ew.pod_sets[0]
+            run.record.pods = ps.count
+            run.record.gpus = ps.count * dict(ps.requests).get(m.ResourceName(GPU), 0)
+        self._pending[run.cq] += 1
+
+    def _admit(self, dec: d.Admit, t: float) -> None:
+        run = self._runs[dec.workload]
+        self.cache.set_workload(sw.admitted(self.cache.workloads[dec.workload], dec, t))
+        ew = self.cache.engine_workload(dec.workload)
+        assert ew is not None
+        ps, adm = ew.pod_sets[0], dec.pod_sets[0]
+        names = sorted({str(f) for _, f in adm.flavors})
+        flavors = [self._flavors[n] for n in names if n in self._flavors]
+        run.gang = Gang(
+            owner=run.sj.key, sig=signature(ps, flavors), req=request(ps), size=adm.count
+        )
+        run.gen += 1
+        run.record.admitted = t
+        run.record.flavor = ",".join(names)
+        run.record.cluster_queue = str(dec.cluster_queue)
+        run.record.reason = None
+        run.record.state = JobState.RUNNING
+        self._usage[run.cq] += adm.count * run.gang.gpus_per_pod
+        self._pending[run.cq] -= 1
+        self._waiting.append(run)
+        if self.settings.pods_ready:
+            self.clock.at(t + self.settings.timeout, Kind.TIMEOUT, dec.workload, run.gen)
+
+    def _evict(self, key: str, reason: str, message: str, t: float, *, backoff: bool) -> None:
+        run, wl = self._runs[key], self.cache.workloads[key]
+        if run.gang is not None:
+            self._usage[run.cq] -= run.gang.size * run.gang.gpus_per_pod
+            if run.running:
+                self._busy -= run.gang.size * run.gang.gpus_per_pod
+            run.gang.release(self.pool)
+            if run in self._waiting:
+                self._waiting.remove(run)
+        run.gang, run.running = None, False
+        run.gen += 1
+        run.record.evictions += 1
+        run.record.started = None
+        run.record.reason = reason
+        run.record.state = JobState.PENDING
+        s = self.settings
+        rs = sw.next_backoff(wl, t, s.backoff_base, s.backoff_max) if backoff else None
+        released = sw.released(wl, reason, message, t, backoff=rs)
+        if rs is not None and s.backoff_limit is not None and (rs.count or 0) > s.backoff_limit:
+            released = released.model_copy(
+                update={"spec": released.spec.model_copy(update={"active": False})}
+            )
+            run.record.reason = "Deactivated"
+        else:
+            self._pending[run.cq] += 1
+            if rs is not None and rs.requeue_at is not None:
+                when = rs.requeue_at.timestamp() - sw.EPOCH
+                self.clock.at(when, Kind.REQUEUE, key, run.gen)
+        self.cache.set_workload(released)
+
+    def _complete(self, key: str, t: float) -> None:
+        run = self._runs[key]
+        assert run.gang is not None
+        gpus = run.gang.size * run.gang.gpus_per_pod
+        self._usage[run.cq] -= gpus
+        self._busy -= gpus
+        run.gang.release(self.pool)
+        run.gang, run.running = None, False
+        run.gen += 1
+        run.record.finished = t
+        run.record.state = JobState.FINISHED
+        self._finished += 1
+        self.cache.delete_workload(key)  # as if its Job were deleted after finishing
+
+    def _handle(self, kind: Kind, key: str, gen: int, t: float) -> bool:
+        """Apply one event; False when it is stale (nothing happened)."""
+        run = self._runs[key]
+        if kind is Kind.ARRIVE:
+            self._arrive(key, t)
+        elif gen != run.gen or (kind is Kind.TIMEOUT and run.running):
+            return False  # the gang was evicted, readmitted or finished since, or runs
+        elif kind is Kind.COMPLETE:
+            self._complete(key, t)
+        elif kind is Kind.TIMEOUT:
+            message = f"Exceeded the PodsReady timeout {key}"
+            self._evict(key, "PodsReadyTimeout", message, t, backoff=True)
+        elif kind is Kind.REQUEUE:
+            self.cache.set_workload(sw.backoff_finished(self.cache.workloads[key], t))
+        return True
+
+    # -- the loop -------------------------------------------------------------------------
+    def _apply(self, decisions: tuple[d.Decision, ...], t: float) -> bool:
+        progress = False
+        for dec in decisions:
+            match dec:
+                case d.Admit():
+                    self._admit(dec, t)
+                    progress = True
+                case d.Preempt():
+                    for v in dec.victims:
+                        message = f"Preempted to accommodate {dec.workload} ({v.reason.value})"
+                        self._evict(v.workload, "Preempted", message, t, backoff=False)
+                    self._runs[
+                        dec.workload
+                    ].record.reason = d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
+                    progress = True
+                case d.Evict():
+                    self._evict(dec.workload, dec.reason.value, dec.message, t, backoff=False)
+                    progress = True
+                case d.Pending():
+                    run = self._runs.get(dec.workload)
+                    if run is not None:
+                        run.record.reason = dec.reason.value
+        return progress
+
+    def _place_waiting(self, t: float) -> None:
+        still = []
+        for run in self._waiting:
+            assert run.gang is not None
+            run.gang.place(self.pool)
+            if run.gang.complete:
+                run.running = True
+                run.record.started = t
+                self._busy += run.gang.size * run.gang.gpus_per_pod
+                self.clock.at(t + run.sj.duration, Kind.COMPLETE, run.key, run.gen)
+            else:
+                still.append(run)
+        self._waiting = still
+
+    def _settle(self, t: float) -> None:
+        """Cycle until a cycle makes no progress (the live loop's `while progress`)."""
+        now = sw.EPOCH + t
+        for _ in range(100_000):
+            if not self._drains and not any(self._pending.values()):
+                self._place_waiting(t)
+                return
+            decisions = decide(self.cache, now, self.settings.fair_sharing)
+            self.cycles += 1
+            progress = self._apply(decisions, t)
+            self._place_waiting(t)
+            if not progress:
+                return
+        raise RuntimeError(f"no quiescence at t={t}: 100000 cycles with progress")
+
+    def _sample(self, t: float) -> None:
+        values = {f"usage/{cq}": v for cq, v in self._usage.items()}
+        values.update({f"pending/{cq}": v for cq, v in self._pending.items()})
+        values.update({f"bound/{g}": v for g, v in self.pool.group_used.items()})
+        values["busy"] = self._busy
+        values["partial"] = sum(1 for r in self._waiting if r.gang and r.gang.placed)
+        self.timeline.add(t, values)
+
+    def run(self) -> SimResult:
+        until = self.settings.until
+        end = 0.0
+        while (nxt := self.clock.next_time()) is not None and (until is None or nxt <= until):
+            live = [self._handle(ev.kind, ev.key, ev.gen, ev.t) for ev in self.clock.pop_instant()]
+            if not any(live):
+                continue
+            end = nxt
+            self._settle(nxt)
+            self._sample(nxt)
+            if self.progress is not None:
+                self.progress(self._finished, len(self._runs), nxt)
+        return SimResult(
+            scenario=self.scenario.name,
+            mode=Mode.GANG,
+            jobs=[r.record for r in self._runs.values()],
+            timeline=self.timeline,
+            gpu_capacity=self.pool.groups(),
+            end=end,
+            cycles=self.cycles,
+            notes=self.notes,
+        )

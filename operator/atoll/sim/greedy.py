@@ -1,0 +1,249 @@
+"""kube-scheduler alone: pods placed one by one, with the all-reduce barrier.
+
+No quota, no queues, no gang: each Job's pods are created by the Job controller as soon as
+the Job exists, in slow-start batches of 1, 2, 4, … pods (`POD_BATCH_INTERVAL` apart), and
+kube-scheduler binds each pending pod, in its queue order (priority, then creation time),
+to a node where it fits now (`sim/nodes.py`). A distributed Job makes progress only while
+ALL its pods run (all-reduce is a barrier), so a partly placed Job holds its GPUs and does
+nothing. Pod-priority preemption by kube-scheduler is not modelled.
+
+When the run ends with Jobs that hold GPUs and wait for GPUs held by one another, the
+wait-for graph has a cycle: a deadlock (Coffman: mutual exclusion, hold and wait, no
+preemption, circular wait). The result names the cycle, what each Job holds and what it
+waits for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from atoll.engine import model as m
+from atoll.sim import workloads as sw
+from atoll.sim.events import Clock, Kind
+from atoll.sim.gang import Progress, queue_of
+from atoll.sim.nodes import GPU, NodePool, Signature
+from atoll.sim.pods import Gang, request, signature
+from atoll.sim.results import Deadlock, Holder, JobRecord, JobState, Mode, SimResult, Timeline
+from atoll.sim.scenario import Scenario, SimJob
+from atoll.state import convert
+
+POD_BATCH_INTERVAL = 0.1
+"""Seconds between two slow-start batches of the Job controller (its real pace is a few
+milliseconds; the order of pods is what matters)."""
+
+
+def batch_of(index: int) -> int:
+    """Slow-start batch of the pod with this index: 0 | 1 2 | 3 4 5 6 | 7 …"""
+    return (index + 1).bit_length() - 1
+
+
+@dataclass(slots=True, kw_only=True)
+class _GJob:
+    sj: SimJob
+    record: JobRecord
+    cq: str
+    gang: Gang
+    priority: int
+    created: int = 0
+    running: bool = False
+    last_bound: float = 0.0
+
+    def created_at(self, index: int) -> float:
+        return self.sj.arrival + batch_of(index) * POD_BATCH_INTERVAL
+
+
+def _pod_set(sj: SimJob, scn: Scenario) -> m.PodSet:
+    wpcs = {c.name: c for c in scn.workload_classes}
+    pcs = {c.name: c for c in scn.priority_classes}
+    value = sw.priority(sj.job, wpcs, pcs)
+    wl = sw.build_workload(sj.job, value=value, created=sj.arrival)
+    return convert.workload(wl, namespace_labels={}, queued_at=0.0).pod_sets[0]
+
+
+@dataclass(slots=True)
+class GreedySimulator:
+    scenario: Scenario
+    progress: Progress | None = None
+    pool: NodePool = field(init=False)
+    clock: Clock = field(default_factory=Clock)
+    timeline: Timeline = field(default_factory=Timeline)
+    _jobs: dict[str, _GJob] = field(default_factory=dict)
+    _pending: list[_GJob] = field(default_factory=list)
+    """Jobs with created pods not yet bound."""
+    _finished: int = 0
+
+    def __post_init__(self) -> None:
+        scn = self.scenario
+        self.pool = NodePool.of(scn.nodes)
+        of = queue_of(scn)
+        wpcs = {c.name: c for c in scn.workload_classes}
+        pcs = {c.name: c for c in scn.priority_classes}
+        for sj in scn.jobs:
+            ps = _pod_set(sj, scn)
+            gang = Gang(owner=sj.key, sig=signature(ps), req=request(ps), size=ps.count)
+            record = JobRecord(
+                name=sj.key,
+                arrival=sj.arrival,
+                pods=ps.count,
+                gpus=ps.count * gang.gpus_per_pod,
+                cluster_queue=of(sj),
+            )
+            self._jobs[sj.key] = _GJob(
+                sj=sj,
+                record=record,
+                cq=of(sj) or "-",
+                gang=gang,
+                priority=sw.priority(sj.job, wpcs, pcs),
+            )
+            self.clock.at(sj.arrival, Kind.ARRIVE, sj.key)
+
+    def _create_pods(self, job: _GJob, t: float) -> None:
+        """The Job controller's next slow-start batch, and the one after it."""
+        batch = batch_of(job.created)
+        job.created = min(job.gang.size, 2 ** (batch + 1) - 1)
+        if job not in self._pending:
+            self._pending.append(job)
+        if job.created < job.gang.size:
+            self.clock.at(t + POD_BATCH_INTERVAL, Kind.PODS, job.sj.key)
+
+    def _schedule(self, t: float) -> None:
+        """One pass of kube-scheduler's queue: every pending pod in queue order."""
+        pods = sorted(
+            (-job.priority, job.created_at(i), job.sj.seq, i, job.sj.key)
+            for job in self._pending
+            for i in range(len(job.gang.placed), job.created)
+        )
+        failed: set[tuple[Signature, tuple[tuple[str, int], ...]]] = set()
+        for *_, key in pods:
+            job = self._jobs[key]
+            shape = (job.gang.sig, tuple(sorted(job.gang.req.items())))
+            if shape in failed:
+                continue
+            if not job.gang.place_one(self.pool):
+                failed.add(shape)
+                continue
+            job.last_bound = t
+            if job.gang.complete:
+                job.running = True
+                job.record.started = t
+                job.record.state = JobState.RUNNING
+                self.clock.at(t + job.sj.duration, Kind.COMPLETE, key)
+        self._pending = [j for j in self._pending if len(j.gang.placed) < j.created]
+
+    def _complete(self, job: _GJob, t: float) -> None:
+        job.gang.release(self.pool)
+        job.running = False
+        job.record.finished = t
+        job.record.state = JobState.FINISHED
+        self._finished += 1
+
+    def _sample(self, t: float) -> None:
+        usage: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        busy = partial = 0
+        for job in self._jobs.values():
+            usage.setdefault(job.cq, 0)
+            pending.setdefault(job.cq, 0)
+            if job.record.finished is not None or job.sj.arrival > t:
+                continue
+            held = len(job.gang.placed) * job.gang.gpus_per_pod
+            usage[job.cq] += held
+            if job.running:
+                busy += held
+            else:
+                pending[job.cq] += 1
+                partial += bool(job.gang.placed)
+        values = {f"usage/{k}": v for k, v in usage.items()}
+        values.update({f"pending/{k}": v for k, v in pending.items()})
+        values.update({f"bound/{g}": v for g, v in self.pool.group_used.items()})
+        values["busy"], values["partial"] = busy, partial
+        self.timeline.add(t, values)
+
+    def run(self) -> SimResult:
+        while self.clock.next_time() is not None:
+            for ev in self.clock.pop_instant():
+                job = self._jobs[ev.key]
+                if ev.kind is Kind.COMPLETE:
+                    self._complete(job, ev.t)
+                else:
+                    self._create_pods(job, ev.t)
+            self._schedule(self.clock.now)
+            self._sample(self.clock.now)
+            if self.progress is not None:
+                self.progress(self._finished, len(self._jobs), self.clock.now)
+        deadlock = self._deadlock()
+        return SimResult(
+            scenario=self.scenario.name,
+            mode=Mode.GREEDY,
+            jobs=[j.record for j in self._jobs.values()],
+            timeline=self.timeline,
+            gpu_capacity=self.pool.groups(),
+            end=self.clock.now,
+            deadlock=deadlock,
+        )
+
+    # -- deadlock -------------------------------------------------------------------------
+    def _holder(self, job: _GJob) -> Holder:
+        holds: dict[str, int] = {}
+        for i in job.gang.placed:
+            name = self.pool.infos[i].name
+            holds[name] = holds.get(name, 0) + job.gang.gpus_per_pod
+        waits = sorted(
+            {
+                owner
+                for i in self.pool.feasible_nodes(job.gang.sig)
+                for owner in self.pool.holders[i]
+                if owner != job.sj.key
+            }
+        )
+        missing = job.gang.size - len(job.gang.placed)
+        return Holder(
+            job=job.sj.key,
+            holds=holds,
+            pending_pods=missing,
+            waits_for_gpus=missing * job.gang.gpus_per_pod,
+            waits_for=tuple(waits),
+        )
+
+    def _deadlock(self) -> Deadlock | None:
+        stuck = {k: j for k, j in self._jobs.items() if j.record.finished is None}
+        for j in stuck.values():
+            j.record.state = JobState.PENDING
+            j.record.reason = "Unschedulable"
+        graph = {k: self._holder(j) for k, j in stuck.items() if j.gang.placed}
+        cycle = find_cycle({k: [w for w in h.waits_for if w in graph] for k, h in graph.items()})
+        if not cycle:
+            return None
+        nodes = {i for k in cycle for i in self.pool.feasible_nodes(stuck[k].gang.sig)}
+        free = sum(self.pool.free[i].get(GPU, 0) for i in nodes)
+        for k in cycle:
+            stuck[k].record.state = JobState.DEADLOCKED
+            stuck[k].record.reason = "Deadlock: " + ", ".join(graph[k].waits_for)
+        return Deadlock(
+            since=max(stuck[k].last_bound for k in cycle),
+            cycle=tuple(graph[k] for k in cycle),
+            free_gpus=free,
+        )
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """A cycle of the directed graph (first found in key order), or []."""
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        color[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if color.get(nxt) == 1:
+                return stack[stack.index(nxt) :]
+            if nxt not in color and (found := visit(nxt)):
+                return found
+        stack.pop()
+        color[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in color and (found := visit(start)):
+            return found
+    return []

@@ -1,0 +1,107 @@
+"""PNG plots of simulation results (matplotlib, Agg backend: no display needed).
+
+`write_plots(results, out)` writes, for one run or a comparison of runs:
+- `gpu-occupancy.png`: GPUs bound to pods over time per node group, and the GPUs of Jobs
+  actually making progress (a partly placed Job holds GPUs but does nothing);
+- `queue-length.png`: Jobs waiting per ClusterQueue over time;
+- `wait-times.png`: the distribution of waiting times (arrival to start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from atoll.sim.results import SimResult
+
+MAX_POINTS = 4000
+"""Timelines longer than this are thinned (every k-th sample) before plotting."""
+DPI = 80
+
+
+def _thin(n: int) -> range:
+    return range(0, n, max(1, n // MAX_POINTS))
+
+
+def _minutes(result: SimResult, idx: range) -> list[float]:
+    return [result.timeline.times[i] / 60.0 for i in idx]
+
+
+def _occupancy(ax: Axes, result: SimResult) -> None:
+    tl = result.timeline
+    idx = _thin(len(tl.times))
+    xs = _minutes(result, idx)
+    groups = tl.column("bound")
+    ys = [[col[i] for i in idx] for col in groups.values()]
+    if ys:
+        ax.stackplot(xs, *ys, labels=[f"bound: {g}" for g in groups], step="post", alpha=0.6)
+    if "busy" in tl.series:
+        busy = tl.series["busy"]
+        ax.step(xs, [busy[i] for i in idx], where="post", color="black", label="making progress")
+    ax.axhline(sum(result.gpu_capacity.values()), color="grey", linestyle=":", label="capacity")
+    ax.set_title(f"{result.mode.value}: GPUs over time")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("GPUs")
+    ax.legend(loc="lower left", fontsize="x-small")
+
+
+def _queues(ax: Axes, result: SimResult) -> None:
+    tl = result.timeline
+    idx = _thin(len(tl.times))
+    xs = _minutes(result, idx)
+    for cq, col in sorted(tl.column("pending").items()):
+        ax.step(xs, [col[i] for i in idx], where="post", label=cq)
+    ax.set_title(f"{result.mode.value}: Jobs waiting")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("Jobs")
+    ax.legend(loc="lower left", fontsize="x-small")
+
+
+def _waits(ax: Axes, results: Sequence[SimResult]) -> None:
+    for r in results:
+        waits = [w / 60.0 for j in r.jobs if (w := j.wait) is not None]
+        never = sum(1 for j in r.jobs if j.wait is None)
+        label = f"{r.mode.value} ({never} never started)" if never else r.mode.value
+        if waits:
+            ax.hist(waits, bins=30, alpha=0.5, label=label)
+        else:
+            ax.plot([], [], label=label)
+    ax.set_title("waiting time (arrival to start)")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("Jobs")
+    ax.legend(loc="lower left", fontsize="x-small")
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def write_plots(results: Sequence[SimResult], out: Path, prefix: str = "") -> list[Path]:
+    """One figure per kind, one panel per run, named `<prefix><kind>.png`; returns the
+    files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(results)
+    written = []
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.6), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], results, strict=True):
+        _occupancy(ax, r)
+    written.append(_save(fig, out / f"{prefix}gpu-occupancy.png"))
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.2), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], results, strict=True):
+        _queues(ax, r)
+    written.append(_save(fig, out / f"{prefix}queue-length.png"))
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    _waits(ax, results)
+    written.append(_save(fig, out / f"{prefix}wait-times.png"))
+    return written

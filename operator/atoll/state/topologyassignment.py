@@ -1,0 +1,73 @@
+"""Kueue's v1beta2 `topologyAssignment` from a pod set's placement.
+
+Mirrors pkg/util/tas (the v1beta2 compact form of KEP-2724 "Since v1beta2"): one slice of all
+lowest-level domains; per level one `universal` value when every domain shares it, else
+`individual` roots with their longest common prefix and suffix taken out; pod counts
+`universal` when equal, else `individual`. Only the hostname level is written when it is a
+level of the Topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from atoll.api.topologyassignment import (
+    TopologyAssignment,
+    TopologyAssignmentSlice,
+    TopologyAssignmentSliceLevelIndividualValues,
+    TopologyAssignmentSliceLevelValues,
+    TopologyAssignmentSlicePodCounts,
+)
+from atoll.engine.inventory import PodSetPlacement
+
+
+def _common_prefix(values: Sequence[str]) -> str:
+    first = min(values)
+    last = max(values)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _common_suffix(values: Sequence[str]) -> str:
+    return _common_prefix([v[::-1] for v in values])[::-1]
+
+
+def _level_values(values: Sequence[str]) -> TopologyAssignmentSliceLevelValues:
+    if len(set(values)) == 1:
+        return TopologyAssignmentSliceLevelValues(universal=values[0])
+    prefix = _common_prefix(values)
+    rest = [v[len(prefix) :] for v in values]
+    suffix = _common_suffix(rest)
+    roots = tuple(r[: len(r) - len(suffix)] for r in rest)
+    return TopologyAssignmentSliceLevelValues(
+        individual=TopologyAssignmentSliceLevelIndividualValues(
+            prefix=prefix or None, suffix=suffix or None, roots=roots
+        )
+    )
+
+
+def topology_assignment(placement: PodSetPlacement) -> TopologyAssignment | None:
+    """The assignment to write in `podSetAssignments[].topologyAssignment`, or None for a pod
+    set placed without a topology."""
+    if not placement.assignment_levels or not placement.assignment:
+        return None
+    domains = [values for values, _ in placement.assignment]
+    counts = [n for _, n in placement.assignment]
+    per_level = tuple(
+        _level_values([d[i] for d in domains]) for i in range(len(placement.assignment_levels))
+    )
+    pod_counts = (
+        TopologyAssignmentSlicePodCounts(universal=counts[0])
+        if len(set(counts)) == 1
+        else TopologyAssignmentSlicePodCounts(individual=tuple(counts))
+    )
+    return TopologyAssignment(
+        levels=placement.assignment_levels,
+        slices=(
+            TopologyAssignmentSlice(
+                domain_count=len(domains), values_per_level=per_level, pod_counts=pod_counts
+            ),
+        ),
+    )

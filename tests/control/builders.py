@@ -1,0 +1,80 @@
+"""Builders of api models for control-layer tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.core import Job
+from atoll.api.localqueue import LocalQueue
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import Workload
+from atoll.control import jobframework as jf
+from atoll.state.cache import Cache
+
+GPU = "nvidia.com/gpu"
+
+
+def cluster_queue(name: str = "cq", gpus: int = 8, **spec: Any) -> ClusterQueue:
+    return ClusterQueue.from_dict(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU],
+                        "flavors": [
+                            {"name": "rf", "resources": [{"name": GPU, "nominalQuota": gpus}]}
+                        ],
+                    }
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def cache_with_queue(gpus: int = 8, **cq_spec: Any) -> Cache:
+    cache = Cache()
+    cache.set_flavor(ResourceFlavor.from_dict({"metadata": {"name": "rf"}}))
+    cache.set_cluster_queue(cluster_queue(gpus=gpus, **cq_spec))
+    cache.set_local_queue(
+        LocalQueue.from_dict(
+            {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}
+        )
+    )
+    cache.set_namespace("ns", {"kubernetes.io/metadata.name": "ns"})
+    return cache
+
+
+def job(name: str, *, pods: int = 2, gpus: int = 1, uid: str | None = None, **status: Any) -> Job:
+    return Job.from_dict(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": uid or f"uid-{name}",
+                "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                "creationTimestamp": "2026-12-01T00:00:00Z",
+            },
+            "spec": {
+                "suspend": True,
+                "parallelism": pods,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": "x", "resources": {"requests": {GPU: str(gpus)}}}
+                        ]
+                    }
+                },
+            },
+            "status": status,
+        }
+    )
+
+
+def workload_for(j: Job, *, priority: int = 0, created: str = "2026-12-01T00:00:00Z") -> Workload:
+    raw = jf.build_workload(j, jf.Priority(priority, None)).to_dict()
+    raw["metadata"] |= {"creationTimestamp": created, "uid": f"wl-{j.name}", "resourceVersion": "1"}
+    return Workload.from_dict(raw)

@@ -1,0 +1,91 @@
+"""In-memory fakes of the control layer's ports (no mocks): they keep Workloads and Jobs as
+the API server would and record what was written."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from atoll.api.clusterqueue import ClusterQueueStatus
+from atoll.api.core import Job, PodTemplateSpec
+from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.workload import Workload
+from atoll.control.jobframework import JobStart
+from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation
+from atoll.state import workloads as wls
+
+_versions = itertools.count(1)
+
+
+def _bump(wl: Workload) -> Workload:
+    meta = wl.metadata.model_copy(update={"resource_version": str(next(_versions))})
+    return wl.model_copy(update={"metadata": meta})
+
+
+@dataclass
+class FakeCluster:
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    started: list[tuple[str, JobStart]] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    fail_status_writes: bool = False
+
+    async def create_workload(self, wl: Workload) -> Workload:
+        created = _bump(wl)
+        self.workloads[wls.wl_key(wl)] = created
+        return created
+
+    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+        if key not in self.workloads:
+            raise NotFoundError(key)
+        if self.fail_status_writes:
+            raise RuntimeError("API server unavailable")
+        status = mutate(self.workloads[key])
+        if status is None:
+            return None
+        written = _bump(self.workloads[key].model_copy(update={"status": status}))
+        self.workloads[key] = written
+        return written
+
+    async def remove_workload_finalizer(self, key: str, finalizer: str) -> None:
+        wl = self.workloads[key]
+        fins = tuple(f for f in wl.metadata.finalizers or () if f != finalizer)
+        self.workloads[key] = _bump(
+            wl.model_copy(update={"metadata": wl.metadata.model_copy(update={"finalizers": fins})})
+        )
+
+    async def delete_workload(self, key: str) -> None:
+        self.workloads.pop(key, None)
+
+    async def deactivate_workload(self, key: str) -> None:
+        wl = self.workloads[key]
+        self.workloads[key] = _bump(
+            wl.model_copy(update={"spec": wl.spec.model_copy(update={"active": False})})
+        )
+
+    async def start_job(self, key: str, plan: JobStart) -> None:
+        self.started.append((key, plan))
+        job = self.jobs[key]
+        self.jobs[key] = job.model_copy(
+            update={"spec": job.spec.model_copy(update={"suspend": False})}
+        )
+
+    async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
+        self.stopped.append(key)
+        await self.suspend_job(key)
+
+    async def suspend_job(self, key: str) -> None:
+        job = self.jobs[key]
+        self.jobs[key] = job.model_copy(
+            update={"spec": job.spec.model_copy(update={"suspend": True})}
+        )
+
+    async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
+        self.events.append(("ClusterQueue", name, "status"))
+
+    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
+        self.events.append(("LocalQueue", key, "status"))
+
+    async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.events.append((f"{ref.kind}/{ref.namespace}/{ref.name}", reason, message))

@@ -1,0 +1,166 @@
+"""The Job reconciler on fakes: create, start, stop, release, finish, orphan, PodsReady."""
+
+from __future__ import annotations
+
+from atoll.api.core import Job
+from atoll.control import admission
+from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
+from atoll.control.scheduler import Scheduler
+from atoll.state import workloads as wls
+from tests.control.builders import cache_with_queue, job
+from tests.control.fakes import FakeCluster
+
+T0 = 1_796_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _setup(timeout: float = 60.0) -> tuple[JobController, FakeCluster, Clock]:
+    cache = cache_with_queue()
+    fake = FakeCluster()
+    clock = Clock()
+    settings = JobSettings(pods_ready=PodsReadySettings(timeout=timeout, backoff_base=10))
+    ctl = JobController(cache, fake, fake, fake.emit, settings=settings, clock=clock)
+    return ctl, fake, clock
+
+
+def _sync(ctl: JobController, fake: FakeCluster) -> None:
+    for j in fake.jobs.values():
+        ctl.cache.set_job(j)
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+
+
+async def _admitted(ctl: JobController, fake: FakeCluster, name: str = "a") -> str:
+    fake.jobs[f"ns/{name}"] = job(name)
+    _sync(ctl, fake)
+    await ctl.reconcile(f"ns/{name}")
+    _sync(ctl, fake)
+    sched = Scheduler(cache=ctl.cache, store=fake, emit=fake.emit, clock=ctl.clock)
+    await sched.run_once()
+    _sync(ctl, fake)
+    (key,) = [k for k, w in fake.workloads.items() if w.metadata.owner_references[0].name == name]  # type: ignore[index]
+    return key
+
+
+async def test_a_labelled_job_gets_its_workload_and_stays_suspended() -> None:
+    ctl, fake, _ = _setup()
+    fake.jobs["ns/a"] = job("a")
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    (wl,) = fake.workloads.values()
+    assert wl.name.startswith("job-a-")
+    assert fake.jobs["ns/a"].spec.suspend is True
+    assert ("Job/ns/a", "CreatedWorkload", f"Created Workload: ns/{wl.name}") in fake.events
+
+
+async def test_a_running_labelled_job_without_workload_is_suspended_first() -> None:
+    ctl, fake, _ = _setup()
+    running = job("a", active=2)
+    fake.jobs["ns/a"] = running.model_copy(
+        update={"spec": running.spec.model_copy(update={"suspend": False})}
+    )
+    _sync(ctl, fake)
+    again = await ctl.reconcile("ns/a")
+    assert fake.jobs["ns/a"].spec.suspend is True
+    assert fake.workloads == {}  # created only once no pod of it is active
+    assert again == 1.0
+
+
+async def test_an_admitted_workload_starts_its_job() -> None:
+    ctl, fake, _ = _setup()
+    await _admitted(ctl, fake)
+    await ctl.reconcile("ns/a")
+    assert [k for k, _ in fake.started] == ["ns/a"]
+    assert fake.jobs["ns/a"].spec.suspend is False
+
+
+async def test_eviction_stops_the_job_then_releases_quota_when_no_pod_is_active() -> None:
+    ctl, fake, _ = _setup()
+    key = await _admitted(ctl, fake)
+    fake.workloads[key] = fake.workloads[key].model_copy(
+        update={"status": admission.evict("Preempted", "by b", wls.dt_now())(fake.workloads[key])}
+    )
+    running = fake.jobs["ns/a"]
+    fake.jobs["ns/a"] = running.model_copy(
+        update={
+            "spec": running.spec.model_copy(update={"suspend": False}),
+            "status": running.status.model_copy(update={"active": 2}),
+        }
+    )
+    _sync(ctl, fake)
+    assert await ctl.reconcile("ns/a") == 1.0
+    assert fake.stopped == ["ns/a"]
+    assert wls.has_quota(fake.workloads[key])  # pods still active: quota kept
+    stopped = fake.jobs["ns/a"]
+    fake.jobs["ns/a"] = stopped.model_copy(
+        update={"status": stopped.status.model_copy(update={"active": 0})}
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    wl = fake.workloads[key]
+    assert not wls.has_quota(wl)
+    requeued = wls.condition(wl, wls.REQUEUED)
+    assert requeued is not None
+    assert requeued.status.value == "True"
+
+
+async def test_finished_job_finishes_the_workload_and_drops_the_finalizer() -> None:
+    ctl, fake, _ = _setup()
+    key = await _admitted(ctl, fake)
+    done = fake.jobs["ns/a"]
+    fake.jobs["ns/a"] = done.model_copy(
+        update={
+            "status": done.status.model_copy(update={"conditions": (done.status.conditions or ())})
+        }
+    )
+    raw = fake.jobs["ns/a"].to_dict()
+    raw["status"]["conditions"] = [{"type": "Complete", "status": "True", "message": "done"}]
+    fake.jobs["ns/a"] = Job.from_dict(raw)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    wl = fake.workloads[key]
+    assert wls.is_finished(wl)
+    assert wls.condition(wl, wls.FINISHED).reason == "Succeeded"  # type: ignore[union-attr]
+    assert not wl.metadata.finalizers
+
+
+async def test_a_deleted_job_finishes_its_workload_as_orphaned() -> None:
+    ctl, fake, _ = _setup()
+    key = await _admitted(ctl, fake)
+    ctl.cache.delete_job("ns/a")
+    await ctl.reconcile("ns/a")
+    wl = fake.workloads[key]
+    assert wls.condition(wl, wls.FINISHED).reason == "OwnerNotFound"  # type: ignore[union-attr]
+    assert not wl.metadata.finalizers
+
+
+async def test_pods_not_ready_in_time_evict_the_gang_with_backoff() -> None:
+    ctl, fake, clock = _setup(timeout=30)
+    key = await _admitted(ctl, fake)
+    await ctl.reconcile("ns/a")  # starts the Job
+    _sync(ctl, fake)
+    wait = await ctl.reconcile("ns/a")
+    assert wait is not None
+    assert 0 < wait <= 30
+    assert wls.condition(fake.workloads[key], wls.PODS_READY).reason == "WaitForStart"  # type: ignore[union-attr]
+    clock.now += 31
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    evicted = wls.condition(fake.workloads[key], wls.EVICTED)
+    assert evicted is not None
+    assert evicted.reason == "PodsReadyTimeout"
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # stops the Job, no pod active: quota released with backoff
+    wl = fake.workloads[key]
+    assert not wls.has_quota(wl)
+    assert wl.status.requeue_state is not None
+    assert wl.status.requeue_state.count == 1
+    assert wls.requeue_at(wl) == clock.now + 10
+    assert wls.is_false(wl, wls.REQUEUED)

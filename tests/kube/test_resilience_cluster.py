@@ -1,0 +1,176 @@
+"""Two replicas and crashes: only the leader admits, a follower takes over, and SIGKILL at any
+moment neither over-commits quota nor leaves a labelled Job running unadmitted."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import OPERATOR_NAMESPACE, OperatorProcess, apply, get_json, is_true
+
+pytestmark = pytest.mark.cluster
+LEASE = "c1f6bfd2.kueue.x-k8s.io"
+
+
+@pytest.fixture
+def solo(operator: OperatorProcess) -> Iterator[None]:
+    """Stop the session's operator for this test (it would admit too), restart it after."""
+    operator.stop()
+    yield
+    operator.start()
+
+
+def _holder(cluster: KubeCluster) -> str:
+    lease = get_json(cluster, "get", "lease", LEASE, "-n", OPERATOR_NAMESPACE)
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+def _replica(cluster: KubeCluster, tmp_path: Path, name: str) -> OperatorProcess:
+    return OperatorProcess(cluster, tmp_path / f"{name}.log", "--identity", name)
+
+
+def test_only_the_leader_admits_and_a_follower_takes_over(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
+) -> None:
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
+    apply(cluster, b.flavor(rf), b.cluster_queue(cq, rf, gpus=8), b.local_queue("q", namespace, cq))
+    one, two = (
+        _replica(cluster, tmp_path, "replica-one"),
+        _replica(cluster, tmp_path, "replica-two"),
+    )
+    one.start()
+    cluster.wait_for("replica-one to lead", lambda: _holder(cluster) == "replica-one", timeout=30)
+    two.start()
+    try:
+        cluster.kubectl(
+            "create", "-f", "-", input=json.dumps(b.job("j1", namespace, queue="q", pods=2))
+        )
+        cluster.wait_for(
+            "j1 admitted",
+            lambda: any(
+                is_true(w, "Admitted")
+                for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+            ),
+        )
+        assert "kueue_admitted_workloads_total{" in one.metrics()
+        assert "kueue_admitted_workloads_total{" not in two.metrics()
+        assert "atoll_leader 0.0" in two.metrics() or "atoll_leader" not in two.metrics()
+        one.kill()
+        cluster.wait_for(
+            "replica-two to take over", lambda: _holder(cluster) == "replica-two", timeout=30
+        )
+        cluster.kubectl(
+            "create", "-f", "-", input=json.dumps(b.job("j2", namespace, queue="q", pods=2))
+        )
+        cluster.wait_for(
+            "j2 admitted by the new leader",
+            lambda: (
+                sum(
+                    is_true(w, "Admitted")
+                    for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+                )
+                == 2
+            ),
+        )
+        assert "kueue_admitted_workloads_total{" in two.metrics()
+    finally:
+        one.kill()
+        two.stop()
+
+
+def _gpu_usage(workloads: list[dict[str, Any]]) -> int:
+    total = 0
+    for w in workloads:
+        if is_true(w, "QuotaReserved") and not is_true(w, "Finished"):
+            for ps in w["status"]["admission"]["podSetAssignments"]:
+                total += int(ps["resourceUsage"].get(b.GPU, "0"))
+    return total
+
+
+def _violations(cluster: KubeCluster, ns: str, quota: int) -> list[str]:
+    # Jobs first, then Workloads: a Job seen running must have been admitted before it ran,
+    # and an admission (or its Finished successor) is still there when Workloads are read.
+    jobs = get_json(cluster, "get", "jobs", "-n", ns)["items"]
+    workloads = get_json(cluster, "get", "workloads", "-n", ns)["items"]
+    problems = []
+    used = _gpu_usage(workloads)
+    if used > quota:
+        problems.append(f"quota over-committed: {used} > {quota} GPUs")
+    admitted = {
+        ref["name"]
+        for w in workloads
+        if is_true(w, "QuotaReserved") or is_true(w, "Finished")
+        for ref in w["metadata"].get("ownerReferences", [])
+    }
+    for w in workloads:
+        if is_true(w, "QuotaReserved"):
+            for ps, spec in zip(
+                w["status"]["admission"]["podSetAssignments"], w["spec"]["podSets"], strict=True
+            ):
+                if ps["count"] != spec["count"]:
+                    problems.append(f"{w['metadata']['name']} admitted partly")
+    for job in jobs:
+        running = not job["spec"].get("suspend")
+        if (
+            running
+            and job["metadata"]["name"] not in admitted
+            and (job["status"].get("active") or 0)
+        ):
+            problems.append(f"job {job['metadata']['name']} runs pods without an admitted Workload")
+    return problems
+
+
+def test_sigkill_at_random_moments_loses_nothing_and_overcommits_nothing(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
+) -> None:
+    quota, jobs = 16, 200
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
+    apply(
+        cluster,
+        b.flavor(rf),
+        b.cluster_queue(cq, rf, gpus=quota),
+        b.local_queue("q", namespace, cq),
+    )
+    op = _replica(cluster, tmp_path, "crashy")
+    op.start()
+    items = [b.job(f"j{i:03d}", namespace, queue="q", pods=2, run="1s") for i in range(jobs)]
+    cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        timeout=180,
+    )
+    rng = random.Random(20261203)
+    observed: list[str] = []
+    try:
+        for _ in range(4):
+            end = time.monotonic() + rng.uniform(1.0, 6.0)
+            while time.monotonic() < end:
+                observed += _violations(cluster, namespace, quota)
+                time.sleep(0.2)
+            op.kill()
+            observed += _violations(cluster, namespace, quota)
+            op.start()
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            observed += _violations(cluster, namespace, quota)
+            done = get_json(cluster, "get", "jobs", "-n", namespace)["items"]
+            if sum(1 for j in done if j["status"].get("succeeded") == 2) == jobs:
+                break
+            time.sleep(1.0)
+    finally:
+        op.stop()
+    assert observed == []
+    done = get_json(cluster, "get", "jobs", "-n", namespace)["items"]
+    assert sum(1 for j in done if j["status"].get("succeeded") == 2) == jobs
+    finished = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+    assert sum(1 for w in finished if is_true(w, "Finished")) == jobs

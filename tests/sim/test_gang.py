@@ -1,0 +1,97 @@
+"""The gang simulator: preemption, waitForPodsReady, determinism."""
+
+from __future__ import annotations
+
+import json
+
+from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.results import JobState, SimResult
+from atoll.sim.scenario import Scenario
+from tests.sim.builders import cluster_queue, flavor, job, local_queue, nodes, scenario, six_gpus
+
+PREEMPTING = {"preemption": {"withinClusterQueue": "LowerPriority"}}
+
+
+def _run(scn: Scenario, **settings: float) -> SimResult:
+    return GangSimulator(scn, Settings(**settings)).run()  # type: ignore[arg-type]
+
+
+def test_preemption_evicts_the_whole_gang_and_requeues_it() -> None:
+    scn = six_gpus(
+        job("low", pods=4, priority="low", arrival=0, duration="30m"),
+        job("high", pods=4, priority="high", arrival=60, duration="10m"),
+        **PREEMPTING,
+    )
+    result = _run(scn)
+    low, high = result.jobs
+    assert (high.admitted, high.started, high.finished) == (60.0, 60.0, 660.0)
+    assert low.evictions == 1
+    # requeued at once, readmitted when `high` finished, restarted from scratch
+    assert (low.admitted, low.started, low.finished) == (660.0, 660.0, 660.0 + 1800.0)
+    tl = result.timeline
+    at_preemption = list(tl.times).index(60.0)
+    assert tl.series["busy"][at_preemption] == 4  # high's 4 GPUs; none of low's left behind
+    assert tl.series["bound/g"][at_preemption] == 4
+    assert max(tl.series["partial"]) == 0
+
+
+def test_equal_priority_does_not_preempt() -> None:
+    scn = six_gpus(job("first", arrival=0), job("second", arrival=60), **PREEMPTING)
+    first, second = _run(scn).jobs
+    assert first.evictions == 0
+    assert second.started == 600.0
+    assert second.reason is None
+
+
+def test_unplaceable_gang_times_out_and_backs_off() -> None:
+    # quota says 6 GPUs, but a pod asking 4 GPUs fits no 2-GPU node
+    scn = six_gpus(job("wide", pods=1, gpus=4))
+    result = _run(scn, timeout=300.0, backoff_base=60.0, backoff_max=3600.0, until=2000.0)
+    (wide,) = result.jobs
+    assert wide.started is None
+    assert wide.state is JobState.PENDING
+    assert wide.reason == "PodsReadyTimeout"
+    # admitted at 0, evicted at 300 (backoff 60 s), readmitted at 360, evicted at 660
+    # (120 s), 780 → 1080 (240 s), 1320 → 1620 (480 s): the next requeue is past `until`
+    assert wide.evictions == 4
+    assert wide.admitted == 1320.0
+
+
+def test_pods_ready_off_keeps_waiting_without_eviction() -> None:
+    result = _run(six_gpus(job("wide", pods=1, gpus=4)), pods_ready=False, until=5000.0)
+    assert result.jobs[0].evictions == 0
+    assert result.jobs[0].admitted == 0.0
+    assert result.timeline.series["partial"][-1] == 0  # no pod bound at all
+
+
+def test_flavor_node_labels_steer_placement() -> None:
+    scn = scenario(
+        nodes(2, 2, group="l4", product="L4"),
+        nodes(2, 8, group="h100", product="H100"),
+        flavor("h100", **{"nvidia.com/gpu.product": "H100"}),
+        cluster_queue(gpus=16, flavor_name="h100"),
+        local_queue(),
+        job("j", pods=2, gpus=8),
+    )
+    result = _run(scn)
+    assert result.jobs[0].flavor == "h100"
+    assert result.timeline.series["bound/h100"][0] == 16
+    assert result.timeline.series["bound/l4"][0] == 0
+
+
+def test_job_without_queue_name_is_not_simulated() -> None:
+    result = _run(six_gpus(job("stray", queue=None), job("ok")))
+    assert [j.name for j in result.jobs] == ["default/ok"]
+    assert any("default/stray" in n for n in result.notes)
+
+
+def test_simulation_is_deterministic() -> None:
+    def once() -> str:
+        scn = six_gpus(
+            *(job(f"j{i}", pods=1 + i % 4, arrival=i * 7 % 50, duration="3m") for i in range(30)),
+            job("vip", pods=4, priority="high", arrival=100),
+            **PREEMPTING,
+        )
+        return json.dumps(_run(scn).to_json(), sort_keys=True)
+
+    assert once() == once()

@@ -1,0 +1,90 @@
+"""What `atoll simulate` writes: JSON, PNG plots and the tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from atoll.cli import simulate_cmd
+from atoll.sim.greedy import GreedySimulator
+from atoll.sim.plots import write_plots
+from atoll.sim.render import report
+from atoll.sim.results import align_ends
+from tests.sim.builders import job, six_gpus
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _simulate(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    simulate_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["simulate", *argv])
+    return int(args.func(args))
+
+
+def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _simulate(str(EXAMPLES / "deadlock.yaml"), "--compare", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schemaVersion"] == 1
+    assert doc["scenario"] == "deadlock"
+    gang, greedy = doc["runs"]
+    assert (gang["mode"], greedy["mode"]) == ("gang", "greedy")
+    assert set(gang) >= {"end", "gpuCapacity", "summary", "jobs", "timeline", "deadlock"}
+    assert gang["gpuCapacity"] == {"six": 6}
+    assert set(gang["jobs"][0]) == {
+        "name", "arrival", "pods", "gpus", "clusterQueue", "admitted", "started",
+        "finished", "wait", "flavor", "evictions", "reason", "state",
+    }  # fmt: skip
+    tl = gang["timeline"]
+    assert all(len(col) == len(tl["times"]) for col in tl["series"].values())
+    assert {"usage/training", "pending/training", "bound/six", "busy", "partial"} <= set(
+        tl["series"]
+    )
+    assert gang["deadlock"] is None
+    assert gang["summary"]["finished"] == 2
+    assert greedy["summary"]["deadlocked"] is True
+    assert {h["job"] for h in greedy["deadlock"]["cycle"]} == {"default/job-a", "default/job-b"}
+    # the deadlocked run's timeline is held until the gang run's end, for the plots
+    assert greedy["timeline"]["times"][-1] == gang["end"] == 1200.0
+
+
+def test_out_dir_gets_plots_and_results(tmp_path: Path) -> None:
+    assert _simulate(str(EXAMPLES / "mixed.yaml"), "--compare", "--out", str(tmp_path)) == 0
+    for name in ("gpu-occupancy.png", "queue-length.png", "wait-times.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG_MAGIC)
+        assert len(data) > 1000
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["summary"]["unfinished"] for r in doc["runs"]] == [0, 0]
+
+
+def test_plots_of_a_single_run(tmp_path: Path) -> None:
+    result = GreedySimulator(six_gpus(job("a"))).run()
+    written = write_plots([result], tmp_path / "new")
+    assert [p.name for p in written] == ["gpu-occupancy.png", "queue-length.png", "wait-times.png"]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_report_names_jobs_and_the_deadlock() -> None:
+    scn = six_gpus(job("a"), job("b"))
+    result = GreedySimulator(scn).run()
+    align_ends([result])
+    console = Console(record=True, width=200)
+    console.print(report([result]))
+    text = console.export_text()
+    assert "default/a" in text
+    assert "default/b" in text
+    assert "DEADLOCK" in text
+    assert "wait-for cycle" in text
+
+
+def test_bad_scenario_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert _simulate(str(bad)) == 1
+    assert "no Nodes and no ClusterShape" in capsys.readouterr().err
