@@ -53,8 +53,8 @@ demo: $(STAMP) sandbox-bin ## sandbox up, CRDs applied, a Job run on fake GPU no
 crds: $(STAMP) ## regenerate crds/*.yaml from the API models
 	$(ATOLL) crds --out crds
 
-bench: $(STAMP) ## run the benchmarks in bench/ and print their numbers
-	$(BIN)/python bench/run.py
+bench: $(STAMP) sandbox-bin ## run the benchmarks in bench/ and print their numbers (QUICK=1: scaled down)
+	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 
 clean: ## remove the virtualenv and caches (not the sandbox binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

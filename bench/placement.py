@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import sys
@@ -153,54 +154,96 @@ def fill(inv: ClusterInventory, fraction: float, rng: random.Random) -> None:
 @dataclass
 class Result:
     scenario: str
+    fill: float
     fits: bool
+    first_ms: float
+    """Cold: selectors never evaluated on these devices, empty snapshot memo."""
+    cold_p50_ms: float
+    cold_p99_ms: float
+    """A fresh snapshot every call (no memo), selector results cached."""
+    cold_cpu_p50_ms: float
+    cold_cpu_p99_ms: float
     p50_ms: float
     p99_ms: float
     max_ms: float
-    first_ms: float
+    """Warm: the same snapshot again (memo filled), as later gangs of one cycle see it."""
+    cpu_p50_ms: float
+    cpu_p99_ms: float
+    """Thread CPU time of the warm calls (less sensitive to a busy machine)."""
 
 
-def measure(name: str, snap: Inventory, gang: Gang, repeat: int) -> Result:
-    times = []
-    fits = False
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        got = place(snap, gang)
-        times.append((time.perf_counter() - t0) * 1000)
-        fits = isinstance(got, Placement)
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return Result(name, fits, statistics.median(times), p99, max(times), times[0])
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def latency(args: argparse.Namespace) -> tuple[list[Result], float, int]:
-    inv = build_cluster(args.nodes, island=8)
-    fill(inv, args.fill, random.Random(args.seed))
-    t0 = time.perf_counter()
-    snap = inv.snapshot()
-    build_ms = (time.perf_counter() - t0) * 1000
-    free = sum(len(n.devices.free) for n in snap.nodes)
+def _timed(snap: Inventory, gang: Gang) -> tuple[float, float, bool]:
+    gc.collect()
+    c0, t0 = time.thread_time(), time.perf_counter()
+    got = place(snap, gang)
+    t1, c1 = time.perf_counter(), time.thread_time()
+    return (t1 - t0) * 1000, (c1 - c0) * 1000, isinstance(got, Placement)
+
+
+def _fresh(snap: Inventory) -> Inventory:
+    return Inventory(
+        nodes=snap.nodes, topologies=snap.topologies, island_attribute=snap.island_attribute
+    )
+
+
+def measure(name: str, fill_: float, snap: Inventory, gang: Gang, repeat: int) -> Result:
+    first, _, fits = _timed(snap, gang)
+    cold_runs = [_timed(_fresh(snap), gang) for _ in range(repeat)]
+    cold = [c[0] for c in cold_runs]
+    warm = [_timed(snap, gang) for _ in range(repeat)]
+    wall = [w[0] for w in warm]
+    cpu = [w[1] for w in warm]
+    return Result(
+        scenario=name,
+        fill=fill_,
+        fits=fits,
+        first_ms=first,
+        cold_p50_ms=statistics.median(cold),
+        cold_p99_ms=_pct(cold, 0.99),
+        cold_cpu_p50_ms=statistics.median(c[1] for c in cold_runs),
+        cold_cpu_p99_ms=_pct([c[1] for c in cold_runs], 0.99),
+        p50_ms=statistics.median(wall),
+        p99_ms=_pct(wall, 0.99),
+        max_ms=max(wall),
+        cpu_p50_ms=statistics.median(cpu),
+        cpu_p99_ms=_pct(cpu, 0.99),
+    )
+
+
+def _scenarios(inv: ClusterInventory) -> list[tuple[str, GangPodSet]]:
     compiler = SelectorCompiler()
     one, eight = gpu_claim(inv, compiler, 1), gpu_claim(inv, compiler, 8)
-    scenarios = [
+    return [
         ("nvidia.com/gpu 8 x 8, rack required", pod_set(8, gpus=8, level=RACK)),
         ("nvidia.com/gpu 64 x 1, no topology", pod_set(64, gpus=1)),
-        (
-            "DRA 8 x (8 GPUs, matchAttribute island), rack required",
-            pod_set(8, claims=(eight,), level=RACK),
-        ),
+        ("DRA 8 x 8 GPUs one island, rack required", pod_set(8, claims=(eight,), level=RACK)),
         (
             "DRA 64 x 1 GPU, block preferred",
             pod_set(64, claims=(one,), level=BLOCK, mode=TopologyMode.PREFERRED),
         ),
-        ("DRA 8 x 8 GPUs, no topology", pod_set(8, claims=(eight,))),
+        ("DRA 8 x 8 GPUs one island, no topology", pod_set(8, claims=(eight,))),
     ]
-    results = [
-        measure(name, snap, Gang(key="bench/gang", pod_sets=(ps,)), args.repeat)
-        for name, ps in scenarios
-    ]
-    return results, build_ms, free
+
+
+def latency(args: argparse.Namespace) -> tuple[list[Result], float]:
+    results = []
+    build_ms = 0.0
+    for fraction in (0.0, args.fill):
+        inv = build_cluster(args.nodes, island=8)
+        if fraction:
+            fill(inv, fraction, random.Random(args.seed))
+        t0 = time.perf_counter()
+        snap = inv.snapshot()
+        build_ms = max(build_ms, (time.perf_counter() - t0) * 1000)
+        for name, ps in _scenarios(inv):
+            gang = Gang(key="bench/gang", pod_sets=(ps,))
+            results.append(measure(name, fraction, snap, gang, args.repeat))
+    return results, build_ms
 
 
 def _islands(snap: Inventory) -> tuple[int, int, int]:
@@ -255,48 +298,58 @@ def fragmentation(args: argparse.Namespace, policy: PlacementPolicy) -> dict[str
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nodes", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=200)
-    ap.add_argument("--fill", type=float, default=0.5)
-    ap.add_argument("--events", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    results, build_ms, free = latency(args)
-    frag = [fragmentation(args, p) for p in PlacementPolicy]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "nodes": args.nodes,
-                    "free_gpus": free,
-                    "snapshot_build_ms": build_ms,
-                    "placement": [r.__dict__ for r in results],
-                    "fragmentation": frag,
-                },
-                indent=2,
-            )
-        )
-        return
-    con = Console()
+def _print_latency(
+    con: Console, args: argparse.Namespace, results: list[Result], build_ms: float, load: float
+) -> None:
     t = Table(
-        title=f"place(): 64-GPU gang on {args.nodes} nodes x 8 GPUs, {free} GPUs free"
-        f" (snapshot build {build_ms:.0f} ms)"
+        title=f"place(): 64-GPU gangs on {args.nodes} nodes x 8 GPUs (snapshot build"
+        f" {build_ms:.0f} ms, load average {load:.1f} on {os.cpu_count()} CPUs)"
     )
-    for col in ("scenario", "fits", "first ms", "p50 ms", "p99 ms", "max ms"):
-        t.add_column(col, justify="left" if col == "scenario" else "right")
+    cols = (
+        "scenario",
+        "used",
+        "fits",
+        "first",
+        "cold p50",
+        "cold p99",
+        "cold cpu p99",
+        "p50",
+        "p99",
+        "max",
+        "cpu p50",
+        "cpu p99",
+    )
+    for col in cols:
+        t.add_column(
+            col if col in ("scenario", "used", "fits") else f"{col} ms",
+            justify="left" if col == "scenario" else "right",
+        )
     for r in results:
         t.add_row(
             r.scenario,
+            f"{r.fill:.0%}",
             str(r.fits),
-            f"{r.first_ms:.2f}",
-            f"{r.p50_ms:.2f}",
-            f"{r.p99_ms:.2f}",
-            f"{r.max_ms:.2f}",
+            *(
+                f"{v:.1f}"
+                for v in (
+                    r.first_ms,
+                    r.cold_p50_ms,
+                    r.cold_p99_ms,
+                    r.cold_cpu_p99_ms,
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.max_ms,
+                    r.cpu_p50_ms,
+                    r.cpu_p99_ms,
+                )
+            ),
         )
     con.print(t)
+
+
+def _print_fragmentation(
+    con: Console, args: argparse.Namespace, frag: list[dict[str, Any]]
+) -> None:
     f = Table(title=f"fragmentation: 64 nodes x 2 islands of 4 GPUs, {args.events} events")
     for col in (
         "policy",
@@ -320,6 +373,33 @@ def main() -> None:
             f"{r[1]}/{r[2]}/{r[4]}/{r[8]}",
         )
     con.print(f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--fill", type=float, default=0.5)
+    ap.add_argument("--events", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    results, build_ms = latency(args)
+    frag = [fragmentation(args, p) for p in PlacementPolicy]
+    load = os.getloadavg()[0]
+    if args.json:
+        out = {
+            "nodes": args.nodes,
+            "load_average_1m": load,
+            "snapshot_build_ms": build_ms,
+            "placement": [r.__dict__ for r in results],
+            "fragmentation": frag,
+        }
+        print(json.dumps(out, indent=2))
+        return
+    con = Console(width=200)
+    _print_latency(con, args, results, build_ms, load)
+    _print_fragmentation(con, args, frag)
 
 
 if __name__ == "__main__":

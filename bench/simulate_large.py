@@ -10,7 +10,8 @@ queue), and `--jobs` Jobs drawn from a mix of gang shapes (1x1 ... 8x8 GPUs) and
 priorities, with exponential run times (mean 30 min) and Poisson arrivals at the rate that
 offers `--load` of the GPUs. Then runs the gang simulator (the operator's cache, queues and
 engine on a virtual clock) and reports, with rich: wall time of building the scenario and
-of the simulation, engine cycles, simulated span, and peak memory (max RSS).
+of the simulation, CPU time (the honest number on a busy machine), engine cycles, simulated
+span, and peak memory (max RSS).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from atoll.api.core import Job  # noqa: E402
-from atoll.sandbox import shapes  # noqa: E402
-from atoll.sim.gang import GangSimulator, Settings  # noqa: E402
-from atoll.sim.scenario import Scenario, SimJob, from_documents  # noqa: E402
+from atoll.api.core import Job
+from atoll.sandbox import shapes
+from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.scenario import Scenario, SimJob, from_documents
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB"}
@@ -63,6 +64,33 @@ def _shape(nodes: int) -> dict[str, Any]:
     }
 
 
+def _cluster_queue(team: int, share: int) -> dict[str, Any]:
+    flavors = [
+        {
+            "name": f,
+            "resources": [
+                {"name": "cpu", "nominalQuota": share * 28},
+                {"name": "memory", "nominalQuota": f"{share * 256}Gi"},
+                {"name": "nvidia.com/gpu", "nominalQuota": share},
+            ],
+        }
+        for f in PRODUCTS
+    ]
+    return {
+        "apiVersion": KUEUE,
+        "kind": "ClusterQueue",
+        "metadata": {"name": f"team-{team}"},
+        "spec": {
+            "cohortName": "all",
+            "namespaceSelector": {},
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+            "resourceGroups": [
+                {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": flavors}
+            ],
+        },
+    }
+
+
 def _queues(teams: int, nodes: int) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [
         {
@@ -75,35 +103,7 @@ def _queues(teams: int, nodes: int) -> list[dict[str, Any]]:
     ]
     share = nodes * 8 // 2 // teams
     for t in range(teams):
-        flavors = [
-            {
-                "name": f,
-                "resources": [
-                    {"name": "cpu", "nominalQuota": share * 28},
-                    {"name": "memory", "nominalQuota": f"{share * 256}Gi"},
-                    {"name": "nvidia.com/gpu", "nominalQuota": share},
-                ],
-            }
-            for f in PRODUCTS
-        ]
-        docs.append(
-            {
-                "apiVersion": KUEUE,
-                "kind": "ClusterQueue",
-                "metadata": {"name": f"team-{t}"},
-                "spec": {
-                    "cohortName": "all",
-                    "namespaceSelector": {},
-                    "preemption": {
-                        "withinClusterQueue": "LowerPriority",
-                        "reclaimWithinCohort": "Any",
-                    },
-                    "resourceGroups": [
-                        {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": flavors}
-                    ],
-                },
-            }
-        )
+        docs.append(_cluster_queue(t, share))
         docs.append(
             {
                 "apiVersion": KUEUE,
@@ -112,15 +112,10 @@ def _queues(teams: int, nodes: int) -> list[dict[str, Any]]:
                 "spec": {"clusterQueue": f"team-{t}"},
             }
         )
-    for name, value in (("low", 100), ("high", 1000)):
-        docs.append(
-            {
-                "apiVersion": KUEUE,
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            }
-        )
+    docs.extend(
+        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": n}, "value": v}
+        for n, v in (("low", 100), ("high", 1000))
+    )
     return docs
 
 
@@ -187,7 +182,9 @@ def build(jobs: int, nodes: int, teams: int, load: float, seed: int) -> Scenario
         job = tpl.model_copy(update={"metadata": tpl.metadata.model_copy(update={"name": f"j{i}"})})
         duration = max(60.0, round(rnd.expovariate(1 / MEAN_RUN)))
         scn.jobs.append(SimJob(job=job, arrival=round(t, 1), duration=duration, seq=i))
-    scn.namespaces.update({f"team-{t}": {"kubernetes.io/metadata.name": f"team-{t}"} for t in range(teams)})
+    scn.namespaces.update(
+        {f"team-{t}": {"kubernetes.io/metadata.name": f"team-{t}"} for t in range(teams)}
+    )
     return scn
 
 
@@ -199,12 +196,27 @@ def main() -> int:
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile")
+    ap.add_argument("--every", type=int, default=10_000, help="progress line every N Jobs")
     args = ap.parse_args()
     console = Console()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     scn = build(args.jobs, args.nodes, args.teams, args.load, args.seed)
     built = time.perf_counter()
-    sim = GangSimulator(scn, Settings())
+    marks = iter(range(args.every, args.jobs + 1, args.every))
+    mark = [next(marks, None)]
+
+    def progress(done: int, total: int, t: float) -> None:
+        if mark[0] is not None and done >= mark[0]:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            console.print(
+                f"{done:>7,} / {total:,} finished  t={t / 3600:6.1f}h  "
+                f"wall {time.perf_counter() - built:6.1f}s  "
+                f"cpu {time.process_time() - cpu_started:6.1f}s  "
+                f"cycles {sim.cycles:>7,}  rss {rss:.0f} MiB"
+            )
+            mark[0] = next(marks, None)
+
+    sim = GangSimulator(scn, Settings(), progress if args.every else None)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
@@ -214,6 +226,7 @@ def main() -> int:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     done = time.perf_counter()
     summary = result.summary()
+    peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     table = Table(title=f"atoll simulate: {args.jobs:,} Jobs on {args.nodes:,} nodes")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -221,7 +234,8 @@ def main() -> int:
         "build scenario (s)": f"{built - started:.1f}",
         "simulate (s)": f"{done - built:.1f}",
         "total wall time (s)": f"{done - started:.1f}",
-        "peak memory, max RSS (MiB)": f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}",
+        "total CPU time (s)": f"{time.process_time() - cpu_started:.1f}",
+        "peak memory, max RSS (MiB)": f"{peak_rss_kib / 1024:.0f}",
         "engine cycles": f"{result.cycles:,}",
         "simulated span (h)": f"{result.end / 3600:.1f}",
         "Jobs finished": f"{summary['finished']:,} / {summary['jobs']:,}",

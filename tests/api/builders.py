@@ -122,3 +122,8 @@ def without(manifest: Manifest, path: str) -> Manifest:
         node = node[int(part)] if part.isdigit() else node[part]
     del node[last]
     return manifest
+
+
+NOT_MANIFESTS = frozenset({"clusters", "scenarios"})
+"""Folders of examples/ that hold atoll inputs (cluster shapes, simulator scenarios) rather
+than manifests to `kubectl apply`."""

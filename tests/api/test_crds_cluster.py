@@ -20,6 +20,7 @@ import yaml
 from atoll.api import ClusterQueue, LocalQueue, ResourceFlavor, parse_object
 from atoll.api.crdgen import KINDS
 from tests.api.builders import (
+    NOT_MANIFESTS,
     Manifest,
     admission_check,
     cluster_queue,
@@ -44,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
     p
     for p in (REPO / "examples").rglob("*.yaml")
-    if p.relative_to(REPO / "examples").parts[0] != "clusters"
+    if p.relative_to(REPO / "examples").parts[0] not in NOT_MANIFESTS
 )
 
 

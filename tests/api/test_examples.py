@@ -12,9 +12,10 @@ import yaml
 from atoll.api import ClusterQueue, Job, LocalQueue, ResourceFlavor, parse_object
 from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.api.meta import KubeObject
+from tests.api.builders import NOT_MANIFESTS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-FOLDERS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "clusters")
+FOLDERS = sorted(p for p in EXAMPLES.iterdir() if p.is_dir() and p.name not in NOT_MANIFESTS)
 IMAGE = "registry.invalid/atoll/sleep:1"
 
 

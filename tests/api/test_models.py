@@ -38,6 +38,7 @@ from atoll.api.clusterqueue import (
 from atoll.api.core import Taint, Toleration
 from atoll.api.meta import KubeObject
 from tests.api.builders import (
+    NOT_MANIFESTS,
     cluster_queue,
     cohort,
     cpu_group,
@@ -58,7 +59,7 @@ EXAMPLE_DOCS = [
         doc, id=f"{path.relative_to(REPO / 'examples')}:{doc['kind']}/{doc['metadata']['name']}"
     )
     for path in sorted((REPO / "examples").rglob("*.yaml"))
-    if path.relative_to(REPO / "examples").parts[0] != "clusters"
+    if path.relative_to(REPO / "examples").parts[0] not in NOT_MANIFESTS
     for doc in yaml.safe_load_all(path.read_text())
     if doc
 ]

@@ -212,16 +212,17 @@ def test_cohort_borrowing_then_reclaim(
         lambda: is_true(workload_of(cluster, namespace, "borrower"), "Admitted"),
     )
     cq = get_json(cluster, "get", "clusterqueue", f"a-{namespace}")
-    cluster.wait_for(
-        "ClusterQueue a to report borrowing",
-        lambda: any(
-            r.get("borrowed") == "2"
-            for f in get_json(cluster, "get", "clusterqueue", f"a-{namespace}")["status"].get(
-                "flavorsReservation", []
-            )
+
+    def borrowed() -> set[str]:
+        status = get_json(cluster, "get", "clusterqueue", f"a-{namespace}").get("status", {})
+        return {
+            r.get("borrowed", "0")
+            for f in status.get("flavorsReservation", [])
             for r in f["resources"]
-        ),
-    )
+            if r["name"] == b.GPU
+        }
+
+    cluster.wait_for("ClusterQueue a to report borrowing 2 GPUs", lambda: borrowed() == {"2"})
     assert cq["spec"]["cohortName"] == cohort
     _create(cluster, b.job("owner", namespace, queue="qb", pods=4, run="2s"))
     cluster.wait_for(

@@ -95,3 +95,14 @@ def test_simulation_is_deterministic() -> None:
         return json.dumps(_run(scn).to_json(), sort_keys=True)
 
     assert once() == once()
+
+
+def test_backoff_limit_deactivates_the_workload() -> None:
+    scn = six_gpus(job("wide", pods=1, gpus=4))
+    result = _run(scn, timeout=300.0, backoff_base=60.0, backoff_limit=1)
+    (wide,) = result.jobs
+    # evicted at 300 (count 1), readmitted at 360, evicted at 660 (count 2 > limit 1)
+    assert wide.evictions == 2
+    assert wide.reason == "Deactivated"
+    assert result.end == 660.0
+    assert result.timeline.series["pending/cq"][-1] == 0

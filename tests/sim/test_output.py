@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from atoll.cli import simulate_cmd
@@ -55,7 +56,7 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_out_dir_gets_plots_and_results(tmp_path: Path) -> None:
     assert _simulate(str(EXAMPLES / "mixed.yaml"), "--compare", "--out", str(tmp_path)) == 0
-    for name in ("gpu-occupancy.png", "queue-length.png", "wait-times.png"):
+    for name in ("gpu-occupancy.png", "queue-length.png", "cq-usage.png", "wait-times.png"):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC)
         assert len(data) > 1000
@@ -66,7 +67,12 @@ def test_out_dir_gets_plots_and_results(tmp_path: Path) -> None:
 def test_plots_of_a_single_run(tmp_path: Path) -> None:
     result = GreedySimulator(six_gpus(job("a"))).run()
     written = write_plots([result], tmp_path / "new")
-    assert [p.name for p in written] == ["gpu-occupancy.png", "queue-length.png", "wait-times.png"]
+    assert [p.name for p in written] == [
+        "gpu-occupancy.png",
+        "queue-length.png",
+        "cq-usage.png",
+        "wait-times.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in written)
 
 
@@ -88,3 +94,24 @@ def test_bad_scenario_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[
     bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     assert _simulate(str(bad)) == 1
     assert "no Nodes and no ClusterShape" in capsys.readouterr().err
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    simulate_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(list(argv))
+    return int(args.func(args))
+
+
+def test_what_if_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job("late", pods=4)))
+    scenario = str(EXAMPLES / "deadlock.yaml")
+    assert _cli("what-if", str(job_file), "--scenario", scenario, "--at", "1m", "--json") == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["job"] == "default/job-late"
+    assert answer["clusterQueue"] is None  # LocalQueue `lq` is not in that scenario
+    assert answer["decision"]["kind"] == "Pending"
+    assert "LocalQueue lq doesn't exist" in answer["decision"]["message"]
+    assert _cli("what-if", str(job_file), "--kubeconfig", "/dev/null") == 2
+    assert "not implemented yet" in capsys.readouterr().err

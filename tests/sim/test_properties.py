@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.greedy import GreedySimulator
 from tests.sim.builders import job, six_gpus
 
 jobs_strategy = st.lists(
@@ -49,3 +50,26 @@ def test_no_gang_is_ever_partly_running_and_all_finish(
         assert rec.finished - rec.started == minutes[rec.name] * 60
     # no gang ever holds GPUs after the run
     assert tl.series["bound/g"][-1] == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(jobs_strategy)
+def test_greedy_books_balance_and_partial_jobs_hold_idle_gpus(
+    specs: list[tuple[int, int, int, str]],
+) -> None:
+    scn = six_gpus(
+        *(
+            job(f"j{i}", pods=p, arrival=a, duration=f"{m}m", priority=prio)
+            for i, (p, a, m, prio) in enumerate(specs)
+        )
+    )
+    result = GreedySimulator(scn).run()
+    tl = result.timeline
+    for i in range(len(tl.times)):
+        bound = tl.series["bound/g"][i]
+        assert tl.series["usage/cq"][i] == bound
+        assert 0 <= tl.series["busy"][i] <= bound <= 6
+        if tl.series["partial"][i] == 0:
+            assert tl.series["busy"][i] == bound  # only partly placed Jobs hold idle GPUs
+    finished = [j for j in result.jobs if j.finished is not None]
+    assert (result.deadlock is None) == (len(finished) == len(result.jobs))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from atoll.cli.simulate_cmd import read_scenario
+from atoll.sim.gang import Settings
 from atoll.sim.scenario import ScenarioError, parse_duration
 from tests.sim.builders import job, six_gpus
 
@@ -62,3 +63,24 @@ def test_inline_cluster_shape(tmp_path: Path) -> None:
     assert [n.name for n in scn.nodes] == ["n-0", "n-1"]
     assert scn.nodes[0].status.allocatable is not None
     assert str(scn.nodes[0].status.allocatable["nvidia.com/gpu"]) == "4"
+
+
+def test_kueue_configuration_sets_the_simulator_settings() -> None:
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "waitForPodsReady": {
+            "timeout": "5m",
+            "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffLimitCount": 2},
+        },
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]},
+    }
+    settings = Settings.of(six_gpus(config).config)
+    assert settings.timeout == 300.0
+    assert (settings.backoff_base, settings.backoff_limit) == (10.0, 2)
+    assert settings.fair_sharing is not None
+
+
+def test_unknown_kinds_are_listed_not_fatal() -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    assert six_gpus(cm).ignored == ["ConfigMap/x"]

@@ -9,9 +9,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from atoll.api.core import Job
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
@@ -26,6 +28,7 @@ from atoll.sim.scenario import (
     load_scenario,
     parse_duration,
 )
+from atoll.sim.whatif import what_if
 
 JSON_SCHEMA_VERSION = 1
 
@@ -116,7 +119,54 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _what_if(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    if args.kubeconfig:
+        err.print(
+            "atoll what-if --kubeconfig: the live-cluster variant needs the kube layer "
+            "(a snapshot of the cluster's cache) and is not implemented yet; use --scenario"
+        )
+        return 2
+    if not args.scenario:
+        err.print("atoll what-if: give --scenario FILE")
+        return 2
+    try:
+        scn = read_scenario(Path(args.scenario))
+        at = parse_duration(args.at) if args.at else 0.0
+        raw = yaml.safe_load(Path(args.job).read_text())
+        job = Job.model_validate(raw)
+        answer = what_if(scn, job, at=at)
+    except (ScenarioError, ValueError, OSError, yaml.YAMLError) as e:
+        err.print(f"atoll what-if: {e}")
+        return 1
+    if args.json:
+        json.dump(answer.to_json(), sys.stdout)
+        print()
+    else:
+        print(answer.describe())
+    return 0
+
+
+def _register_what_if(sub: Any) -> None:
+    p = sub.add_parser(
+        "what-if",
+        help="would this Job be admitted now, to which flavor, whom would it preempt",
+        description=(
+            "Runs the scenario up to --at, adds the Job's Workload and computes one engine "
+            "cycle on that snapshot without changing anything."
+        ),
+    )
+    p.add_argument("job", help="a batch/v1 Job manifest (with kueue.x-k8s.io/queue-name)")
+    p.add_argument("--scenario", metavar="FILE", help="the cluster, queues and workload")
+    p.add_argument("--at", metavar="DURATION", help="point of the scenario to ask at (0s)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="ask a live cluster (not yet)")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.set_defaults(func=_what_if)
+
+
 def register(sub: Any) -> None:
+    """`atoll simulate` and `atoll what-if`."""
+    _register_what_if(sub)
     annotations = "; ".join(f"{k}: {v}" for k, v in SCENARIO_ANNOTATIONS.items())
     p = sub.add_parser(
         "simulate",

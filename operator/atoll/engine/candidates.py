@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from atoll.engine import quota
+from atoll.engine import candidateindex, quota
 from atoll.engine.model import (
     AdmittedWorkload,
     BorrowWithinCohortPolicy,
@@ -126,8 +126,8 @@ def classify(req: Request, a: AdmittedWorkload, hierarchical_advantage: bool) ->
 
 def _using(ov: UsageOverlay, req: Request, cq: ClusterQueueName) -> Iterable[AdmittedWorkload]:
     """Workloads of `cq` that use a resource needing preemption, in candidate order."""
-    per_fr = ov.snapshot.using.get(cq)
-    if per_fr is None:
+    per_fr = candidateindex.using(ov, cq)
+    if not per_fr:
         return ()
     lists = [per_fr[fr] for fr in req.need_preemption if fr in per_fr]
     if len(lists) <= 1:
@@ -284,7 +284,7 @@ def has_candidates(ov: UsageOverlay, req: Request, sources: list[Source]) -> boo
 
 def releasable(ov: UsageOverlay, req: Request, src: Source, fr: FlavorResource) -> int:
     """At most what evicting the source queue's workloads the policy allows could free."""
-    r = ov.snapshot.releasable.get((src.cluster_queue, fr))
+    r = candidateindex.totals(ov, src.cluster_queue, fr)
     if r is None:
         return 0
     preemption = req.cluster_queue.preemption
@@ -297,10 +297,11 @@ def releasable(ov: UsageOverlay, req: Request, src: Source, fr: FlavorResource) 
     else:
         count = len(r.priorities)
     allowed = r.evicted + r.cumulative[count]
-    if src.group == 2:
+    if src.group == 2 or len(req.need_preemption) != 1:
         return allowed
-    # Another queue's workloads are taken only while it is above its quota: at most what
-    # it uses above quota, plus the overshoot of the last one taken.
+    # Another queue's workloads are taken only while it is above its quota in the one
+    # resource that needs preemption: at most what it uses above quota, plus the
+    # overshoot of the last one taken.
     over = max(0, ov.used(src.node, fr) - ov.tree.nodes[src.node].subtree_quota.get(fr, 0))
     return min(allowed, over + r.largest)
 
@@ -359,7 +360,7 @@ def _flat(ov: UsageOverlay, root: int, fr: FlavorResource) -> _Flat:
         for child in children:
             name = ClusterQueueName(ov.tree.nodes[child].name)
             sources[name] = Source(name, root, False, 1, child)
-            lists.append(ov.snapshot.using.get(name, {}).get(fr, ()))
+            lists.append(candidateindex.using(ov, name).get(fr, ()))
         found = ov.memo[key] = _Flat(tuple(heapq.merge(*lists, key=candidate_key)), sources)
     assert isinstance(found, _Flat)
     return found

@@ -97,7 +97,9 @@ class Victim:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preempt:
     """Evict `victims` (whole workloads); the preemptor stays pending
-    (WaitingForPreemptedWorkloads) and is retried once their quota is released."""
+    (WaitingForPreemptedWorkloads) and is retried once their quota is released. Victims
+    already being evicted (AdmittedWorkload.evicted) may be named again: evicting is
+    idempotent, as in Kueue's IssuePreemptions."""
 
     workload: WorkloadKey
     cluster_queue: ClusterQueueName

@@ -14,6 +14,12 @@ from atoll.engine.devices import Claim, DeviceAllocation, NodeDevices
 from atoll.engine.model import Labels, NodeSelectorTerm, Taint, Toleration
 
 NO_DEVICES = NodeDevices(free=(), busy=frozenset(), all=())
+_NOT_ACCELERATORS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def is_accelerator(resource: str) -> bool:
+    """An extended resource (e.g. `nvidia.com/gpu`), not cpu, memory, pods or storage."""
+    return resource not in _NOT_ACCELERATORS and not resource.startswith("hugepages-")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -27,6 +33,13 @@ class NodeInventory:
     schedulable: bool = True
     """False when cordoned or not Ready."""
     devices: NodeDevices = NO_DEVICES
+    weight: int = field(init=False)
+    """Free devices plus free extended resources (GPUs): best fit's tie-break, smaller is
+    tighter."""
+
+    def __post_init__(self) -> None:
+        extended = sum(self.free.get(r, 0) for r in self.allocatable if is_accelerator(r))
+        object.__setattr__(self, "weight", len(self.devices.free) + extended)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -38,9 +51,14 @@ class Inventory:
     island_attribute: str | None = None
     """Device attribute naming an NVLink island (best-fit groups devices by it)."""
     by_name: Mapping[str, NodeInventory] = field(init=False)
+    memo: dict[object, dict[str, int]] = field(init=False, repr=False, compare=False)
+    """Answers of pure functions of this snapshot (pods of a pod set's claims that fit on each
+    node's free devices), kept so that a cycle placing many gangs on one snapshot reuses
+    them. Never read for a node a placement has changed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {n.name: n for n in self.nodes})
+        object.__setattr__(self, "memo", {})
 
 
 class PlacementPolicy(Enum):

@@ -15,17 +15,22 @@ from dataclasses import dataclass, field
 from atoll.engine import topology as topo
 from atoll.engine.devices import (
     Claim,
+    ConstraintKind,
     DeviceAllocation,
     DeviceId,
     NodeDevices,
+    RequestAlternative,
     allocate,
     device_count,
+    device_matches,
+    group_sizes,
 )
 from atoll.engine.inventory import (
     GangPodSet,
     Inventory,
     NodeInventory,
     PlacementPolicy,
+    is_accelerator,
 )
 from atoll.engine.matching import requirement_matches, untolerated_taint
 
@@ -101,12 +106,16 @@ def eligible(node: NodeInventory, ps: GangPodSet) -> bool:
 
 def _resource_fit(w: Working, node: NodeInventory, ps: GangPodSet, limit: int) -> int:
     fit = limit
-    for r, q in pod_requests(ps, node):
+    changed = w.free.get(node.name)
+    free = node.free if changed is None else changed
+    for r, q in ps.requests:
         if q > 0:
-            fit = min(fit, w.amount(node, r) // q)
+            fit = min(fit, free.get(r, 0) // q)
             if fit <= 0:
                 return 0
-    return fit
+    if PODS in node.allocatable and all(r != PODS for r, _ in ps.requests):
+        fit = min(fit, free.get(PODS, 0))
+    return max(fit, 0)
 
 
 def _signature(ps_index: int, ps: GangPodSet, devices: NodeDevices, island: str | None) -> object:
@@ -120,9 +129,7 @@ def _signature(ps_index: int, ps: GangPodSet, devices: NodeDevices, island: str 
             for alt in req.alternatives:
                 if alt.all_devices or alt.admin_access:
                     return None
-                bits.append(
-                    tuple(all(m(d) for m in alt.matchers) and not d.taints for d in devices.free)
-                )
+                bits.append(tuple([device_matches(alt, d) for d in devices.free]))
     for a in sorted(a for a in attrs if a):
         seen: dict[object, int] = {}
         bits.append(
@@ -161,24 +168,62 @@ def _device_fit(
     return n
 
 
-def pods_fit(w: Working, node: NodeInventory, ps_index: int, ps: GangPodSet, limit: int) -> int:
-    """How many pods of `ps` (up to `limit`) fit on `node` now."""
-    fit = _resource_fit(w, node, ps, limit)
-    if fit == 0 or not ps.claims:
-        return fit
-    devices = w.devices(node)
+def _simple(claims: Sequence[Claim]) -> tuple[RequestAlternative, str | None] | None:
+    """One claim, one ExactCount request, at most one matchAttribute: the count of pods is
+    then arithmetic (what the repeated search would find, without searching)."""
+    if len(claims) != 1 or len(claims[0].requests) != 1:
+        return None
+    claim = claims[0]
+    alts = claim.requests[0].alternatives
+    if len(alts) != 1 or alts[0].all_devices or alts[0].admin_access or len(claim.constraints) > 1:
+        return None
+    if not claim.constraints:
+        return alts[0], None
+    c = claim.constraints[0]
+    if c.kind is not ConstraintKind.MATCH or not c.covers(alts[0].name):
+        return None
+    return alts[0], c.attribute
+
+
+def device_pods(w: Working, devices: NodeDevices, ps_index: int, ps: GangPodSet, limit: int) -> int:
+    """How many pods' claims (up to `limit`) the devices can serve, as the search would."""
+    simple = _simple(ps.claims)
+    if simple is not None:
+        alt, attribute = simple
+        candidates = [d for d in devices.free if device_matches(alt, d)]
+        if attribute is None:
+            return min(limit, len(candidates) // alt.count)
+        sizes = group_sizes(candidates, attribute).values()
+        return min(limit, sum(n // alt.count for n in sizes))
     if len(devices.free) < device_count(ps.claims) and not _has_special(ps.claims):
         return 0
     island = w.inventory.island_attribute
     sig = _signature(ps_index, ps, devices, island)
     if sig is None:
-        return _device_fit(devices, ps.claims, fit, island, w.best_fit)
-    key = (sig, fit)
+        return _device_fit(devices, ps.claims, limit, island, w.best_fit)
+    key = (sig, limit)
     got = w.memo.get(key)
     if got is None:
-        got = _device_fit(devices, ps.claims, fit, island, w.best_fit)
+        got = _device_fit(devices, ps.claims, limit, island, w.best_fit)
         w.memo[key] = got
     return got
+
+
+def pods_fit(
+    w: Working, node: NodeInventory, ps_index: int, ps: GangPodSet, known: dict[str, int]
+) -> int:
+    """How many pods of `ps` (up to its count) fit on `node` now. `known` is the snapshot's
+    memo of device answers for this pod set on untouched nodes."""
+    fit = _resource_fit(w, node, ps, ps.count)
+    if fit == 0 or not ps.claims:
+        return fit
+    if w.taken.get(node.name):
+        return device_pods(w, w.devices(node), ps_index, ps, fit)
+    got = known.get(node.name)
+    if got is None:
+        got = device_pods(w, node.devices, ps_index, ps, ps.count)
+        known[node.name] = got
+    return min(fit, got)
 
 
 def _has_special(claims: Sequence[Claim]) -> bool:
@@ -187,17 +232,15 @@ def _has_special(claims: Sequence[Claim]) -> bool:
     )
 
 
-_NOT_ACCELERATORS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
-
-
 def _weight(w: Working, node: NodeInventory) -> int:
     """Free devices plus free extended resources (GPUs): smaller is tighter."""
-    extended = sum(
-        w.amount(node, r)
-        for r in node.allocatable
-        if r not in _NOT_ACCELERATORS and not r.startswith("hugepages-")
+    if node.name not in w.free and node.name not in w.taken:
+        return node.weight
+    changed = w.free.get(node.name)
+    free = node.free if changed is None else changed
+    return len(w.devices(node).free) + sum(
+        free.get(r, 0) for r in node.allocatable if is_accelerator(r)
     )
-    return len(w.devices(node).free) + extended
 
 
 def entries(
@@ -211,6 +254,7 @@ def entries(
     every eligible node."""
     out = []
     ok = []
+    known = w.inventory.memo.setdefault(("pods", ps.claims, ps.count, w.policy), {})
     for node in w.inventory.nodes:
         if within is not None and node.name not in within:
             continue
@@ -220,7 +264,7 @@ def entries(
         path = (node.name,) if levels is None else topo.node_path(levels, node.labels, node.name)
         if path is None:
             continue
-        cap = pods_fit(w, node, ps_index, ps, ps.count)
+        cap = pods_fit(w, node, ps_index, ps, known)
         if cap > 0:
             out.append(topo.Entry(path=path, node=node.name, cap=cap, weight=_weight(w, node)))
     return out, ok

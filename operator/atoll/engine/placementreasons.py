@@ -8,6 +8,7 @@ Kueue's TAS reports "topology ... doesn't allow to fit any of N pod(s)"
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from atoll.engine import topology as topo
@@ -36,10 +37,15 @@ def largest_island(
     if alt is None:
         return 0, None
     attribute = _island_attribute(w, ps)
+    known = w.inventory.memo.setdefault(("island", alt, attribute), {})
     best: tuple[int, str | None] = (0, None)
     for node in nodes:
-        free = [d for d in w.devices(node).free if device_matches(alt, d)]
-        size = max(group_sizes(free, attribute).values(), default=0) if attribute else len(free)
+        size = None if w.taken.get(node.name) else known.get(node.name)
+        if size is None:
+            free = [d for d in w.devices(node).free if device_matches(alt, d)]
+            size = max(group_sizes(free, attribute).values(), default=0) if attribute else len(free)
+            if not w.taken.get(node.name):
+                known[node.name] = size
         if size > best[0]:
             best = (size, node.name)
     return best
@@ -47,6 +53,16 @@ def largest_island(
 
 def _units(p: Plan) -> str:
     return f"slices of {p.units.size} pods" if p.units.slice_depth is not None else "pods"
+
+
+def _island_tail(w: Working, ps: GangPodSet, island: int, node: str | None) -> str:
+    per_pod = device_count(ps.claims)
+    if not per_pod:
+        return ""
+    attr = _island_attribute(w, ps)
+    where = f" sharing {attr}" if attr else ""
+    at = f" ({node})" if node else ""
+    return f"; each pod needs {per_pod} device(s){where}, the largest free island has {island}{at}"
 
 
 def no_fit(
@@ -69,52 +85,36 @@ def no_fit(
         )
     total = topo.capacity(ents, -1, p.units)
     island, island_node = largest_island(w, ps, ok)
-    per_pod = device_count(ps.claims)
-    tail = ""
-    if per_pod:
-        attr = _island_attribute(w, ps)
-        where = f" sharing {attr}" if attr else ""
-        tail = (
-            f"; each pod needs {per_pod} device(s){where}, the largest free island has "
-            f"{island}" + (f" ({island_node})" if island_node else "")
-        )
-    required = p.mode is TopologyMode.REQUIRED and p.depth is not None and p.levels is not None
-    if required and total >= p.need:
-        assert p.levels is not None
-        assert p.depth is not None
-        level = p.levels[p.depth]
-        key, room = topo.largest(ents, p.depth, p.units)
-        return NoFit(
-            gang=gang.key,
-            pod_set=ps.name,
-            reason=NoFitReason.NO_DOMAIN,
-            needed=p.need,
-            available=room,
-            level=level,
-            largest_domain=key,
-            devices_per_pod=per_pod,
-            largest_island=island,
-            largest_island_node=island_node,
-            fits_unconstrained=True,
-            message=(
-                f"pod set {ps.name} needs {p.need} {_units(p)} in one {level}; the largest"
-                f" has room for {room}"
-                + (f" ({key[-1]})" if key else "")
-                + f"{tail}; would fit now as preferred instead of required"
-            ),
-        )
-    return NoFit(
+    base = NoFit(
         gang=gang.key,
         pod_set=ps.name,
         reason=NoFitReason.INSUFFICIENT,
+        message="",
         needed=p.need,
-        available=total,
-        level=p.levels[p.depth] if p.levels and p.depth is not None else None,
-        devices_per_pod=per_pod,
+        devices_per_pod=device_count(ps.claims),
         largest_island=island,
         largest_island_node=island_node,
-        message=(
-            f"pod set {ps.name} needs {p.need} {_units(p)}; {len(ok)} eligible node(s)"
-            f" have room for {total}{tail}"
-        ),
+    )
+    tail = _island_tail(w, ps, island, island_node)
+    level = p.levels[p.depth] if p.levels and p.depth is not None else None
+    if p.mode is TopologyMode.REQUIRED and level is not None and total >= p.need:
+        assert p.depth is not None
+        key, room = topo.largest(ents, p.depth, p.units)
+        where = f" ({key[-1]})" if key else ""
+        return replace(
+            base,
+            reason=NoFitReason.NO_DOMAIN,
+            available=room,
+            level=level,
+            largest_domain=key,
+            fits_unconstrained=True,
+            message=f"pod set {ps.name} needs {p.need} {_units(p)} in one {level}; the largest"
+            f" has room for {room}{where}{tail}; would fit now as preferred instead of required",
+        )
+    return replace(
+        base,
+        available=total,
+        level=level,
+        message=f"pod set {ps.name} needs {p.need} {_units(p)}; {len(ok)} eligible node(s)"
+        f" have room for {total}{tail}",
     )

@@ -48,48 +48,6 @@ class Snapshot:
     group_of: Mapping[ClusterQueueName, Mapping[ResourceName, ResourceGroup]]
     over_nominal: Mapping[tuple[int, FlavorResource], tuple[int, ...]]
     """Per cohort node and flavor/resource: its children using more than their own quota."""
-    using: Mapping[ClusterQueueName, Mapping[FlavorResource, tuple[AdmittedWorkload, ...]]]
-    """Admitted workloads per ClusterQueue and flavor/resource they use, in preemption
-    candidate order (see candidate_key)."""
-    releasable: Mapping[tuple[ClusterQueueName, FlavorResource], Releasable]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Releasable:
-    """How much of a flavor/resource a ClusterQueue's workloads hold, by priority: what
-    evicting all workloads below a priority could free at most."""
-
-    evicted: int
-    priorities: tuple[int, ...]
-    """Of the workloads not already evicted, ascending."""
-    cumulative: tuple[int, ...]
-    """cumulative[i]: usage of the first i of them (len(priorities) + 1 entries)."""
-    largest: int
-    """The most any single one of the workloads uses."""
-
-
-def _releasable(
-    workloads: tuple[AdmittedWorkload, ...],
-    fr: FlavorResource,
-    usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
-) -> Releasable:
-    evicted = largest = 0
-    priorities: list[int] = []
-    cumulative = [0]
-    for a in workloads:
-        used = usage[a.key][fr]
-        largest = max(largest, used)
-        if a.evicted:
-            evicted += used
-        else:
-            priorities.append(a.workload.priority)
-            cumulative.append(cumulative[-1] + used)
-    return Releasable(
-        evicted=evicted,
-        priorities=tuple(priorities),
-        cumulative=tuple(cumulative),
-        largest=largest,
-    )
 
 
 class _ListWriter:
@@ -248,31 +206,23 @@ def _inactive_reason(
 def _charge(
     tree: QuotaTree, admitted: Mapping[WorkloadKey, AdmittedWorkload]
 ) -> tuple[list[dict[FlavorResource, int]], dict[WorkloadKey, Mapping[FlavorResource, int]]]:
-    """Usage per tree node (bubbled up as Kueue does) and per workload."""
+    """Usage per tree node (bubbled up as Kueue does) and per workload. Bubbling a queue's
+    total at once gives the same usage as charging its workloads one by one."""
     usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
-    writer = _ListWriter(usage)
     per_workload: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
-    for key in sorted(admitted):
-        a = admitted[key]
+    per_cq: dict[int, dict[FlavorResource, int]] = {}
+    for key, a in admitted.items():
         per_workload[key] = wl_usage = admission_usage(a)
         node = tree.cluster_queues.get(a.cluster_queue)
         if node is not None:
+            total = per_cq.setdefault(node, {})
             for fr, value in wl_usage.items():
-                add_usage(tree, writer, node, fr, value)
+                total[fr] = total.get(fr, 0) + value
+    writer = _ListWriter(usage)
+    for node in sorted(per_cq):
+        for fr, value in per_cq[node].items():
+            add_usage(tree, writer, node, fr, value)
     return usage, per_workload
-
-
-def _candidate_index(
-    admitted: Mapping[WorkloadKey, AdmittedWorkload],
-    usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
-) -> dict[ClusterQueueName, dict[FlavorResource, tuple[AdmittedWorkload, ...]]]:
-    using: dict[ClusterQueueName, dict[FlavorResource, list[AdmittedWorkload]]] = {}
-    for key in sorted(admitted, key=lambda k: candidate_key(admitted[k])):
-        a = admitted[key]
-        per_fr = using.setdefault(a.cluster_queue, {})
-        for fr in usage[key]:
-            per_fr.setdefault(fr, []).append(a)
-    return {cq: {fr: tuple(v) for fr, v in m.items()} for cq, m in using.items()}
 
 
 def _over_nominal(
@@ -311,7 +261,6 @@ def build_snapshot(
     by_cq: dict[ClusterQueueName, list[WorkloadKey]] = {}
     for key in sorted(admitted_map):
         by_cq.setdefault(admitted_map[key].cluster_queue, []).append(key)
-    using = _candidate_index(admitted_map, workload_usage)
     return Snapshot(
         flavors=flavor_map,
         cluster_queues=cq_map,
@@ -329,10 +278,4 @@ def build_snapshot(
             for name, cq in cq_map.items()
         },
         over_nominal=_over_nominal(tree, usage),
-        using=using,
-        releasable={
-            (cq, fr): _releasable(ws, fr, workload_usage)
-            for cq, m in using.items()
-            for fr, ws in m.items()
-        },
     )

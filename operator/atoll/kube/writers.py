@@ -245,7 +245,6 @@ class KubeWriter:
             if not spec.get("suspend"):
                 return None
             template = spec.get("template") or {}
-            tmeta = template.get("metadata") or {}
             tspec = template.get("spec") or {}
             body: dict[str, Any] = {
                 "spec": {
@@ -253,14 +252,7 @@ class KubeWriter:
                     "template": {
                         "metadata": {
                             "labels": dict(plan.labels),
-                            "annotations": _removed(
-                                tmeta.get("annotations"), dict(plan.annotations)
-                            )
-                            | {
-                                k: v
-                                for k, v in (tmeta.get("annotations") or {}).items()
-                                if k not in plan.annotations
-                            },
+                            "annotations": dict(plan.annotations),
                         },
                         "spec": {
                             "nodeSelector": _removed(

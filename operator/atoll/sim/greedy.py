@@ -71,6 +71,10 @@ class GreedySimulator:
     _pending: list[_GJob] = field(default_factory=list)
     """Jobs with created pods not yet bound."""
     _finished: int = 0
+    _usage: dict[str, int] = field(default_factory=dict)
+    _waiting: dict[str, int] = field(default_factory=dict)
+    _busy: int = 0
+    _partial: int = 0
 
     def __post_init__(self) -> None:
         scn = self.scenario
@@ -95,10 +99,13 @@ class GreedySimulator:
                 gang=gang,
                 priority=sw.priority(sj.job, wpcs, pcs),
             )
+            self._usage[of(sj) or "-"] = self._waiting[of(sj) or "-"] = 0
             self.clock.at(sj.arrival, Kind.ARRIVE, sj.key)
 
     def _create_pods(self, job: _GJob, t: float) -> None:
         """The Job controller's next slow-start batch, and the one after it."""
+        if job.created == 0:
+            self._waiting[job.cq] += 1
         batch = batch_of(job.created)
         job.created = min(job.gang.size, 2 ** (batch + 1) - 1)
         if job not in self._pending:
@@ -123,7 +130,12 @@ class GreedySimulator:
                 failed.add(shape)
                 continue
             job.last_bound = t
+            self._usage[job.cq] += job.gang.gpus_per_pod
+            self._partial += len(job.gang.placed) == 1
             if job.gang.complete:
+                self._partial -= 1
+                self._waiting[job.cq] -= 1
+                self._busy += job.record.gpus
                 job.running = True
                 job.record.started = t
                 job.record.state = JobState.RUNNING
@@ -132,31 +144,18 @@ class GreedySimulator:
 
     def _complete(self, job: _GJob, t: float) -> None:
         job.gang.release(self.pool)
+        self._usage[job.cq] -= job.record.gpus
+        self._busy -= job.record.gpus
         job.running = False
         job.record.finished = t
         job.record.state = JobState.FINISHED
         self._finished += 1
 
     def _sample(self, t: float) -> None:
-        usage: dict[str, int] = {}
-        pending: dict[str, int] = {}
-        busy = partial = 0
-        for job in self._jobs.values():
-            usage.setdefault(job.cq, 0)
-            pending.setdefault(job.cq, 0)
-            if job.record.finished is not None or job.sj.arrival > t:
-                continue
-            held = len(job.gang.placed) * job.gang.gpus_per_pod
-            usage[job.cq] += held
-            if job.running:
-                busy += held
-            else:
-                pending[job.cq] += 1
-                partial += bool(job.gang.placed)
-        values = {f"usage/{k}": v for k, v in usage.items()}
-        values.update({f"pending/{k}": v for k, v in pending.items()})
+        values = {f"usage/{k}": v for k, v in self._usage.items()}
+        values.update({f"pending/{k}": v for k, v in self._waiting.items()})
         values.update({f"bound/{g}": v for g, v in self.pool.group_used.items()})
-        values["busy"], values["partial"] = busy, partial
+        values["busy"], values["partial"] = self._busy, self._partial
         self.timeline.add(t, values)
 
     def run(self) -> SimResult:

@@ -4,6 +4,8 @@
 - `gpu-occupancy.png`: GPUs bound to pods over time per node group, and the GPUs of Jobs
   actually making progress (a partly placed Job holds GPUs but does nothing);
 - `queue-length.png`: Jobs waiting per ClusterQueue over time;
+- `cq-usage.png`: GPUs held per ClusterQueue over time (admitted quota; bound GPUs in the
+  greedy run, which has no quota);
 - `wait-times.png`: the distribution of waiting times (arrival to start).
 """
 
@@ -65,6 +67,18 @@ def _queues(ax: Axes, result: SimResult) -> None:
     ax.legend(loc="lower left", fontsize="x-small")
 
 
+def _usage(ax: Axes, result: SimResult) -> None:
+    tl = result.timeline
+    idx = _thin(len(tl.times))
+    xs = _minutes(result, idx)
+    for cq, col in sorted(tl.column("usage").items()):
+        ax.step(xs, [col[i] for i in idx], where="post", label=cq)
+    ax.set_title(f"{result.mode.value}: GPUs held per ClusterQueue")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("GPUs")
+    ax.legend(loc="lower left", fontsize="x-small")
+
+
 def _waits(ax: Axes, results: Sequence[SimResult]) -> None:
     for r in results:
         waits = [w / 60.0 for j in r.jobs if (w := j.wait) is not None]
@@ -101,6 +115,10 @@ def write_plots(results: Sequence[SimResult], out: Path, prefix: str = "") -> li
     for ax, r in zip(axes[0], results, strict=True):
         _queues(ax, r)
     written.append(_save(fig, out / f"{prefix}queue-length.png"))
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.2), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], results, strict=True):
+        _usage(ax, r)
+    written.append(_save(fig, out / f"{prefix}cq-usage.png"))
     fig, ax = plt.subplots(figsize=(6, 3.2))
     _waits(ax, results)
     written.append(_save(fig, out / f"{prefix}wait-times.png"))

@@ -1,0 +1,243 @@
+"""Kueue's scheduler benchmark, side by side: Kueue's manager and atoll on the same shape, the
+same client budget, each on a fresh sandbox (etcd + kube-apiserver on loopback), one after
+the other, in one command.
+
+    make bench-kueue SCALE=0.1 [BUDGET=50/100]
+    python bench/kueue_baseline/run.py [--scale 0.1] [--large-scale] [--budget 50/100]
+        [--budget 300/500] [--only atoll|kueue] [--profile] [--json] [--timeout 600]
+
+For each controller: sandbox up, CRDs (atoll's from crds/, Kueue's from its Go module), the
+controller started with qps/burst = the budget, the queues created, then the generator
+(creation at the shape's rates) and the runner (Finished after the run time; eviction undone)
+until every Workload is Finished or the timeout. One table: wall time, admissions/s, average
+and p99 time-to-admission per class, usage, evictions, controller CPU seconds and peak RSS,
+and the atoll/Kueue ratios. `--profile` samples atoll with py-spy and prints its top frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1] / "operator")]
+
+from controllers import (  # noqa: E402
+    Atoll,
+    Budget,
+    Controller,
+    Kueue,
+    profile_top,
+    start_py_spy,
+    stop_py_spy,
+)
+from generator import Shape, create_queues, create_workloads, shape_from_args  # noqa: E402
+from kubeclient import KubeClient  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from runner import Runner  # noqa: E402
+
+from atoll.sandbox.cluster import Sandbox  # noqa: E402
+
+console = Console(stderr=True)
+
+
+async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s: float) -> Any:
+    """Queues, then Workloads at the shape's rates while the runner finishes them."""
+    async with KubeClient.from_kubeconfig(sandbox.kubeconfig) as client:
+        await create_queues(client, shape)
+        runner = Runner(client, shape)
+        watch = asyncio.create_task(runner.run())
+        await asyncio.sleep(1.0)  # the watch is established and the queues are seen
+        runner.started = time.monotonic()
+        gen = asyncio.create_task(create_workloads(client, shape))
+        deadline = runner.started + limit_s
+        timed_out = False
+        try:
+            while not runner.all_finished.is_set():
+                for task in (watch, gen):
+                    if task.done() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                if not controller.alive():
+                    raise RuntimeError(f"{controller.name} exited:\n{controller.tail()}")
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            end = runner.last_finish if runner.all_finished.is_set() else time.monotonic()
+            gen_s = await gen if gen.done() and gen.exception() is None else math.nan
+            for task in (watch, gen):
+                task.cancel()
+            await asyncio.gather(watch, gen, return_exceptions=True)
+            await runner.close()
+        summary = runner.summary(end)
+        summary["timed_out"] = timed_out
+        summary["generation_s"] = gen_s
+        return summary
+
+
+def run_one(
+    system: str, shape: Shape, budget: Budget, args: argparse.Namespace, base: Path
+) -> dict[str, Any]:
+    workdir = base / f"{system}-{budget.qps}-{budget.burst}"
+    workdir.mkdir(parents=True)
+    sandbox = Sandbox(root=Path(tempfile.mkdtemp(prefix=f"atoll-bench-{system}-")) / "sb")
+    controller: Controller | None = None
+    spy = None
+    result: dict[str, Any] = {"system": system, "budget": str(budget), "workdir": str(workdir)}
+    try:
+        t0 = time.monotonic()
+        console.print(f"[bold]{system}[/] at budget {budget}: fresh sandbox …")
+        sandbox.up(None, log=lambda m: console.print(f"  [dim]{m}[/]"))
+        cls = Kueue if system == "kueue" else Atoll
+        controller = cls(sandbox, budget, workdir)
+        if isinstance(controller, Kueue):
+            result["version"] = controller.version
+        controller.start()
+        console.print(f"  {system} ready (pid {controller.pid}) in {time.monotonic() - t0:.1f}s")
+        if args.profile and system == "atoll":
+            spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
+        result.update(asyncio.run(drive(controller, sandbox, shape, args.timeout)))
+        result.update(controller.sample())
+        if system == "atoll":
+            result["api_requests"] = controller.scrape()
+        stop_py_spy(spy)
+        if spy is not None:
+            result["profile"] = profile_top(workdir / "atoll.pyspy.txt")
+        console.print(
+            f"  done: {result['finished']}/{result['expected']} finished in "
+            f"{result['wall_s']:.1f}s{' (TIMED OUT)' if result['timed_out'] else ''}"
+        )
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+        console.print(f"[red]{system} failed:[/] {result['error']}")
+        traceback.print_exc()
+    finally:
+        stop_py_spy(spy)
+        if controller is not None:
+            controller.stop()
+        sandbox.down(log=lambda _m: None)
+        shutil.rmtree(sandbox.root.parent, ignore_errors=True)
+    return result
+
+
+# -- report ----------------------------------------------------------------------------------
+def _fmt(v: float, unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if abs(v) >= 100:
+        return f"{v:,.0f}{unit}"
+    return f"{v:,.1f}{unit}" if abs(v) >= 10 else f"{v:,.2f}{unit}"
+
+
+def rows(res: dict[str, Any]) -> list[tuple[str, float, bool]]:
+    """(label, value, lower_is_better) per line of the table."""
+    if "wall_s" not in res:
+        return []
+    out: list[tuple[str, float, bool]] = [
+        ("finished / expected", res["finished"] / max(1, res["expected"]), False),
+        ("wall time (s)", res["wall_s"], True),
+        ("admissions/s", res["admissions_per_s"], False),
+    ]
+    for name, c in res["classes"].items():
+        out.append((f"{name}: avg time-to-admission (ms)", c["avg_ms"], True))
+        out.append((f"{name}: p99 time-to-admission (ms)", c["p99_ms"], True))
+    out += [
+        ("usage (% of nominal)", res["usage_pct"], False),
+        ("evictions", float(sum(c["evictions"] for c in res["classes"].values())), True),
+        ("controller CPU (s)", res.get("cpu_s", math.nan), True),
+        ("controller peak RSS (MiB)", res.get("peak_rss_mib", math.nan), True),
+    ]
+    return out
+
+
+def table(shape: Shape, budget: str, results: dict[str, dict[str, Any]]) -> Table:
+    kueue, atoll = results.get("kueue", {}), results.get("atoll", {})
+    version = kueue.get("version", "")
+    t = Table(
+        title=f"{shape.name}: {len(shape.cluster_queues)} ClusterQueues, "
+        f"{shape.total_workloads:,} Workloads, client budget {budget} (qps/burst)"
+    )
+    t.add_column("metric")
+    t.add_column(f"Kueue {version}".strip(), justify="right")
+    t.add_column("atoll", justify="right")
+    t.add_column("atoll/Kueue", justify="right")
+    k_rows = {label: v for label, v, _ in rows(kueue)}
+    for label, v, lower in rows(atoll) or [(lbl, math.nan, True) for lbl in k_rows]:
+        k = k_rows.get(label, math.nan)
+        ratio = v / k if k and not math.isnan(k) and not math.isnan(v) else math.nan
+        good = (ratio <= 1.0) if lower else (ratio >= 1.0)
+        ratio_s = "—" if math.isnan(ratio) else f"[{'green' if good else 'red'}]{ratio:.2f}×[/]"
+        t.add_row(label, _fmt(k), _fmt(v), ratio_s)
+    for system, res in results.items():
+        if "error" in res:
+            t.add_row(f"[red]{system} error[/]", res["error"][:60], "", "")
+    return t
+
+
+def print_profile(res: dict[str, Any]) -> None:
+    prof = res.get("profile")
+    if not prof:
+        return
+    samples = prof.get("samples", [("n", 0)])[0][1]
+    for kind in ("self", "total"):
+        t = Table(title=f"atoll py-spy top frames by {kind} time ({samples:.0f} samples)")
+        t.add_column("%", justify="right")
+        t.add_column("frame")
+        for frame, pct in prof[kind][:20]:
+            t.add_row(f"{pct:.1f}", frame)
+        Console().print(t)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="multiply per-queue counts")
+    p.add_argument("--large-scale", action="store_true", help="1,000 CQs, 50,000 Workloads")
+    p.add_argument(
+        "--budget",
+        action="append",
+        help="client qps/burst for both controllers (repeatable; default 50/100)",
+    )
+    p.add_argument("--only", choices=("atoll", "kueue"))
+    p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument("--out", type=Path, help="where logs go (default a new temp dir)")
+    args = p.parse_args()
+    shape = shape_from_args(args.scale, args.large_scale)
+    budgets = [Budget.parse(b) for b in (args.budget or ["50/100"])]
+    systems = [args.only] if args.only else ["kueue", "atoll"]
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    base = args.out or Path(tempfile.gettempdir()) / f"atoll-bench-kueue-{stamp}"
+    base.mkdir(parents=True, exist_ok=True)
+    console.print(
+        f"{shape.name}: {len(shape.cluster_queues)} ClusterQueues, {shape.total_workloads:,} "
+        f"Workloads; budgets {', '.join(map(str, budgets))}; logs in {base}"
+    )
+    all_results: list[dict[str, Any]] = []
+    for budget in budgets:
+        results = {s: run_one(s, shape, budget, args, base) for s in systems}
+        all_results += results.values()
+        Console().print(table(shape, str(budget), results))
+        if "atoll" in results:
+            print_profile(results["atoll"])
+            for labels, n in sorted(results["atoll"].get("api_requests", {}).items()):
+                Console().print(f"atoll API requests {labels}: {n:.0f}")
+    (base / "results.json").write_text(json.dumps(all_results, indent=2, default=str))
+    if args.json:
+        print(json.dumps(all_results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""What-if: would this Job be admitted now, to which flavor, and whom would it preempt?
+
+"Now" is a point in a scenario: the simulator runs the scenario up to `at` seconds, the
+Job's Workload is added to that cache as if just created, and one engine cycle is computed
+on the snapshot (`run_cycle`, the operator's own) without assuming anything. The answer is
+the engine's decision for the Job; when another workload is ahead of it in its
+ClusterQueue, the answer also says what the decision would be were the Job at the head.
+If the quota admits it, its pods are tried on the nodes as they are then (bound, then
+released), to say whether they could all start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from atoll.api.core import Job
+from atoll.engine import decisions as d
+from atoll.engine.cycle import run_cycle
+from atoll.engine.ordering import queue_key, select_heads
+from atoll.sim import workloads as sw
+from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.pods import Gang, request, signature
+from atoll.sim.scenario import Scenario, ScenarioError
+from atoll.state import convert
+from atoll.state import workloads as wls
+from atoll.state.cache import UNKNOWN_QUEUE_PREFIX
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WhatIf:
+    job: str
+    at: float
+    cluster_queue: str | None
+    ahead: tuple[str, ...]
+    """Pending workloads ahead of the Job in its ClusterQueue (queue order)."""
+    decision: d.Decision | None
+    """The engine's decision this cycle (None: the Job is not a head this cycle)."""
+    at_head: d.Decision | None
+    """The decision were the Job at the head of its ClusterQueue."""
+    pods_fit: bool | None
+    """Whether all pods could be bound now on the admitted flavor's nodes."""
+
+    def describe(self) -> str:
+        lines = [f"{self.job} at t={self.at:g}s, ClusterQueue {self.cluster_queue or '-'}:"]
+        if self.decision is None and self.at_head is None and not self.ahead:
+            lines.append("  not queued: the Job has no kueue.x-k8s.io/queue-name label")
+        if self.ahead:
+            lines.append(f"  waits behind {len(self.ahead)}: {', '.join(self.ahead[:10])}")
+        if self.decision is not None:
+            lines.append("  now: " + _explain(self.decision))
+        if self.at_head is not None and self.at_head is not self.decision:
+            lines.append("  if it were at the head: " + _explain(self.at_head))
+        if self.pods_fit is False:
+            lines.append(
+                "  but its pods would not all fit on the nodes now: it would wait for "
+                "capacity and be evicted after the waitForPodsReady timeout"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "at": self.at,
+            "clusterQueue": self.cluster_queue,
+            "ahead": list(self.ahead),
+            "decision": _as_json(self.decision),
+            "atHead": _as_json(self.at_head),
+            "podsFit": self.pods_fit,
+        }
+
+
+def _flavors(pod_sets: tuple[d.PodSetAdmission, ...]) -> str:
+    return ", ".join(f"{r}={f}" for ps in pod_sets for r, f in ps.flavors) or "-"
+
+
+def _explain(dec: d.Decision) -> str:
+    match dec:
+        case d.Admit():
+            how = " (borrowing)" if dec.borrowing else ""
+            return f"admitted{how} with {_flavors(dec.pod_sets)}"
+        case d.Preempt():
+            victims = ", ".join(f"{v.workload} ({v.reason.value})" for v in dec.victims)
+            return f"admitted after preempting {victims}, with {_flavors(dec.pod_sets)}"
+        case d.Pending():
+            return f"pending, {dec.reason.value}: {dec.message}"
+        case d.Evict():
+            return f"evicted: {dec.message}"
+
+
+def _as_json(dec: d.Decision | None) -> dict[str, Any] | None:
+    match dec:
+        case None:
+            return None
+        case d.Admit():
+            return {"kind": "Admit", "flavors": _flavors(dec.pod_sets), "borrowing": dec.borrowing}
+        case d.Preempt():
+            return {
+                "kind": "Preempt",
+                "flavors": _flavors(dec.pod_sets),
+                "victims": [
+                    {"workload": v.workload, "reason": v.reason.value} for v in dec.victims
+                ],
+            }
+        case d.Pending():
+            return {"kind": "Pending", "reason": dec.reason.value, "message": dec.message}
+        case d.Evict():
+            return {"kind": "Evict", "reason": dec.reason.value, "message": dec.message}
+
+
+def _pods_fit(sim: GangSimulator, key: str, dec: d.Decision | None) -> bool | None:
+    if not isinstance(dec, d.Admit | d.Preempt):
+        return None
+    ew = sim.cache.engine_workload(key)
+    if ew is None or isinstance(dec, d.Preempt):
+        return None  # victims' pods would leave first; placement is judged after that
+    names = {str(f) for ps in dec.pod_sets for _, f in ps.flavors}
+    flavors = [convert.flavor(f) for f in sim.scenario.flavors if f.name in names]
+    ps = ew.pod_sets[0]
+    gang = Gang(owner=key, sig=signature(ps, flavors), req=request(ps), size=dec.pod_sets[0].count)
+    gang.place(sim.pool)
+    fits = gang.complete
+    gang.release(sim.pool)
+    return fits
+
+
+def _add_job(sim: GangSimulator, job: Job, at: float) -> str:
+    cache = sim.cache
+    if not job.metadata.namespace:
+        job = job.model_copy(
+            update={"metadata": job.metadata.model_copy(update={"namespace": "default"})}
+        )
+    value = sw.priority(job, cache.workload_classes, cache.priority_classes)
+    wl = sw.build_workload(job, value=value, created=at)
+    key = wls.wl_key(wl)
+    if key in cache.workloads:
+        raise ScenarioError(f"the scenario already has a Job named {job.name}")
+    cache.set_workload(wl)
+    return key
+
+
+def what_if(
+    scn: Scenario, job: Job, *, at: float = 0.0, settings: Settings | None = None
+) -> WhatIf:
+    """The engine's answer for `job` at time `at` of the scenario (nothing is assumed)."""
+    base = settings or Settings.of(scn.config)
+    sim = GangSimulator(scn, replace(base, until=at))
+    sim.run()
+    key = _add_job(sim, job, at)
+    cache = sim.cache
+    pending = cache.pending_by_queue(sw.EPOCH + at)
+    group = next((cq for cq, ws in pending.items() if any(w.key == key for w in ws)), None)
+    queue = sorted(pending.get(group, ()) if group is not None else (), key=queue_key)
+    mine = next((w for w in queue if w.key == key), None)
+    parked = cache.parked_keys()
+    snapshot = cache.snapshot(base.fair_sharing)
+    heads = select_heads(pending, parked)
+    decision = _find(run_cycle(snapshot, heads), key)
+    at_head = decision
+    if decision is None and mine is not None:
+        rivals = {w.key for w in queue}
+        others = [h for h in heads if h.key not in rivals]
+        at_head = _find(run_cycle(snapshot, [*others, mine]), key)
+    return WhatIf(
+        job=key,
+        at=at,
+        cluster_queue=None if group is None or group.startswith(UNKNOWN_QUEUE_PREFIX) else group,
+        ahead=tuple(w.key for w in queue[: queue.index(mine)] if w.key not in parked)
+        if mine
+        else (),
+        decision=decision,
+        at_head=at_head,
+        pods_fit=_pods_fit(sim, key, at_head),
+    )
+
+
+def _find(decisions: tuple[d.Decision, ...], key: str) -> d.Decision | None:
+    return next((x for x in decisions if x.workload == key), None)
