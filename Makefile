@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install atoll (editable) with the dev tools
 
-sandbox-bin: $(STAMP) ## build the sandbox binaries from Go modules if missing (first time ~30 min)
+sandbox-bin: $(STAMP) ## build the sandbox binaries from Go modules if missing (first time ~10 min)
 	$(ATOLL) sandbox build
 
 lint: $(STAMP) ## ruff, mypy --strict and the layer contract test
@@ -47,7 +47,7 @@ sandbox-down: $(STAMP) ## stop every sandbox process and remove its state
 sandbox-status: $(STAMP) ## show what the sandbox runs
 	$(ATOLL) sandbox status
 
-demo: $(STAMP) sandbox-bin ## sandbox up, CRDs applied, a Job run on fake GPU nodes, summary printed
+demo: $(STAMP) sandbox-bin ## sandbox + CRDs + operator; one GPU gang admitted whole, another waiting whole
 	$(ATOLL) demo --shape $(SHAPE)
 
 crds: $(STAMP) ## regenerate crds/*.yaml from the API models
@@ -55,6 +55,9 @@ crds: $(STAMP) ## regenerate crds/*.yaml from the API models
 
 bench: $(STAMP) sandbox-bin ## run the benchmarks in bench/ and print their numbers (QUICK=1: scaled down)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
+
+bench-kueue: $(STAMP) sandbox-bin ## Kueue's scheduler benchmark: Kueue vs atoll, fresh sandboxes (SCALE=0.1 BUDGET=300/500 ONLY=atoll)
+	$(BIN)/python bench/kueue_baseline/run.py --scale $(or $(SCALE),1) $(if $(BUDGET),--budget $(BUDGET)) $(if $(ONLY),--only $(ONLY)) $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and caches (not the sandbox binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -246,15 +246,20 @@ def latency(args: argparse.Namespace) -> tuple[list[Result], float]:
     return results, build_ms
 
 
-def _islands(snap: Inventory) -> tuple[int, int, int]:
-    """Largest free island, whole free islands, whole free nodes."""
+def _islands(snap: Inventory) -> tuple[int, int, int, int]:
+    """Largest free island, whole free islands, whole free nodes, GPUs in use."""
     largest = whole = nodes_free = 0
     for n in snap.nodes:
         sizes = group_sizes(n.devices.free, ISLAND_ATTRIBUTE)
         largest = max(largest, *sizes.values(), 0)
         whole += sum(1 for s in sizes.values() if s == 4)
         nodes_free += len(n.devices.free) == len(n.devices.all)
-    return largest, whole, nodes_free
+    return (
+        largest,
+        whole,
+        nodes_free,
+        sum(len(n.devices.all) - len(n.devices.free) for n in snap.nodes),
+    )
 
 
 def fragmentation(args: argparse.Namespace, policy: PlacementPolicy) -> dict[str, Any]:
@@ -263,7 +268,7 @@ def fragmentation(args: argparse.Namespace, policy: PlacementPolicy) -> dict[str
     compiler = SelectorCompiler()
     claims = {k: gpu_claim(inv, compiler, k) for k in (1, 2, 4)}
     running: list[str] = []
-    samples: list[tuple[int, int, int]] = []
+    samples: list[tuple[int, int, int, int]] = []
     rejected = {1: 0, 2: 0, 4: 0, 8: 0}
     for event in range(args.events):
         if running and (rng.random() < 0.40 or len(running) > 320):
@@ -286,10 +291,12 @@ def fragmentation(args: argparse.Namespace, policy: PlacementPolicy) -> dict[str
     largest = [s[0] for s in samples]
     whole = [s[1] for s in samples]
     nodes_free = [s[2] for s in samples]
+    busy = [s[3] for s in samples]
     return {
         "policy": policy.value,
         "mean_largest_free_island": statistics.fmean(largest),
         "time_below_4": sum(1 for x in largest if x < 4) / len(largest),
+        "mean_gpus_in_use": statistics.fmean(busy),
         "mean_whole_free_islands": statistics.fmean(whole),
         "mean_whole_free_nodes": statistics.fmean(nodes_free),
         "time_without_free_node": sum(1 for x in nodes_free if x == 0) / len(nodes_free),
@@ -355,6 +362,7 @@ def _print_fragmentation(
         "policy",
         "mean largest free island",
         "time with no whole island",
+        "mean GPUs in use (of 512)",
         "mean whole free islands",
         "mean whole free nodes",
         "time with no free node",
@@ -367,6 +375,7 @@ def _print_fragmentation(
             d["policy"],
             f"{d['mean_largest_free_island']:.2f}",
             f"{d['time_below_4']:.0%}",
+            f"{d['mean_gpus_in_use']:.0f}",
             f"{d['mean_whole_free_islands']:.1f}",
             f"{d['mean_whole_free_nodes']:.1f}",
             f"{d['time_without_free_node']:.0%}",

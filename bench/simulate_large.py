@@ -208,11 +208,13 @@ def main() -> int:
     def progress(done: int, total: int, t: float) -> None:
         if mark[0] is not None and done >= mark[0]:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            tl = sim.timeline
+            waiting = sum(col[-1] for col in tl.column("pending").values()) if tl.times else 0
             console.print(
                 f"{done:>7,} / {total:,} finished  t={t / 3600:6.1f}h  "
                 f"wall {time.perf_counter() - built:6.1f}s  "
                 f"cpu {time.process_time() - cpu_started:6.1f}s  "
-                f"cycles {sim.cycles:>7,}  rss {rss:.0f} MiB"
+                f"cycles {sim.cycles:>7,}  waiting {waiting:>5,}  rss {rss:.0f} MiB"
             )
             mark[0] = next(marks, None)
 

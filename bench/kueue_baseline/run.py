@@ -54,9 +54,14 @@ console = Console(stderr=True)
 
 async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s: float) -> Any:
     """Queues, then Workloads at the shape's rates while the runner finishes them."""
-    async with KubeClient.from_kubeconfig(sandbox.kubeconfig) as client:
+    # Two connection pools: the generator's creates must not delay the runner's Finished
+    # writes (that would lengthen runs, and more so for the faster controller).
+    async with (
+        KubeClient.from_kubeconfig(sandbox.kubeconfig, connections=128) as client,
+        KubeClient.from_kubeconfig(sandbox.kubeconfig, connections=64) as runner_client,
+    ):
         await create_queues(client, shape)
-        runner = Runner(client, shape)
+        runner = Runner(runner_client, shape)
         watch = asyncio.create_task(runner.run())
         await asyncio.sleep(1.0)  # the watch is established and the queues are seen
         runner.started = time.monotonic()
@@ -100,10 +105,13 @@ def run_one(
         t0 = time.monotonic()
         console.print(f"[bold]{system}[/] at budget {budget}: fresh sandbox …")
         sandbox.up(None, log=lambda m: console.print(f"  [dim]{m}[/]"))
-        cls = Kueue if system == "kueue" else Atoll
-        controller = cls(sandbox, budget, workdir)
-        if isinstance(controller, Kueue):
+        if system == "kueue":
+            controller = Kueue(sandbox, budget, workdir, atoll_crds=args.kueue_on_atoll_crds)
             result["version"] = controller.version
+            if args.kueue_on_atoll_crds:
+                result["version"] += " (atoll CRDs)"
+        else:
+            controller = Atoll(sandbox, budget, workdir)
         controller.start()
         console.print(f"  {system} ready (pid {controller.pid}) in {time.monotonic() - t0:.1f}s")
         if args.profile and system == "atoll":
@@ -153,6 +161,7 @@ def rows(res: dict[str, Any]) -> list[tuple[str, float, bool]]:
     for name, c in res["classes"].items():
         out.append((f"{name}: avg time-to-admission (ms)", c["avg_ms"], True))
         out.append((f"{name}: p99 time-to-admission (ms)", c["p99_ms"], True))
+        out.append((f"{name}: avg admitted→Finished (ms)", c.get("avg_run_ms", math.nan), True))
     out += [
         ("usage (% of nominal)", res["usage_pct"], False),
         ("evictions", float(sum(c["evictions"] for c in res["classes"].values())), True),
@@ -186,18 +195,20 @@ def table(shape: Shape, budget: str, results: dict[str, dict[str, Any]]) -> Tabl
     return t
 
 
-def print_profile(res: dict[str, Any]) -> None:
+def print_profile(res: dict[str, Any], out: Console) -> None:
     prof = res.get("profile")
     if not prof:
         return
     samples = prof.get("samples", [("n", 0)])[0][1]
     for kind in ("self", "total"):
-        t = Table(title=f"atoll py-spy top frames by {kind} time ({samples:.0f} samples)")
+        t = Table(
+            title=f"atoll py-spy top frames by {kind} time (% of {samples:.0f} non-idle samples)"
+        )
         t.add_column("%", justify="right")
         t.add_column("frame")
         for frame, pct in prof[kind][:20]:
             t.add_row(f"{pct:.1f}", frame)
-        Console().print(t)
+        out.print(t)
 
 
 def main() -> None:
@@ -210,6 +221,11 @@ def main() -> None:
         help="client qps/burst for both controllers (repeatable; default 50/100)",
     )
     p.add_argument("--only", choices=("atoll", "kueue"))
+    p.add_argument(
+        "--kueue-on-atoll-crds",
+        action="store_true",
+        help="install atoll's CRDs for Kueue too (control for the API server's CRD cost)",
+    )
     p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
@@ -229,11 +245,12 @@ def main() -> None:
     for budget in budgets:
         results = {s: run_one(s, shape, budget, args, base) for s in systems}
         all_results += results.values()
-        Console().print(table(shape, str(budget), results))
+        out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+        out.print(table(shape, str(budget), results))
         if "atoll" in results:
-            print_profile(results["atoll"])
+            print_profile(results["atoll"], out)
             for labels, n in sorted(results["atoll"].get("api_requests", {}).items()):
-                Console().print(f"atoll API requests {labels}: {n:.0f}")
+                out.print(f"atoll API requests {labels}: {n:.0f}")
     (base / "results.json").write_text(json.dumps(all_results, indent=2, default=str))
     if args.json:
         print(json.dumps(all_results, indent=2, default=str))

@@ -81,6 +81,8 @@ class WorkloadRecord:
     running_since: float | None = None
     busy_cpu_ms: float = 0.0
     finished_at: float | None = None
+    finish_due: float | None = None
+    finish_written: float | None = None
     evictions: int = 0
     evicted: bool = False
     epoch: int = 0
@@ -223,6 +225,7 @@ class Runner:
             return False
 
     async def _finish_later(self, rec: WorkloadRecord, epoch: int) -> None:
+        rec.finish_due = time.monotonic() + rec.runtime_s
         await asyncio.sleep(rec.runtime_s)
         for _ in range(20):
             conds = _conditions(rec.obj)
@@ -233,6 +236,7 @@ class Runner:
                 rec.obj, "Finished", "True", "Succeeded", "Finished by the benchmark runner"
             )
             if await self._patch_status(rec, {"conditions": conditions}):
+                rec.finish_written = time.monotonic()
                 return
         self.errors.append(f"gave up finishing {rec.ns}/{rec.name}")
 
@@ -266,6 +270,16 @@ class Runner:
             waits = sorted(
                 (r.admitted_at - r.first_seen) * 1000 for r in recs if r.admitted_at is not None
             )
+            runs = [
+                (r.finished_at - r.admitted_at) * 1000
+                for r in recs
+                if r.finished_at is not None and r.admitted_at is not None
+            ]
+            lags = [
+                (r.finish_written - r.finish_due) * 1000
+                for r in recs
+                if r.finish_written is not None and r.finish_due is not None
+            ]
             classes[wc.name] = {
                 "count": len(recs),
                 "admitted": len(waits),
@@ -275,6 +289,10 @@ class Runner:
                 "p50_ms": _percentile(waits, 0.50),
                 "p99_ms": _percentile(waits, 0.99),
                 "max_ms": waits[-1] if waits else math.nan,
+                # admitted -> Finished seen on the watch: the run time plus the runner's lag
+                "avg_run_ms": statistics.fmean(runs) if runs else math.nan,
+                # due -> Finished written (the runner's own delay; large = the harness lags)
+                "avg_finish_lag_ms": statistics.fmean(lags) if lags else math.nan,
             }
         busy = 0.0
         for r in self.records.values():

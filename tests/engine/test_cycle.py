@@ -134,6 +134,14 @@ def test_queueing_strategy(strategy: QueueingStrategy, expected: list[str]) -> N
 
 VALIDATION = [
     pytest.param(
+        cq("a", 4, None),
+        [LocalQueue(namespace=NS, name="a", cluster_queue=ClusterQueueName("gone"))],
+        {},
+        PendingReason.MISCONFIGURED,
+        "ClusterQueue gone not found",
+        id="local-queue-pointing-at-a-missing-cluster-queue-is-misconfigured",
+    ),
+    pytest.param(
         cq("a", 4, None, selector=LabelSelector(match_labels=frozenset({("team", "x")}))),
         None,
         {},

@@ -102,7 +102,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=_usage)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.add_parser(
-        "build", help="build the binaries from Go modules if missing (first time ~30 min)"
+        "build", help="build the binaries from Go modules if missing (first time ~10 min)"
     ).set_defaults(func=_build)
     up = verbs.add_parser("up", help="start the control plane (harmless when already up)")
     up.add_argument("--shape", help="cluster shape file, e.g. examples/clusters/dgx-h100.yaml")

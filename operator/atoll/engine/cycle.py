@@ -92,7 +92,7 @@ def validate(snapshot: Snapshot, w: Workload) -> ClusterQueue | Pending:
             w,
             None,
             PendingReason.MISCONFIGURED,
-            f"ClusterQueue {lq.cluster_queue} doesn't exist",
+            f"ClusterQueue {lq.cluster_queue} not found",
             Requeue.INADMISSIBLE,
         )
     if lq.stop_policy is not StopPolicy.NONE:

@@ -182,7 +182,8 @@ def pod_requests(spec: PodSpec) -> dict[str, int]:
     return total
 
 
-def _terms(affinity: Mapping[str, object] | None) -> tuple[m.NodeSelectorTerm, ...]:
+def required_node_terms(affinity: Mapping[str, object] | None) -> tuple[m.NodeSelectorTerm, ...]:
+    """The required node-affinity terms of a raw pod affinity (terms are ORed)."""
     node = (affinity or {}).get("nodeAffinity")
     if not isinstance(node, Mapping):
         return ()
@@ -217,7 +218,7 @@ def workload(
                 requests=tuple(sorted((m.ResourceName(k), v) for k, v in reqs.items())),
                 min_count=ps.min_count,
                 node_selector=frozenset((spec.node_selector or {}).items()),
-                required_affinity=_terms(spec.affinity),
+                required_affinity=required_node_terms(spec.affinity),
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
             )
         )

@@ -185,7 +185,7 @@ def gang_pod_set(
         count=ps.count,
         requests=tuple(sorted(reqs.items())),
         node_selector=frozenset(selector.items()),
-        required_affinity=convert._terms(spec.affinity),
+        required_affinity=convert.required_node_terms(spec.affinity),
         tolerations=tuple(convert.toleration(t) for t in spec.tolerations or ()),
         claims=pod_claims(spec, templates, compiler=compiler, inventory=inventory),
         topology=topology_request(ps.topology_request, topology),

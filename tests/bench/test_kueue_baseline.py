@@ -1,0 +1,101 @@
+"""bench/kueue_baseline without a cluster: the shape matches Kueue's generator config, the
+manifests carry what both controllers need, and the recorder's arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_baseline"))
+
+import generator as gen
+from controllers import Budget, profile_top
+from runner import Runner
+
+
+@pytest.mark.parametrize(
+    ("shape", "queues", "workloads"),
+    [
+        pytest.param(gen.baseline(), 30, 15_000, id="baseline"),
+        pytest.param(gen.baseline(0.1), 30, 1_500, id="baseline-tenth"),
+        pytest.param(gen.large_scale(), 1_000, 50_000, id="large-scale"),
+    ],
+)
+def test_shape_sizes_match_kueue_configs(shape: gen.Shape, queues: int, workloads: int) -> None:
+    assert len(shape.cluster_queues) == queues
+    assert len(set(shape.cluster_queues)) == queues
+    assert shape.total_workloads == workloads
+
+
+def test_cluster_queue_has_the_baseline_quota_and_preemption() -> None:
+    shape = gen.baseline()
+    cq = gen.cluster_queue(shape, "cq-0-2-cohort-4")
+    quota = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert cq["spec"]["cohortName"] == "cohort-4"
+    assert (quota["nominalQuota"], quota["borrowingLimit"]) == ("20", "100")
+    assert cq["spec"]["preemption"] == {
+        "reclaimWithinCohort": "Any",
+        "withinClusterQueue": "LowerPriority",
+    }
+
+
+def test_workload_carries_queue_priority_and_cpu_request() -> None:
+    large = gen.baseline().classes[2]
+    wl = gen.workload("large-2-0-0", "cq-0-0-cohort-0", large)
+    assert wl["spec"]["queueName"] == "cq-0-0-cohort-0"
+    assert wl["spec"]["priority"] == 200
+    assert wl["spec"]["priorityClassRef"]["name"] == large.priority_class
+    container = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "20"}
+    assert wl["metadata"]["labels"][gen.RUNTIME_LABEL] == "1000"
+
+
+def _obj(uid: str, *conditions: str) -> dict[str, Any]:
+    wl = gen.workload(f"small-0-{uid}-0", "cq-0-0-cohort-0", gen.baseline().classes[0])
+    wl["metadata"].update(uid=uid, resourceVersion="1")
+    wl["status"] = {"conditions": [{"type": c, "status": "True"} for c in conditions]}
+    return wl
+
+
+class _NoWrites:
+    async def request(self, *_a: object, **_k: object) -> dict[str, Any]:
+        raise AssertionError("the recorder test makes no API call")
+
+
+def test_summary_time_to_admission_and_usage() -> None:
+    async def scenario() -> dict[str, Any]:
+        shape = gen.baseline(1 / 350)  # 1 small, 1 medium, 1 large per queue
+        runner = Runner(_NoWrites(), shape)  # type: ignore[arg-type]
+        runner.started = 100.0
+        runner._handle(_obj("a"), now=100.0)
+        runner._handle(_obj("a", "QuotaReserved", "Admitted"), now=102.0)
+        runner._handle(_obj("a", "QuotaReserved", "Admitted", "Finished"), now=104.0)
+        await runner.close()  # cancels the pending finish timer
+        return runner.summary(end=110.0)
+
+    s = asyncio.run(scenario())
+    small = s["classes"]["small"]
+    assert (small["admitted"], small["finished"]) == (1, 1)
+    assert small["avg_ms"] == pytest.approx(2000)
+    # 1 CPU for 2 s over 30 queues x 20 CPU x 10 s
+    assert s["usage_pct"] == pytest.approx(100 * 1000 * 2 / (30 * 20_000 * 10))
+
+
+def test_profile_top_leaves_out_idle_frames(tmp_path: Path) -> None:
+    raw = tmp_path / "p.txt"
+    raw.write_text(
+        "main (a.py:1);select (selectors.py:468) 90\n"
+        "main (a.py:1);hot (b.py:2) 8\n"
+        "main (a.py:1);warm (c.py:3) 2\n"
+    )
+    top = profile_top(raw)
+    assert top["self"][0] == ("hot (b.py:2)", pytest.approx(80))
+    assert top["total"][0] == ("main (a.py:1)", pytest.approx(100))
+
+
+def test_budget_parses_qps_and_burst() -> None:
+    assert Budget.parse("300/500") == Budget(300, 500)
