@@ -21,6 +21,7 @@ import asyncio
 import datetime as dt
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -62,6 +63,7 @@ async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s:
     ):
         await create_queues(client, shape)
         runner = Runner(runner_client, shape)
+        harness_cpu = time.process_time()
         watch = asyncio.create_task(runner.run())
         await asyncio.sleep(1.0)  # the watch is established and the queues are seen
         runner.started = time.monotonic()
@@ -87,9 +89,32 @@ async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s:
             await asyncio.gather(watch, gen, return_exceptions=True)
             await runner.close()
         summary = runner.summary(end)
+        # this process (generator + runner) competes for the same cores: report its CPU
+        summary["harness_cpu_s"] = time.process_time() - harness_cpu
+        summary["apiserver_writes"] = await apiserver_writes(client)
+        events = await client.request("GET", "/api/v1/events")
+        summary["events"] = len(events.get("items") or [])
         summary["timed_out"] = timed_out
         summary["generation_s"] = gen_s
         return summary
+
+
+async def apiserver_writes(client: KubeClient) -> dict[str, float]:
+    """Mutating requests the API server served in this sandbox, by resource/subresource and
+    verb (`apiserver_request_total`): everybody's writes, the benchmark's own included."""
+    async with client.session.get(client.server + "/metrics") as resp:
+        text = await resp.text()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if labels.get("verb") not in ("POST", "PUT", "PATCH", "APPLY", "DELETE"):
+            continue
+        key = "/".join(filter(None, (labels.get("resource"), labels.get("subresource"))))
+        key = f"{labels['verb']} {key}"
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def run_one(
@@ -164,9 +189,20 @@ def rows(res: dict[str, Any]) -> list[tuple[str, float, bool]]:
         out.append((f"{name}: avg admitted→Finished (ms)", c.get("avg_run_ms", math.nan), True))
     out += [
         ("usage (% of nominal)", res["usage_pct"], False),
+        (
+            "controller Workload writes / admission",
+            res.get("controller_workload_writes", math.nan) / max(1, res["admitted"]),
+            True,
+        ),
         ("evictions", float(sum(c["evictions"] for c in res["classes"].values())), True),
+        (
+            "Events in the cluster / admission",
+            res.get("events", math.nan) / max(1, res["admitted"]),
+            True,
+        ),
         ("controller CPU (s)", res.get("cpu_s", math.nan), True),
         ("controller peak RSS (MiB)", res.get("peak_rss_mib", math.nan), True),
+        ("harness CPU, generator + runner (s)", res.get("harness_cpu_s", math.nan), True),
     ]
     return out
 

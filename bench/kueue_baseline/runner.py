@@ -114,6 +114,7 @@ class Runner:
         self.all_finished = asyncio.Event()
         self.started = time.monotonic()
         self.last_finish = self.started
+        self.events = 0
         self.writes = 0
         self.conflicts = 0
         self.errors: list[str] = []
@@ -158,6 +159,7 @@ class Runner:
             )
             self.records[uid] = rec
         rec.obj = obj
+        self.events += 1
         conds = _conditions(obj)
         admitted, finished = _is_true(conds, "Admitted"), _is_true(conds, "Finished")
         evicted, reserved = _is_true(conds, "Evicted"), _is_true(conds, "QuotaReserved")
@@ -310,6 +312,22 @@ class Runner:
             "admissions_per_s": admitted / span,
             "usage_pct": 100 * busy / (nominal * span),
             "classes": classes,
+            # every ADDED/MODIFIED Workload event: creates + all controllers' and the
+            # runner's writes; minus creates and runner writes = the controller's writes
+            "workload_events": self.events,
+            "controller_workload_writes": (
+                self.events - len(self.records) - (self.writes - self.conflicts)
+            ),
+            "unfinished": [
+                {
+                    "workload": f"{r.ns}/{r.name}",
+                    "conditions": {
+                        t: (c.get("status"), c.get("reason")) for t, c in _conditions(r.obj).items()
+                    },
+                }
+                for r in self.records.values()
+                if r.finished_at is None
+            ][:5],
             "runner_writes": self.writes,
             "runner_conflicts": self.conflicts,
             "runner_errors": self.errors[:10],

@@ -22,7 +22,7 @@ from tests.conftest import REPO, KubeCluster
 OPERATOR_NAMESPACE = "atoll-system"
 FAST_SETTINGS = (
     f"namespace={OPERATOR_NAMESPACE}",
-    "waitForPodsReady.timeout=8s",
+    "waitForPodsReady.timeout=20s",
     "waitForPodsReady.requeuingStrategy.backoffBaseSeconds=2",
     "waitForPodsReady.requeuingStrategy.backoffMaxSeconds=4",
     "leaderElection.leaseDuration=4s",

@@ -8,9 +8,10 @@ and pkg/scheduler/preemption (`preemptionMessage`, `HumanReadablePreemptionReaso
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from atoll.api.quantity import Quantity
+from atoll.api.topologyassignment import TopologyAssignment
 from atoll.api.workload import Admission, PodSetAssignment, Workload, WorkloadStatus
 from atoll.engine import decisions as d
 from atoll.state import workloads as wls
@@ -33,7 +34,11 @@ def quantity(resource: str, amount: int) -> Quantity:
     return Quantity.from_milli(amount) if resource == "cpu" else Quantity.from_units(amount)
 
 
-def api_admission(cluster_queue: str, pod_sets: tuple[d.PodSetAdmission, ...]) -> Admission:
+def api_admission(
+    cluster_queue: str,
+    pod_sets: tuple[d.PodSetAdmission, ...],
+    topology: Mapping[str, TopologyAssignment] | None = None,
+) -> Admission:
     return Admission(
         cluster_queue=cluster_queue,
         pod_set_assignments=tuple(
@@ -42,13 +47,18 @@ def api_admission(cluster_queue: str, pod_sets: tuple[d.PodSetAdmission, ...]) -
                 flavors={str(r): str(f) for r, f in ps.flavors},
                 resource_usage={str(r): quantity(r, v) for r, v in ps.resource_usage},
                 count=ps.count,
+                topology_assignment=(topology or {}).get(str(ps.name)),
             )
             for ps in pod_sets
         ),
     )
 
 
-def admit(decision: d.Admit, now: dt.datetime) -> Callable[[Workload], WorkloadStatus | None]:
+def admit(
+    decision: d.Admit,
+    now: dt.datetime,
+    topology: Mapping[str, TopologyAssignment] | None = None,
+) -> Callable[[Workload], WorkloadStatus | None]:
     """QuotaReserved and Admitted together (no admission checks), with the admission."""
 
     def mutate(wl: Workload) -> WorkloadStatus | None:
@@ -86,7 +96,7 @@ def admit(decision: d.Admit, now: dt.datetime) -> Callable[[Workload], WorkloadS
         return wls.status_with(
             wl,
             conditions=conds,
-            admission=api_admission(cq, decision.pod_sets),
+            admission=api_admission(cq, decision.pod_sets, topology),
             resource_requests=None,
         )
 

@@ -37,6 +37,8 @@ TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 TAS_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+"""Scheduling gate of pods whose gang has a topology assignment (removed by the ungater)."""
 
 
 class ComposeError(ValueError):
@@ -241,6 +243,9 @@ class JobStart:
     annotations: Mapping[str, str]
     parallelism: int | None
     """Set for partial admission (the admitted count), else None."""
+    scheduling_gates: tuple[str, ...] = ()
+    """The pod template's gates after the start: with a topology assignment the pods are
+    created gated until the ungater pins each to its domain."""
 
 
 def _merge(kind: str, base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -263,6 +268,7 @@ def start_plan(
     local_queue: str,
     flavors: Sequence[ResourceFlavor],
     admitted_count: int,
+    topology: bool = False,
 ) -> JobStart:
     """Merge the admission into the Job's template: the flavors' node labels and tolerations,
     Kueue's labels and the workload annotation. Raises StartConflictError on a conflicting key."""
@@ -282,10 +288,14 @@ def start_plan(
     labels = _merge("label", meta.labels or {}, queue_labels)
     annotations = _merge("annotation", meta.annotations or {}, {keys.WORKLOAD_ANNOTATION: workload})
     full = pod_count(job)
+    gates = tuple(g.name for g in spec.scheduling_gates or ())
+    if topology and TOPOLOGY_GATE not in gates:
+        gates += (TOPOLOGY_GATE,)
     return JobStart(
         node_selector=node_selector,
         tolerations=tuple(tolerations),
         labels=labels,
         annotations=annotations,
         parallelism=admitted_count if admitted_count != full else None,
+        scheduling_gates=gates,
     )

@@ -277,6 +277,7 @@ class JobController:
                 local_queue=wl.spec.queue_name or "",
                 flavors=flavors,
                 admitted_count=assignment.count or wl.spec.pod_sets[0].count,
+                topology=assignment.topology_assignment is not None,
             )
         except jf.StartConflictError as e:
             await self._finish(job, wl, "FailedToStart", str(e))

@@ -21,6 +21,7 @@ from atoll.api.workload import Workload
 from atoll.control import admission as adm
 from atoll.control.metrics import AdmissionResult, LocalQueueRef, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
+from atoll.control.topology import TopologyChecker, assignments
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.cycle import drain, run_cycle
@@ -73,6 +74,12 @@ class Scheduler:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
     _heads: int = 0
+    _topology: TopologyChecker | None = None
+
+    def _checker(self) -> TopologyChecker:
+        if self._topology is None:
+            self._topology = TopologyChecker(self.cache)
+        return self._topology
 
     def wake(self) -> None:
         self._wake.set()
@@ -104,7 +111,7 @@ class Scheduler:
         now = self.clock()
         snapshot = self.cache.snapshot(self.fair_sharing)
         heads = select_heads(self.cache.pending_by_queue(now), self.cache.parked_keys())
-        decisions = run_cycle(snapshot, heads) + drain(snapshot)
+        decisions = tuple(self._place(dec) for dec in run_cycle(snapshot, heads)) + drain(snapshot)
         self._heads = len(heads)
         for dec in decisions:
             match dec:
@@ -132,6 +139,21 @@ class Scheduler:
                     if dec.requeue is d.Requeue.INADMISSIBLE:
                         self.cache.park(dec.workload)
         return decisions
+
+    def _place(self, dec: d.Decision) -> d.Decision:
+        """An admitted gang that involves topology or devices is placed now, on the inventory
+        as it is after the admissions before it in this cycle, or stays pending."""
+        if not isinstance(dec, d.Admit):
+            return dec
+        checked = self._checker().check(dec)
+        if isinstance(checked, d.Pending):
+            # Its quota was counted for the heads decided after it in this cycle: let those
+            # that were parked for lack of quota be tried again.
+            self.cache.bump()
+            return checked
+        if checked is not None:
+            self.cache.inventory.hold(checked)
+        return dec
 
     async def run_once(self) -> CycleResult:
         started = time.perf_counter()
@@ -186,7 +208,8 @@ class Scheduler:
     async def _admit(self, dec: d.Admit, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
-        written = await self._write(key, adm.admit(dec, now), result)
+        topology = assignments(self.cache.inventory.held().get(key))
+        written = await self._write(key, adm.admit(dec, now, topology), result)
         if written is None or not wls.has_quota(written):
             self.cache.forget(key)
             self.wake()

@@ -26,6 +26,8 @@ class PendingReason(Enum):
     EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
     NO_MATCHING_FLAVOR = "NoMatchingFlavor"
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
+    """Quota fits but the gang cannot be placed inside its topology or on free devices."""
     MISCONFIGURED = "Misconfigured"
     SUSPENDED = "Suspended"
     DEACTIVATED = "Deactivated"

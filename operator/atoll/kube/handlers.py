@@ -15,12 +15,15 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, PriorityClass
+from atoll.api.core import Job, Node, Pod, PriorityClass
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.topology import Topology
 from atoll.api.workload import Workload
+from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -38,6 +41,8 @@ class Wiring:
     wake: Callable[[], None]
     jobs: WorkQueue
     queues_changed: Callable[[], None]
+    ungater: Ungater
+    pods: WorkQueue
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -134,6 +139,8 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         w.wake()
         w.queues_changed()
 
+    register_inventory(registry, w)
+
     @kopf.on.event("batch", "v1", "jobs", registry=registry)
     def _job(type: str | None, body: kopf.Body, **_: Any) -> None:
         job = _parse(Job, body)
@@ -145,3 +152,105 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         else:
             w.cache.set_job(job)
         w.jobs.add(key)
+
+
+def _watch(
+    registry: kopf.OperatorRegistry,
+    resource: tuple[str, str, str],
+    model: type[K],
+    *,
+    upsert: Callable[[K], None],
+    delete: Callable[[K], None],
+    after: Callable[[K, bool], None],
+) -> None:
+    @kopf.on.event(*resource, registry=registry)
+    def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
+        obj = _parse(model, body)
+        if obj is None:
+            return
+        deleted = type == "DELETED"
+        if deleted:
+            delete(obj)
+        else:
+            upsert(obj)
+        after(obj, deleted)
+
+
+def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
+    """Nodes, pods, Topologies and DRA objects: what placement reads, and the gated pods."""
+    inv, templates = w.cache.inventory, w.cache.claim_templates
+
+    def wake(_obj: object, _deleted: bool) -> None:
+        w.cache.bump()  # capacity or topology changed: parked workloads may fit now
+        w.wake()
+
+    def ns_key(o: KubeObject) -> str:
+        return wls.key_of(o.namespace, o.name)
+
+    def forget_template(o: ResourceClaimTemplate) -> None:
+        templates.pop(ns_key(o), None)
+
+    def pod_seen(pod: Pod, deleted: bool) -> None:
+        key = w.ungater.observe(pod, deleted=deleted)
+        if key is not None:
+            w.pods.add(key)
+        if deleted or pod.status.phase in ("Succeeded", "Failed"):
+            wake(pod, deleted)  # its node has room again
+
+    _watch(
+        registry,
+        ("", "v1", "nodes"),
+        Node,
+        upsert=inv.upsert_node,
+        delete=lambda o: inv.delete_node(o.name),
+        after=wake,
+    )
+    _watch(
+        registry,
+        ("", "v1", "pods"),
+        Pod,
+        upsert=inv.upsert_pod,
+        delete=lambda o: inv.delete_pod(o.namespace or "", o.name),
+        after=pod_seen,
+    )
+    _watch(
+        registry,
+        (*KUEUE, "topologies"),
+        Topology,
+        upsert=inv.upsert_topology,
+        delete=lambda o: inv.delete_topology(o.name),
+        after=wake,
+    )
+    dra = ("resource.k8s.io", "v1")
+    _watch(
+        registry,
+        (*dra, "deviceclasses"),
+        DeviceClass,
+        upsert=inv.upsert_device_class,
+        delete=lambda o: inv.delete_device_class(o.name),
+        after=wake,
+    )
+    _watch(
+        registry,
+        (*dra, "resourceslices"),
+        ResourceSlice,
+        upsert=inv.upsert_slice,
+        delete=lambda o: inv.delete_slice(o.name),
+        after=wake,
+    )
+    _watch(
+        registry,
+        (*dra, "resourceclaims"),
+        ResourceClaim,
+        upsert=inv.upsert_claim,
+        delete=lambda o: inv.delete_claim(o.namespace or "", o.name),
+        after=wake,
+    )
+    _watch(
+        registry,
+        (*dra, "resourceclaimtemplates"),
+        ResourceClaimTemplate,
+        upsert=lambda o: templates.__setitem__(ns_key(o), o),
+        delete=forget_template,
+        after=wake,
+    )

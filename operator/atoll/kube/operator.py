@@ -27,6 +27,7 @@ from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
 from atoll.control.scheduler import Scheduler
+from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
 from atoll.kube import bootstrap, handlers, webhook
@@ -123,6 +124,8 @@ class Operator:
             metrics=self.metrics,
         )
         self.job_queue = WorkQueue("jobs")
+        self.pod_queue = WorkQueue("pods")
+        self.ungater = Ungater(self.cache, self.writer)
         self.queues = QueueStatusReporter(self.cache, self.writer, time.time, self.metrics)
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
@@ -138,6 +141,8 @@ class Operator:
                 wake=self.scheduler.wake,
                 jobs=self.job_queue,
                 queues_changed=self._queues_dirty.set,
+                ungater=self.ungater,
+                pods=self.pod_queue,
             ),
         )
         if self.opts.webhook != "off":
@@ -199,6 +204,8 @@ class Operator:
             self.metrics.set_role(ReplicaRole.LEADER)
         for key in list(self.cache.jobs):
             self.job_queue.add(key)
+        for key in list(self.ungater.gated):
+            self.pod_queue.add(key)
         self.scheduler.wake()
         self._queues_dirty.set()
         async with asyncio.TaskGroup() as tg:
@@ -206,6 +213,7 @@ class Operator:
             tg.create_task(self._queue_status_loop())
             for _ in range(self.opts.workers):
                 tg.create_task(self.job_queue.work(self.jobs.reconcile))
+            tg.create_task(self.pod_queue.work(self.ungater.reconcile))
 
     async def _http(self) -> None:
         async def metrics(_: web.Request) -> web.Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -259,6 +259,7 @@ class KubeWriter:
                                 tspec.get("nodeSelector"), dict(plan.node_selector)
                             ),
                             "tolerations": [t.to_dict() for t in plan.tolerations] or None,
+                            "schedulingGates": [{"name": g} for g in plan.scheduling_gates] or None,
                         },
                     },
                 }
@@ -332,6 +333,26 @@ class KubeWriter:
                 if e.status != 422 or attempt == _RETRIES - 1:
                     raise
                 await asyncio.sleep(0.1 * (attempt + 1))
+
+    # -- pods -----------------------------------------------------------------------------
+    async def ungate_pod(
+        self, key: str, node_selector: Mapping[str, str], gates: tuple[str, ...]
+    ) -> None:
+        ns, name = _split(key)
+        body = {
+            "spec": {
+                "nodeSelector": dict(node_selector),
+                "schedulingGates": [{"name": g} for g in gates],
+            }
+        }
+        try:
+            await self._call(
+                "patch",
+                lambda: self.core.patch_namespaced_pod(name, ns, body, _content_type=MERGE),
+            )
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:

@@ -18,14 +18,18 @@ from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
 from atoll.api.localqueue import LocalQueue
 from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.engine import model as m
 from atoll.engine.snapshot import Snapshot, build_snapshot
 from atoll.state import convert
 from atoll.state import workloads as wls
+from atoll.state.inventory import ClusterInventory
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
+ISLAND_ATTRIBUTE = "gpu.atoll.dev/island"
+"""Device attribute reported as "island" in placement messages (the sandbox's fake GPUs)."""
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
 
 
@@ -58,6 +62,12 @@ class Cache:
     """Inadmissible workloads, with the epoch they were parked at."""
     epoch: int = 0
     """Bumped by every change that can make a parked workload admissible."""
+    inventory: ClusterInventory = field(
+        default_factory=lambda: ClusterInventory(island_attribute=ISLAND_ATTRIBUTE)
+    )
+    """Nodes, pods, Topologies and DRA objects, and the placements of admitted gangs."""
+    claim_templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
+    """ResourceClaimTemplates by `namespace/name`."""
     _engine_workloads: dict[str, m.Workload] = field(default_factory=dict)
     _e_flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
@@ -145,6 +155,7 @@ class Cache:
         was_holding = old is not None and wls.has_quota(old) and not wls.is_finished(old)
         holds = wls.has_quota(wl) and not wls.is_finished(wl)
         if was_holding and not holds:
+            self.inventory.release(key)
             self.bump()  # quota released: parked workloads may fit now
         if old is None or old.spec != wl.spec:
             self.parked.pop(key, None)
@@ -153,6 +164,7 @@ class Cache:
         old = self.workloads.pop(key, None)
         self._engine_workloads.pop(key, None)
         self.assumed.pop(key, None)
+        self.inventory.release(key)
         self.parked.pop(key, None)
         self.evicting.discard(key)
         if old is not None and wls.has_quota(old):
@@ -188,6 +200,7 @@ class Cache:
 
     def forget(self, key: str) -> None:
         """A status write failed: drop the assumption so the quota is free again."""
+        self.inventory.release(key)
         if self.assumed.pop(key, None) is not None:
             self.bump()
 

@@ -71,3 +71,26 @@ def topology_assignment(placement: PodSetPlacement) -> TopologyAssignment | None
             ),
         ),
     )
+
+
+def domains(assignment: TopologyAssignment) -> list[tuple[dict[str, str], int]]:
+    """The inverse of `topology_assignment`: (node labels of the domain, pods) per domain,
+    in order, from Kueue's compressed form (universal or prefix/roots/suffix values)."""
+    out: list[tuple[dict[str, str], int]] = []
+    for sl in assignment.slices:
+        n = sl.domain_count
+        columns: list[list[str]] = []
+        for lv in sl.values_per_level:
+            if lv.universal is not None:
+                columns.append([lv.universal] * n)
+            elif lv.individual is not None:
+                ind = lv.individual
+                columns.append([f"{ind.prefix or ''}{r}{ind.suffix or ''}" for r in ind.roots])
+            else:
+                columns.append([""] * n)
+        pc = sl.pod_counts
+        counts = [pc.universal] * n if pc.universal is not None else list(pc.individual or ())
+        for i in range(n):
+            labels = {level: col[i] for level, col in zip(assignment.levels, columns, strict=True)}
+            out.append((labels, counts[i] if i < len(counts) else 0))
+    return out

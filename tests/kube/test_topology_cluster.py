@@ -1,0 +1,188 @@
+"""Topology- and device-aware gang admission on the sandbox: a rack-required gang lands in
+one rack (or waits with numbers), and gangs of 2-GPU NVLink-pair claims are admitted only as
+far as free pairs exist, so no admitted gang waits for devices."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
+
+pytestmark = pytest.mark.cluster
+RACK = "topology.atoll.dev/rack"
+
+
+@pytest.fixture(scope="module")
+def dgx(cluster: KubeCluster) -> list[str]:
+    return cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")
+
+
+def _tas_queue(cluster: KubeCluster, ns: str) -> None:
+    topo = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": f"topo-{ns}"},
+        "spec": {
+            "levels": [
+                {"nodeLabel": "topology.atoll.dev/block"},
+                {"nodeLabel": RACK},
+                {"nodeLabel": "kubernetes.io/hostname"},
+            ]
+        },
+    }
+    rf = b.flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
+    rf["spec"]["topologyName"] = f"topo-{ns}"
+    apply(
+        cluster,
+        topo,
+        rf,
+        b.cluster_queue(f"cq-{ns}", f"rf-{ns}", gpus=128),
+        b.local_queue("q", ns, f"cq-{ns}"),
+    )
+
+
+def _rack_job(name: str, ns: str, pods: int) -> dict[str, Any]:
+    job = b.job(name, ns, queue="q", pods=pods, run="20s")
+    job["spec"]["template"]["metadata"]["annotations"][
+        "kueue.x-k8s.io/podset-required-topology"
+    ] = RACK
+    return job
+
+
+def test_rack_required_gang_lands_inside_one_rack(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
+) -> None:
+    _tas_queue(cluster, namespace)
+    cluster.kubectl("create", "-f", "-", input=json.dumps(_rack_job("ring", namespace, 16)))
+    cluster.wait_for(
+        "admitted", lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted")
+    )
+    wl = workload_of(cluster, namespace, "ring")
+    assert wl is not None
+    ta = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert ta["levels"] == ["kubernetes.io/hostname"]
+
+    def nodes() -> list[str]:
+        pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", "job-name=ring")["items"]
+        return [p["spec"].get("nodeName", "") for p in pods]
+
+    cluster.wait_for("16 pods bound", lambda: len(nodes()) == 16 and all(nodes()), timeout=90)
+    labels = {
+        n["metadata"]["name"]: n["metadata"]["labels"]
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    racks = {labels[n][RACK] for n in nodes()}
+    assert len(racks) == 1
+    assert all(labels[n]["atoll.dev/node-group"] == "dgx" for n in nodes())
+
+
+def test_gang_larger_than_any_rack_waits_with_the_numbers(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
+) -> None:
+    _tas_queue(cluster, namespace)
+    cluster.kubectl("create", "-f", "-", input=json.dumps(_rack_job("huge", namespace, 40)))
+    cluster.wait_for(
+        "a placement reason",
+        lambda: (
+            (condition(workload_of(cluster, namespace, "huge"), "QuotaReserved") or {}).get(
+                "reason"
+            )
+            == "TopologyPlacementFailed"
+        ),
+    )
+    message = condition(workload_of(cluster, namespace, "huge"), "QuotaReserved")["message"]  # type: ignore[index]
+    assert RACK in message
+    assert "40" in message
+    assert get_json(cluster, "get", "pods", "-n", namespace)["items"] == []
+
+
+def _pair_job(name: str, ns: str) -> dict[str, Any]:
+    job = b.job(name, ns, queue="q", pods=2, gpus=0, run="5s")
+    spec = job["spec"]["template"]["spec"]
+    spec["nodeSelector"] = {"atoll.dev/node-group": "pcie"}
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "pair"}]
+    container = spec["containers"][0]
+    container["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpus"}]}
+    return job
+
+
+def test_pair_claims_are_admitted_only_while_free_pairs_exist(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "pair", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {"deviceClassName": "gpu.atoll.dev", "count": 2},
+                        }
+                    ],
+                    "constraints": [{"matchAttribute": "gpu.atoll.dev/island"}],
+                }
+            }
+        },
+    }
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
+    apply(
+        cluster,
+        template,
+        b.flavor(rf),
+        b.cluster_queue(cq, rf, gpus=1000),
+        b.local_queue("q", namespace, cq),
+    )
+    # pcie-bridged-pairs: 4 nodes x 4 pairs = 16 pairs, minus pairs other tests still hold;
+    # 10 jobs x 2 pods x 1 pair = 20 pairs: only as many gangs as there are free pairs for.
+    used = sum(
+        len(c["status"]["allocation"]["devices"]["results"])
+        for c in get_json(cluster, "get", "resourceclaims", "-A")["items"]
+        if c.get("status", {}).get("allocation")
+    )
+    expected = (32 - used) // 2 // 2
+    jobs = [_pair_job(f"p{i}", namespace) for i in range(10)]
+    cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": copy.deepcopy(jobs)}),
+    )
+
+    def holding() -> list[str]:
+        out = []
+        for j in jobs:
+            wl = workload_of(cluster, namespace, j["metadata"]["name"])
+            if is_true(wl, "QuotaReserved") and not is_true(wl, "Finished"):
+                out.append(j["metadata"]["name"])
+        return out
+
+    most, reasons, messages = 0, set(), []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        most = max(most, len(holding()))
+        for j in jobs:
+            cond = condition(
+                workload_of(cluster, namespace, j["metadata"]["name"]), "QuotaReserved"
+            )
+            if cond and cond["status"] == "False":
+                reasons.add(cond["reason"])
+                messages.append(cond["message"])
+        done = get_json(cluster, "get", "jobs", "-n", namespace)["items"]
+        if sum(1 for d in done if d["status"].get("succeeded") == 2) == len(jobs):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("not every gang completed")
+    assert most <= expected, "a gang was admitted beyond the free NVLink pairs"
+    assert "TopologyPlacementFailed" in reasons
+    assert any("island" in m for m in messages)
