@@ -244,10 +244,13 @@ def main() -> int:
         "evictions": f"{summary['evictions']:,}",
         "mean wait (min)": f"{(summary['meanWait'] or 0) / 60:.1f}",
         "timeline samples": f"{len(result.timeline.times):,}",
+        "notes (livelocks...)": f"{len(result.notes)}",
     }
     for k, v in rows.items():
         table.add_row(k, v)
     console.print(table)
+    for note in result.notes[:5]:
+        console.print(f"note: {note}")
     return 0
 
 

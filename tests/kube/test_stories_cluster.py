@@ -245,7 +245,8 @@ def test_metrics_use_kueue_names(
         "the admission counted",
         lambda: f'kueue_admitted_workloads_total{{cluster_queue="{cq}"' in operator.metrics(),
     )
+    quota = f'kueue_cluster_queue_nominal_quota{{cluster_queue="{cq}",cohort=""'
+    cluster.wait_for("the queue gauges exported", lambda: quota in operator.metrics())
     text = operator.metrics()
     assert "kueue_admission_attempts_total" in text
-    assert f'kueue_cluster_queue_nominal_quota{{cluster_queue="{cq}",cohort=""' in text
     assert "atoll_api_requests_total" in text

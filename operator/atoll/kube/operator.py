@@ -214,6 +214,7 @@ class Operator:
             for _ in range(self.opts.workers):
                 tg.create_task(self.job_queue.work(self.jobs.reconcile))
             tg.create_task(self.pod_queue.work(self.ungater.reconcile))
+            tg.create_task(self.writer.send_events())
 
     async def _http(self) -> None:
         async def metrics(_: web.Request) -> web.Response:

@@ -30,6 +30,22 @@ class TokenBucket:
                 self._refill()
             self._tokens -= 1
 
+    def try_acquire(self, *, reserve: float = 0.0) -> bool:
+        """Take a token now only if `reserve` tokens would still be left (for work that must
+        not delay more important requests); never waits."""
+        self._refill()
+        if self._tokens - 1 < reserve:
+            return False
+        self._tokens -= 1
+        return True
+
+    async def acquire_spare(self, *, reserve: float) -> None:
+        """Wait until a token can be taken with `reserve` tokens left for other requests."""
+        while True:
+            if self.try_acquire(reserve=reserve):
+                return
+            await asyncio.sleep((reserve + 1 - self._tokens) / self.qps)
+
     async def __aenter__(self) -> None:
         await self.acquire()
 

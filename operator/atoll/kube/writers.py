@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -32,6 +33,9 @@ log = structlog.get_logger("atoll.kube")
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
 _RETRIES = 8
+_REMEMBERED = 20_000
+"""Workloads whose last seen version the writer keeps as the base of its next write."""
+_EVENT_QUEUE = 1000
 _STATUS_FIELDS = {f.alias or name for name, f in WorkloadStatus.model_fields.items()}
 T = TypeVar("T")
 
@@ -76,6 +80,9 @@ class KubeWriter:
         self.limiter = limiter
         self.component = component
         self.on_request = on_request
+        self._last: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
+        self.events_dropped = 0
 
     async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
         await self.limiter.acquire()
@@ -103,7 +110,14 @@ class KubeWriter:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
+        self._remember(key, raw)
         return raw
+
+    def _remember(self, key: str, raw: dict[str, Any]) -> None:
+        self._last[key] = raw
+        self._last.move_to_end(key)
+        while len(self._last) > _REMEMBERED:
+            self._last.popitem(last=False)
 
     async def create_workload(self, wl: Workload) -> Workload:
         ns = wl.namespace or ""
@@ -118,12 +132,17 @@ class KubeWriter:
             if e.status != 409:
                 raise
             raw = await self._get_workload(f"{ns}/{wl.name}")
+        self._remember(f"{ns}/{wl.name}", raw)
         return Workload.from_dict(raw)
 
     async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+        """Read-modify-write of the status. The last version this writer read or wrote is the
+        first base (no GET per write); a 409 means it is stale: read the object and retry."""
         ns, name = _split(key)
+        raw = self._last.get(key)
         for _ in range(_RETRIES):
-            raw = await self._get_workload(key)
+            if raw is None:
+                raw = await self._get_workload(key)
             status = mutate(Workload.from_dict(raw))
             if status is None:
                 return None
@@ -138,11 +157,14 @@ class KubeWriter:
                     ),
                 )
             except ApiError as e:
+                self._last.pop(key, None)
                 if e.status == 409:
+                    raw = None
                     continue
                 if e.status == 404:
                     raise NotFoundError(key) from e
                 raise
+            self._remember(key, written)
             return Workload.from_dict(written)
         raise RuntimeError(f"workload {key}: status write kept conflicting")
 
@@ -376,6 +398,8 @@ class KubeWriter:
 
     # -- events ---------------------------------------------------------------------------
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """Queue an Event; `send_events` posts them with the API budget the writes leave
+        spare. An Event never delays a decision: when the queue is full it is dropped."""
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace or "default"},
@@ -397,9 +421,19 @@ class KubeWriter:
             "count": 1,
         }
         try:
-            await self._call(
-                "create",
-                lambda: self.core.create_namespaced_event(ref.namespace or "default", body),
-            )
-        except ApiError as e:  # an event is best effort: never fail a decision for it
-            log.warning("event not recorded", reason=reason, error=str(e.status))
+            self._events.put_nowait(body)
+        except asyncio.QueueFull:
+            self.events_dropped += 1
+
+    async def send_events(self) -> None:
+        """Forever: post queued Events, only while half the burst of the budget is spare."""
+        while True:
+            body = await self._events.get()
+            await self.limiter.acquire_spare(reserve=self.limiter.burst / 2)
+            ns = body["metadata"]["namespace"]
+            try:
+                await self.core.create_namespaced_event(ns, body, _preload_content=False)
+                if self.on_request:
+                    self.on_request("create", "200")
+            except ApiException as e:  # an event is best effort: never fail a decision for it
+                log.warning("event not recorded", reason=body["reason"], error=str(e.status))

@@ -152,6 +152,21 @@ def decide(cache: Cache, now: float, fair_sharing: m.FairSharing | None) -> tupl
     return decisions
 
 
+def _progress_key(decisions: tuple[d.Decision, ...]) -> tuple[tuple[str, str], ...]:
+    """What a cycle did: its admissions, preemptions (with victims) and evictions."""
+    out: list[tuple[str, str]] = []
+    for dec in decisions:
+        match dec:
+            case d.Admit():
+                out.append(("admit", dec.workload))
+            case d.Preempt():
+                victims = ",".join(sorted(v.workload for v in dec.victims))
+                out.append(("preempt", f"{dec.workload} -> {victims}"))
+            case d.Evict():
+                out.append(("evict", dec.workload))
+    return tuple(out)
+
+
 @dataclass(slots=True)
 class GangSimulator:
     scenario: Scenario
@@ -331,19 +346,25 @@ class GangSimulator:
         self._waiting = still
 
     def _settle(self, t: float) -> None:
-        """Cycle until a cycle makes no progress (the live loop's `while progress`)."""
+        """Cycle until a cycle makes no progress (the live loop's `while progress`). A
+        cycle whose decisions repeat an earlier cycle of the same instant means the engine
+        ping-pongs (e.g. a preemptor and its requeued victim taking turns): the instant is
+        ended there and the repetition reported in the notes."""
         now = sw.EPOCH + t
-        for _ in range(100_000):
-            if not self._drains and not any(self._pending.values()):
-                self._place_waiting(t)
-                return
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        while self._drains or any(self._pending.values()):
             decisions = decide(self.cache, now, self.settings.fair_sharing)
             self.cycles += 1
             progress = self._apply(decisions, t)
             self._place_waiting(t)
             if not progress:
                 return
-        raise RuntimeError(f"no quiescence at t={t}: 100000 cycles with progress")
+            key = _progress_key(decisions)
+            if key in seen:
+                self.notes.append(f"t={t:g}s: the engine repeats a cycle (livelock): {key}")
+                return
+            seen.add(key)
+        self._place_waiting(t)
 
     def _sample(self, t: float) -> None:
         values = {f"usage/{cq}": v for cq, v in self._usage.items()}
