@@ -43,6 +43,9 @@ class Wiring:
     queues_changed: Callable[[], None]
     ungater: Ungater
     pods: WorkQueue
+    seen_workload: Callable[[Mapping[str, Any]], None]
+    """The raw Workload, for the writer's next status write (no GET before it)."""
+    gone_workload: Callable[[str], None]
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -131,8 +134,10 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
             return
         if type == "DELETED":
             w.cache.delete_workload(wls.wl_key(wl))
+            w.gone_workload(wls.wl_key(wl))
         else:
             w.cache.set_workload(wl)
+            w.seen_workload(body)
         job = _owner_job(wl)
         if job is not None:
             w.jobs.add(job)

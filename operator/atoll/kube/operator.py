@@ -143,6 +143,8 @@ class Operator:
                 queues_changed=self._queues_dirty.set,
                 ungater=self.ungater,
                 pods=self.pod_queue,
+                seen_workload=self.writer.observe_workload,
+                gone_workload=self.writer.forget_workload,
             ),
         )
         if self.opts.webhook != "off":

@@ -113,6 +113,19 @@ class KubeWriter:
         self._remember(key, raw)
         return raw
 
+    def observe_workload(self, raw: Mapping[str, Any]) -> None:
+        """A Workload seen on the watch: the base of the next status write, when newer."""
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        known = (self._last.get(key) or {}).get("metadata", {}).get("resourceVersion", "")
+        seen = str(meta.get("resourceVersion", ""))
+        if known.isdigit() and seen.isdigit() and int(seen) < int(known):
+            return
+        self._remember(key, dict(raw))
+
+    def forget_workload(self, key: str) -> None:
+        self._last.pop(key, None)
+
     def _remember(self, key: str, raw: dict[str, Any]) -> None:
         self._last[key] = raw
         self._last.move_to_end(key)
