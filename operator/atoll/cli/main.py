@@ -15,6 +15,7 @@ SUBCOMMANDS = (
     "atoll.cli.sandbox_cmd",
     "atoll.cli.demo_cmd",
     "atoll.cli.crds_cmd",
+    "atoll.cli.simulate_cmd",
 )
 
 

@@ -69,6 +69,8 @@ class Cache:
     claim_templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
     """ResourceClaimTemplates by `namespace/name`."""
     _engine_workloads: dict[str, m.Workload] = field(default_factory=dict)
+    _admissions: dict[str, m.Admission | None] = field(default_factory=dict)
+    """`status.admission` of each Workload in engine form, converted once per version."""
     _e_flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
     _e_cohorts: dict[str, m.Cohort] = field(default_factory=dict)
@@ -148,6 +150,7 @@ class Cache:
             return
         self.workloads[key] = wl
         self._engine_workloads.pop(key, None)
+        self._admissions.pop(key, None)
         if wls.has_quota(wl):
             self.assumed.pop(key, None)
         if wls.is_evicted(wl) or not wls.has_quota(wl):
@@ -163,6 +166,7 @@ class Cache:
     def delete_workload(self, key: str) -> None:
         old = self.workloads.pop(key, None)
         self._engine_workloads.pop(key, None)
+        self._admissions.pop(key, None)
         self.assumed.pop(key, None)
         self.inventory.release(key)
         self.parked.pop(key, None)
@@ -228,7 +232,9 @@ class Cache:
             if wls.is_finished(wl) or key in self.assumed:
                 continue
             if wls.has_quota(wl):
-                adm = convert.admission(wl)
+                if key not in self._admissions:
+                    self._admissions[key] = convert.admission(wl)
+                adm = self._admissions[key]
                 if adm is not None:
                     yield key, adm, wls.is_evicted(wl) or key in self.evicting
         for key, adm in self.assumed.items():
