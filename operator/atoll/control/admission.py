@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 
+from atoll.api.meta import Condition
 from atoll.api.quantity import Quantity
 from atoll.api.topologyassignment import TopologyAssignment
 from atoll.api.workload import Admission, PodSetAssignment, Workload, WorkloadStatus
@@ -103,6 +104,23 @@ def admit(
     return mutate
 
 
+def without_reservation(
+    conditions: tuple[Condition, ...], reason: str, message: str, now: dt.datetime
+) -> tuple[Condition, ...]:
+    """QuotaReserved=False with `reason` and Admitted=False (NoReservation)."""
+    conds = wls.with_condition(
+        conditions, wls.QUOTA_RESERVED, status=False, reason=reason, message=message, now=now
+    )
+    return wls.with_condition(
+        conds,
+        wls.ADMITTED,
+        status=False,
+        reason=NO_RESERVATION,
+        message=NO_RESERVATION_MESSAGE,
+        now=now,
+    )
+
+
 def pending(
     reason: str, message: str, now: dt.datetime
 ) -> Callable[[Workload], WorkloadStatus | None]:
@@ -120,22 +138,7 @@ def pending(
             and admitted is not None
         ):
             return None
-        conds = wls.with_condition(
-            wl.status.conditions or (),
-            wls.QUOTA_RESERVED,
-            status=False,
-            reason=reason,
-            message=message,
-            now=now,
-        )
-        conds = wls.with_condition(
-            conds,
-            wls.ADMITTED,
-            status=False,
-            reason=NO_RESERVATION,
-            message=NO_RESERVATION_MESSAGE,
-            now=now,
-        )
+        conds = without_reservation(wl.status.conditions or (), reason, message, now)
         return wls.status_with(wl, conditions=conds)
 
     return mutate

@@ -22,7 +22,7 @@ from atoll.api.core import Job
 from atoll.api.meta import LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
-from atoll.control.admission import NO_RESERVATION, NO_RESERVATION_MESSAGE
+from atoll.control.admission import without_reservation
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.state import workloads as wls
@@ -304,21 +304,11 @@ class JobController:
         def release(w: Workload) -> WorkloadStatus | None:
             if not wls.has_quota(w):
                 return None
-            conds = wls.with_condition(
+            conds = without_reservation(
                 w.status.conditions or (),
-                wls.QUOTA_RESERVED,
-                status=False,
-                reason="PendingEvaluation",
-                message="The workload is pending evaluation",
-                now=now,
-            )
-            conds = wls.with_condition(
-                conds,
-                wls.ADMITTED,
-                status=False,
-                reason=NO_RESERVATION,
-                message=NO_RESERVATION_MESSAGE,
-                now=now,
+                "PendingEvaluation",
+                "The workload is pending evaluation",
+                now,
             )
             conds = wls.with_condition(
                 conds,
