@@ -88,23 +88,27 @@ class Scheduler:
         return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
 
     async def run(self) -> None:
-        """Forever: wait for a wake-up (or the next requeue time), then cycle until idle."""
+        """Forever: wait for a wake-up (or the next requeue time), then cycle until idle.
+        A failing cycle is logged and retried: a bug must not stop admission for good."""
         while True:
-            timeout = None
-            nxt = self.cache.next_requeue(self.clock())
-            if nxt is not None:
-                timeout = max(0.0, nxt - self.clock()) + 0.05
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            await asyncio.sleep(self.debounce)
-            self._wake.clear()
             try:
+                await self._wait_for_work()
                 while (await self.run_once()).progress:
                     pass
-            except Exception:  # a bug must not stop admission for good: log, retry later
+            except Exception:
                 log.exception("scheduling cycle failed", cycle=self.cycles)
                 await asyncio.sleep(1.0)
                 self.wake()
+
+    async def _wait_for_work(self) -> None:
+        timeout = None
+        nxt = self.cache.next_requeue(self.clock())
+        if nxt is not None:
+            timeout = max(0.0, nxt - self.clock()) + 0.05
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        await asyncio.sleep(self.debounce)
+        self._wake.clear()
 
     def decide(self) -> tuple[d.Decision, ...]:
         """One engine cycle on the current cache, with its decisions assumed. No awaits."""

@@ -1,6 +1,7 @@
 """kopf event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
 the scheduling loop or queue the Job for reconciliation. Only `on.event` handlers: kopf writes
-no annotation or finalizer on any object.
+no annotation or finalizer on any object. Every handler is `async def`: kopf runs plain `def`
+handlers in worker threads, and the cache is single-threaded (the loop reads it between awaits).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         key: Callable[[K], str],
     ) -> None:
         @kopf.on.event(*resource, registry=registry)
-        def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
+        async def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
             obj = _parse(model, body)
             if obj is None:
                 return
@@ -120,7 +121,7 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
     )
 
     @kopf.on.event("", "v1", "namespaces", registry=registry)
-    def _namespace(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+    async def _namespace(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
         if type == "DELETED":
             w.cache.delete("ns", name)
         else:
@@ -128,7 +129,7 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         w.wake()
 
     @kopf.on.event(*KUEUE, "workloads", registry=registry)
-    def _workload(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _workload(type: str | None, body: kopf.Body, **_: Any) -> None:
         wl = _parse(Workload, body)
         if wl is None:
             return
@@ -147,7 +148,7 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
     register_inventory(registry, w)
 
     @kopf.on.event("batch", "v1", "jobs", registry=registry)
-    def _job(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _job(type: str | None, body: kopf.Body, **_: Any) -> None:
         job = _parse(Job, body)
         if job is None:
             return
@@ -169,7 +170,7 @@ def _watch(
     after: Callable[[K, bool], None],
 ) -> None:
     @kopf.on.event(*resource, registry=registry)
-    def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
         obj = _parse(model, body)
         if obj is None:
             return

@@ -43,7 +43,7 @@ def register(
         labels=labels,
         registry=registry,
     )
-    def suspend_managed_jobs(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def suspend_managed_jobs(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         try:
             job = Job.from_dict(dict(body))
         except ValueError:
