@@ -6,6 +6,7 @@ on 127.0.0.1. Processes are ours: started here, stopped here by pid.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -75,8 +76,9 @@ def _http_status(url: str) -> int:
         return 0
 
 
-class Controller:
-    """A controller process on a sandbox: start, wait ready, sample, stop."""
+class Controller(abc.ABC):
+    """A controller process on a sandbox: start, wait ready, sample, stop. Subclasses (Kueue,
+    atoll) say how the process is started."""
 
     name = "controller"
 
@@ -95,12 +97,14 @@ class Controller:
         assert self.proc is not None
         return self.proc.pid
 
+    @abc.abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The controller's command line."""
 
     def env(self) -> dict[str, str]:
         return dict(os.environ, KUBECONFIG=str(self.sandbox.kubeconfig))
 
+    @abc.abstractmethod
     def prepare(self) -> None:
         """Install what the controller needs on its fresh sandbox."""
 
