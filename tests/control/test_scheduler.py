@@ -3,11 +3,16 @@ Kueue's conditions, preempt whole workloads, never rewrite an unchanged pending 
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
+from atoll.api.localqueue import LocalQueue
+from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control.admission import without_reservation
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
-from tests.control.builders import cache_with_queue, job, workload_for
+from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 
 NOW = 1_796_000_000.0
@@ -118,3 +123,54 @@ async def test_inadmissible_heads_are_parked_only_under_best_effort(strategy: st
     await sched.run_once()
     parked = key in sched.cache.parked_keys()
     assert parked is (strategy == "BestEffortFIFO")
+
+
+async def test_a_reclaiming_preemptor_is_admitted_before_its_victim_returns() -> None:
+    # cq and other (4 GPUs each) share a cohort; other's v borrows cq's quota. In cq, big
+    # (6 GPUs) can't get in even by reclaiming v; small (4 GPUs) reclaims v. When v's quota
+    # is released, big is unparked, but small keeps the head of cq and gets the quota: v,
+    # requeued, does not take it back (which would have small reclaim it again, forever).
+    sched, fake = _setup(4, cohortName="co", preemption={"reclaimWithinCohort": "Any"})
+    sched.cache.set_cluster_queue(cluster_queue("other", 4, cohortName="co"))
+    sched.cache.set_local_queue(
+        LocalQueue.from_dict(
+            {"metadata": {"name": "lq2", "namespace": "ns"}, "spec": {"clusterQueue": "other"}}
+        )
+    )
+
+    async def add(name: str, pods: int, queue: str, created: str) -> str:
+        raw = workload_for(job(name, pods=pods), created=created).to_dict()
+        raw["spec"]["queueName"] = queue
+        created_wl = await fake.create_workload(Workload.from_dict(raw))
+        sched.cache.set_workload(created_wl)
+        return wls.wl_key(created_wl)
+
+    await add("w", 4, "lq2", "2026-12-01T00:00:00Z")
+    await sched.run_once()
+    v = await add("v", 4, "lq2", "2026-12-01T00:00:01Z")  # its uid sorts first: reclaimed
+    await sched.run_once()
+    assert wls.is_admitted(fake.workloads[v])  # borrowing cq's idle quota
+    big = await add("big", 6, "lq", "2026-12-01T00:00:02Z")
+    await sched.run_once()
+    assert big in sched.cache.parked_keys()
+    small = await add("small", 4, "lq", "2026-12-01T00:00:03Z")
+    result = await sched.run_once()
+    assert result.preempted == 1
+    assert wls.condition(fake.workloads[v], wls.EVICTED) is not None
+
+    def release(w: Workload) -> WorkloadStatus:  # what the Job side does once pods are gone
+        at = dt.datetime.fromtimestamp(NOW, dt.UTC)
+        conds = without_reservation(w.status.conditions or (), "PendingEvaluation", "", at)
+        conds = wls.with_condition(
+            conds, wls.REQUEUED, status=True, reason="Preempted", message="", now=at
+        )
+        return wls.status_with(w, conditions=conds, admission=None)
+
+    released = await fake.update_workload_status(v, release)
+    assert released is not None
+    sched.cache.set_workload(released)
+    assert big not in sched.cache.parked_keys()
+    await sched.run_once()
+    await sched.run_once()
+    assert wls.is_admitted(fake.workloads[small])
+    assert not wls.has_quota(fake.workloads[v])

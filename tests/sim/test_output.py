@@ -39,7 +39,7 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert gang["gpuCapacity"] == {"six": 6}
     assert set(gang["jobs"][0]) == {
         "name", "arrival", "pods", "gpus", "clusterQueue", "admitted", "started",
-        "finished", "wait", "flavor", "evictions", "reason", "state",
+        "finished", "wait", "flavor", "domain", "evictions", "reason", "state",
     }  # fmt: skip
     tl = gang["timeline"]
     assert all(len(col) == len(tl["times"]) for col in tl["series"].values())
@@ -113,5 +113,12 @@ def test_what_if_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert answer["clusterQueue"] is None  # LocalQueue `lq` is not in that scenario
     assert answer["decision"]["kind"] == "Pending"
     assert "LocalQueue lq doesn't exist" in answer["decision"]["message"]
-    assert _cli("what-if", str(job_file), "--kubeconfig", "/dev/null") == 2
-    assert "not implemented yet" in capsys.readouterr().err
+    assert _cli("what-if", str(job_file), "--kubeconfig", "k", "--scenario", scenario) == 2
+    assert "not both" in capsys.readouterr().err
+    empty = tmp_path / "empty-kubeconfig"
+    empty.write_text("")
+    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty)) == 1
+    assert "cannot load the kubeconfig" in capsys.readouterr().err
+    bad = ("--set", "waitForPodsReady.timeout=soon")
+    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty), *bad) == 1
+    assert "waitForPodsReady.timeout" in capsys.readouterr().err

@@ -5,9 +5,19 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from atoll.engine.decisions import Decision, Preempt
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
-from tests.sim.builders import job, six_gpus
+from tests.sim.builders import (
+    cluster_queue,
+    flavor,
+    job,
+    local_queue,
+    nodes,
+    priority_class,
+    scenario,
+    six_gpus,
+)
 
 jobs_strategy = st.lists(
     st.tuples(
@@ -73,3 +83,68 @@ def test_greedy_books_balance_and_partial_jobs_hold_idle_gpus(
             assert tl.series["busy"][i] == bound  # only partly placed Jobs hold idle GPUs
     finished = [j for j in result.jobs if j.finished is not None]
     assert (result.deadlock is None) == (len(finished) == len(result.jobs))
+
+
+class _Recorder(GangSimulator):
+    """The simulator, recording every (instant, preemptor, victim)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.preemptions: list[tuple[float, str, str]] = []
+
+    def _apply(self, decisions: tuple[Decision, ...], t: float) -> bool:
+        self.preemptions += [
+            (t, dec.workload, v.workload)
+            for dec in decisions
+            if isinstance(dec, Preempt)
+            for v in dec.victims
+        ]
+        return GangSimulator._apply(self, decisions, t)
+
+
+cohort_jobs = st.lists(
+    st.tuples(
+        st.integers(min_value=1, max_value=7),  # pods of 1 GPU
+        st.sampled_from([0, 10, 20, 30, 600]),  # arrival: several at once, or later
+        st.integers(min_value=1, max_value=30),  # minutes
+        st.sampled_from(["la", "lb", "lc"]),
+        st.sampled_from(["low", "high"]),
+    ),
+    min_size=3,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cohort_jobs, st.sampled_from(["BestEffortFIFO", "StrictFIFO"]))
+def test_reclaim_in_a_cohort_never_livelocks(
+    specs: list[tuple[int, int, int, str, str]], strategy: str
+) -> None:
+    """Three ClusterQueues of 3, 3 and 2 GPUs (8 nodes of 1 GPU) lend to each other and
+    reclaim: every instant ends (no cycle repeats), no preemptor evicts the same victim
+    twice in one instant, and every Job that fits the cohort finishes."""
+    policy = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    scn = scenario(
+        nodes(8, 1),
+        flavor(),
+        *(
+            cluster_queue(
+                name, gpus, cohortName="all", preemption=policy, queueingStrategy=strategy
+            )
+            for name, gpus in (("a", 3), ("b", 3), ("c", 2))
+        ),
+        *(local_queue(f"l{name}", name) for name in "abc"),
+        priority_class("low", 10),
+        priority_class("high", 1000),
+        *(
+            job(f"j{i}", pods=p, arrival=a, duration=f"{m}m", queue=lq, priority=prio)
+            for i, (p, a, m, lq, prio) in enumerate(specs)
+        ),
+    )
+    sim = _Recorder(scn, Settings())
+    result = sim.run()
+    assert result.notes == []
+    assert len(set(sim.preemptions)) == len(sim.preemptions), sim.preemptions
+    assert all(rec.finished is not None for rec in result.jobs)
+    usage = [v for k, v in result.timeline.series.items() if k.startswith("usage/")]
+    assert max(sum(at) for at in zip(*usage, strict=True)) <= 8

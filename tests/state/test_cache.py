@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from atoll.engine import model as m
+from atoll.engine.ordering import select_heads
 from atoll.state import workloads as wls
+from atoll.state.cache import Cache
 from tests.control.builders import cache_with_queue, job, workload_for
 
 NOW = 1_796_000_000.0
@@ -87,3 +89,50 @@ def test_workloads_of_job_match_owner_name_and_uid() -> None:
     assert cache.workloads_of_job("ns/a", "u1") == [mine]
     assert cache.workloads_of_job("ns/a", "other-uid") == []
     assert cache.workloads_of_job("other/a") == []
+
+
+def _heads(cache: Cache) -> list[str]:
+    return [w.name for w in select_heads(cache.pending_by_queue(NOW), cache.parked_keys())]
+
+
+def test_a_preemptor_stays_the_head_of_a_best_effort_queue_until_admitted() -> None:
+    cache = cache_with_queue()
+    big = workload_for(job("big", pods=8), created="2026-12-01T00:00:00Z")
+    small = workload_for(job("small"), created="2026-12-01T00:01:00Z")
+    urgent = workload_for(job("urgent"), priority=5, created="2026-12-01T00:02:00Z")
+    for wl in (big, small):
+        cache.set_workload(wl)
+    big_key, small_key = wls.wl_key(big), wls.wl_key(small)
+    cache.park(big_key)  # inadmissible: small is the head and preempts
+    assert _heads(cache) == [small.name]
+    cache.preempting(small_key, "cq")
+    cache.bump()  # its victims' quota is released: big is back in the queue...
+    cache.set_workload(urgent)
+    assert _heads(cache) == [small.name]  # ...but small keeps its turn, even over urgent
+    cache.assume(small_key, _admission(2))
+    assert cache.preemptors == {}
+    assert _heads(cache) == [urgent.name]
+
+
+def test_a_parked_or_deleted_preemptor_gives_up_the_head() -> None:
+    cache = cache_with_queue()
+    big = workload_for(job("big", pods=8), created="2026-12-01T00:00:00Z")
+    small = workload_for(job("small"), created="2026-12-01T00:01:00Z")
+    for wl in (big, small):
+        cache.set_workload(wl)
+    cache.preempting(wls.wl_key(small), "cq")
+    cache.park(wls.wl_key(small))
+    assert _heads(cache) == [big.name]
+    cache.bump()
+    assert _heads(cache) == [small.name]
+    cache.delete_workload(wls.wl_key(small))
+    assert cache.preemptors == {}
+    assert _heads(cache) == [big.name]
+
+
+def test_a_strict_fifo_queue_has_no_sticky_preemptor() -> None:
+    cache = cache_with_queue(queueingStrategy="StrictFIFO")
+    small = workload_for(job("small"))
+    cache.set_workload(small)
+    cache.preempting(wls.wl_key(small), "cq")
+    assert cache.preemptors == {}

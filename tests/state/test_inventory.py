@@ -9,10 +9,11 @@ import pytest
 
 from atoll.api.core import Node, Pod
 from atoll.api.resource import ResourceClaim, ResourceClaimTemplate, ResourceSlice
-from atoll.api.workload import PodSet
+from atoll.api.workload import PodSet, Workload
 from atoll.engine.inventory import Placement, TopologyMode
 from atoll.engine.placement import place
 from atoll.sandbox.shapes import DRA_DRIVER, ISLAND_ATTRIBUTE
+from atoll.state.cache import Cache
 from atoll.state.gangs import GangError, gang_pod_set, topology_request
 from atoll.state.topologyassignment import topology_assignment
 from tests.engine.placement_builders import (
@@ -256,3 +257,57 @@ def test_no_topology_assignment_without_a_topology_request() -> None:
     inv = cluster("dgx-h100").snapshot()
     got = placed(place(inv, gang(pod_set(1, gpus=8))))
     assert topology_assignment(got.pod_sets[0]) is None
+
+
+def test_a_restarted_cache_holds_admitted_placements_from_the_status() -> None:
+    """After a restart, a gang admitted with a host-level topologyAssignment holds its
+    nodes again (its pods may not be bound yet), exactly as the placement did."""
+    inv = cluster("dgx-h100")
+    got = placed(place(inv.snapshot(), gang(pod_set(6, gpus=4, level=RACK), key="ns/job-r")))
+    ta = topology_assignment(got.pod_sets[0])
+    assert ta is not None
+    container = {"name": "c", "resources": {"requests": {GPU: "4"}}}
+    wl = Workload.from_dict(
+        {
+            "metadata": {"name": "job-r", "namespace": "ns", "resourceVersion": "2"},
+            "spec": {
+                "queueName": "q",
+                "podSets": [
+                    {"name": "main", "count": 6, "template": {"spec": {"containers": [container]}}}
+                ],
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "True",
+                        "reason": "QuotaReserved",
+                        "message": "",
+                        "lastTransitionTime": "2026-12-01T00:00:00Z",
+                    }
+                ],
+                "admission": {
+                    "clusterQueue": "cq",
+                    "podSetAssignments": [
+                        {
+                            "name": "main",
+                            "count": 6,
+                            "flavors": {GPU: "rf"},
+                            "topologyAssignment": ta.to_dict(),
+                        }
+                    ],
+                },
+            },
+        }
+    )
+    cache = Cache(inventory=inv)
+    cache.set_workload(wl)
+    assert cache.inventory.holds("ns/job-r")
+    after_restart = {n.name: n.free[GPU] for n in inv.snapshot().nodes}
+    fresh = cluster("dgx-h100")
+    fresh.hold(got)
+    assert after_restart == {n.name: n.free[GPU] for n in fresh.snapshot().nodes}
+    assert sum(after_restart.values()) == 16 * 8 - 24
+    # quota released (evicted and gone): the hold goes with it
+    cache.delete_workload("ns/job-r")
+    assert not cache.inventory.holds("ns/job-r")

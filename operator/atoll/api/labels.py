@@ -25,6 +25,10 @@ ADMISSION_GATED_BY_ANNOTATION: Final = "kueue.x-k8s.io/admission-gated-by"
 WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
 STOPPING_ANNOTATION: Final = "kueue.x-k8s.io/stopping"
 
+RUN_DURATION_ANNOTATION: Final = "atoll.dev/run-duration"
+"""atoll's: how long a Job runs once its pods run (a Go duration). The sandbox's fake nodes
+complete pods after it, `atoll simulate` runs Jobs for it, `atoll explain` estimates with it."""
+
 RESOURCE_IN_USE_FINALIZER: Final = "kueue.x-k8s.io/resource-in-use"
 DEFAULT_LOCAL_QUEUE: Final = "default"
 DEFAULT_PRIORITY_CLASS: Final = "default"

@@ -16,6 +16,7 @@ SUBCOMMANDS = (
     "atoll.cli.demo_cmd",
     "atoll.cli.crds_cmd",
     "atoll.cli.simulate_cmd",
+    "atoll.cli.explain_cmd",
 )
 
 

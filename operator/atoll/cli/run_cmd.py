@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.api.configuration import (
+    Configuration,
     ConfigurationError,
     apply_overrides,
     load_configuration,
@@ -31,12 +32,31 @@ def _address(flag: str | None, configured: str, what: str) -> tuple[str, int]:
     return host or "127.0.0.1", port
 
 
+def configuration(args: argparse.Namespace) -> Configuration:
+    """The Configuration from `--config`, then ATOLL_CONFIG__… variables, then `--set`
+    (raises ConfigurationError naming the field)."""
+    cfg = load_configuration(Path(args.config) if args.config else None)
+    overrides = overrides_from_env(os.environ)
+    overrides.update(dict(parse_override(s) for s in args.set or ()))
+    return apply_overrides(cfg, overrides) if overrides else cfg
+
+
+def add_configuration_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", help="Kueue-format Configuration file (config.kueue.x-k8s.io/v1beta2)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override a configuration field, e.g. --set waitForPodsReady.timeout=5m "
+        "(repeatable; also ATOLL_CONFIG__path__to__field=value in the environment)",
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
-        cfg = load_configuration(Path(args.config) if args.config else None)
-        overrides = overrides_from_env(os.environ)
-        overrides.update(dict(parse_override(s) for s in args.set or ()))
-        cfg = apply_overrides(cfg, overrides) if overrides else cfg
+        cfg = configuration(args)
     except ConfigurationError as e:
         print(f"atoll run: {e}", file=sys.stderr)
         return 2
@@ -82,16 +102,7 @@ def register(sub: Any) -> None:
             "admits whole gangs."
         ),
     )
-    parser.add_argument(
-        "--config", help="Kueue-format Configuration file (config.kueue.x-k8s.io/v1beta2)"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        metavar="PATH=VALUE",
-        help="override a configuration field, e.g. --set waitForPodsReady.timeout=5m "
-        "(repeatable; env ATOLL_CONFIG__waitForPodsReady__timeout=5m works too)",
-    )
+    add_configuration_options(parser)
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
     parser.add_argument(
         "--webhook",

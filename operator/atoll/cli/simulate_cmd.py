@@ -14,6 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from atoll.api.core import Job
+from atoll.cli.explain_cmd import live_what_if
+from atoll.cli.run_cmd import add_configuration_options
+from atoll.control.explain import JobWhatIf
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
@@ -28,7 +31,7 @@ from atoll.sim.scenario import (
     load_scenario,
     parse_duration,
 )
-from atoll.sim.whatif import what_if
+from atoll.sim.whatif import WhatIf, what_if
 
 JSON_SCHEMA_VERSION = 1
 
@@ -121,24 +124,33 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _what_if(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
-    if args.kubeconfig:
-        err.print(
-            "atoll what-if --kubeconfig: the live-cluster variant needs the kube layer "
-            "(a snapshot of the cluster's cache) and is not implemented yet; use --scenario"
-        )
-        return 2
-    if not args.scenario:
-        err.print("atoll what-if: give --scenario FILE")
+    if args.kubeconfig and args.scenario:
+        err.print("atoll what-if: give either --scenario FILE or --kubeconfig FILE, not both")
         return 2
     try:
-        scn = read_scenario(Path(args.scenario))
-        at = parse_duration(args.at) if args.at else 0.0
         raw = yaml.safe_load(Path(args.job).read_text())
         job = Job.model_validate(raw)
-        answer = what_if(scn, job, at=at)
-    except (ScenarioError, ValueError, OSError, yaml.YAMLError) as e:
+    except (ValueError, OSError, yaml.YAMLError) as e:
         err.print(f"atoll what-if: {e}")
         return 1
+    answer: WhatIf | JobWhatIf
+    if args.scenario:
+        try:
+            scn = read_scenario(Path(args.scenario))
+            at = parse_duration(args.at) if args.at else 0.0
+            answer = what_if(scn, job, at=at)
+        except (ScenarioError, ValueError) as e:
+            err.print(f"atoll what-if: {e}")
+            return 1
+    else:
+        if args.at:
+            err.print("atoll what-if: --at is for --scenario; a live cluster is asked now")
+            return 2
+        live, problem = live_what_if(job, args)
+        if live is None:
+            err.print(f"atoll what-if: {problem}")
+            return 1
+        answer = live
     if args.json:
         json.dump(answer.to_json(), sys.stdout)
         print()
@@ -152,15 +164,20 @@ def _register_what_if(sub: Any) -> None:
         "what-if",
         help="would this Job be admitted now, to which flavor, whom would it preempt",
         description=(
-            "Runs the scenario up to --at, adds the Job's Workload and computes one engine "
-            "cycle on that snapshot without changing anything."
+            "Adds the Job's Workload to a snapshot and computes one engine cycle on it "
+            "without creating or changing anything: with --scenario, the scenario simulated "
+            "up to --at; otherwise the live cluster of --kubeconfig (default $KUBECONFIG), "
+            "read-only, including topology and device placement."
         ),
     )
     p.add_argument("job", help="a batch/v1 Job manifest (with kueue.x-k8s.io/queue-name)")
     p.add_argument("--scenario", metavar="FILE", help="the cluster, queues and workload")
     p.add_argument("--at", metavar="DURATION", help="point of the scenario to ask at (0s)")
-    p.add_argument("--kubeconfig", metavar="FILE", help="ask a live cluster (not yet)")
+    p.add_argument(
+        "--kubeconfig", metavar="FILE", help="live cluster to ask (default: $KUBECONFIG)"
+    )
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_configuration_options(p)
     p.set_defaults(func=_what_if)
 
 

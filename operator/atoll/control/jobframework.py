@@ -26,17 +26,12 @@ from atoll.api.workload import (
     Workload,
     WorkloadSpec,
 )
+from atoll.state import tas
 
 _MAX_NAME = 253
 _HASH_LEN = 5
 JOB_CONTROLLER_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/controller-uid")
 """Labels the Job controller puts on the template; not part of the Workload's template."""
-JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
-TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
-TAS_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 """Scheduling gate of pods whose gang has a topology assignment (removed by the ungater)."""
 
@@ -94,24 +89,10 @@ def _min_count(job: Job, count: int) -> int | None:
 
 
 def _topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
-    ann = (template.metadata.annotations if template.metadata else None) or {}
-    given = [k for k in (TAS_REQUIRED, TAS_PREFERRED, TAS_UNCONSTRAINED) if k in ann]
-    if len(given) > 1:
-        raise ComposeError(
-            "ErrWorkloadCompose",
-            f"pod template annotations {', '.join(given)}: at most one may be set",
-        )
-    if not given and TAS_SLICE_REQUIRED not in ann:
-        return None
-    slice_size = ann.get(TAS_SLICE_SIZE)
-    return PodSetTopologyRequest(
-        required=ann.get(TAS_REQUIRED),
-        preferred=ann.get(TAS_PREFERRED),
-        unconstrained=(ann.get(TAS_UNCONSTRAINED) == "true") if TAS_UNCONSTRAINED in ann else None,
-        pod_index_label=JOB_COMPLETION_INDEX_LABEL,
-        pod_set_slice_required_topology=ann.get(TAS_SLICE_REQUIRED),
-        pod_set_slice_size=int(slice_size) if slice_size and slice_size.isdigit() else None,
-    )
+    try:
+        return tas.podset_topology_request(template)
+    except tas.TopologyAnnotationError as e:
+        raise ComposeError("ErrWorkloadCompose", str(e)) from e
 
 
 def workload_template(template: PodTemplateSpec) -> PodTemplateSpec:

@@ -21,13 +21,12 @@ from atoll.api.workload import Workload
 from atoll.control import admission as adm
 from atoll.control.metrics import AdmissionResult, LocalQueueRef, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
-from atoll.control.topology import TopologyChecker, assignments
 from atoll.engine import decisions as d
 from atoll.engine import model as m
-from atoll.engine.cycle import drain, run_cycle
-from atoll.engine.ordering import select_heads
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from atoll.state.decide import Decider
+from atoll.state.placing import assignments
 
 log = structlog.get_logger("atoll.scheduler")
 
@@ -73,13 +72,12 @@ class Scheduler:
     debounce: float = 0.01
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
-    _heads: int = 0
-    _topology: TopologyChecker | None = None
+    _decision: Decider | None = None
 
-    def _checker(self) -> TopologyChecker:
-        if self._topology is None:
-            self._topology = TopologyChecker(self.cache)
-        return self._topology
+    def _decider(self) -> Decider:
+        if self._decision is None:
+            self._decision = Decider(self.cache, self.fair_sharing)
+        return self._decision
 
     def wake(self) -> None:
         self._wake.set()
@@ -112,58 +110,13 @@ class Scheduler:
 
     def decide(self) -> tuple[d.Decision, ...]:
         """One engine cycle on the current cache, with its decisions assumed. No awaits."""
-        now = self.clock()
-        snapshot = self.cache.snapshot(self.fair_sharing)
-        heads = select_heads(self.cache.pending_by_queue(now), self.cache.parked_keys())
-        decisions = tuple(self._place(dec) for dec in run_cycle(snapshot, heads)) + drain(snapshot)
-        self._heads = len(heads)
-        for dec in decisions:
-            match dec:
-                case d.Admit():
-                    self.cache.assume(
-                        dec.workload,
-                        m.Admission(
-                            cluster_queue=dec.cluster_queue,
-                            pod_sets=tuple(
-                                m.PodSetAssignment(
-                                    name=p.name,
-                                    count=p.count,
-                                    flavors=p.flavors,
-                                    resource_usage=p.resource_usage,
-                                )
-                                for p in dec.pod_sets
-                            ),
-                        ),
-                    )
-                case d.Preempt():
-                    self.cache.evicting.update(v.workload for v in dec.victims)
-                case d.Evict():
-                    self.cache.evicting.add(dec.workload)
-                case d.Pending():
-                    if dec.requeue is d.Requeue.INADMISSIBLE:
-                        self.cache.park(dec.workload)
-        return decisions
-
-    def _place(self, dec: d.Decision) -> d.Decision:
-        """An admitted gang that involves topology or devices is placed now, on the inventory
-        as it is after the admissions before it in this cycle, or stays pending."""
-        if not isinstance(dec, d.Admit):
-            return dec
-        checked = self._checker().check(dec)
-        if isinstance(checked, d.Pending):
-            # Its quota was counted for the heads decided after it in this cycle: let those
-            # that were parked for lack of quota be tried again.
-            self.cache.bump()
-            return checked
-        if checked is not None:
-            self.cache.inventory.hold(checked)
-        return dec
+        return self._decider().decide(self.clock())
 
     async def run_once(self) -> CycleResult:
         started = time.perf_counter()
         decisions = self.decide()
         self.cycles += 1
-        result = CycleResult(decisions=decisions, heads=self._heads)
+        result = CycleResult(decisions=decisions, heads=self._decider().heads)
         decided = time.perf_counter() - started
         now = self._now()
         writes: list[Awaitable[object]] = []

@@ -77,6 +77,8 @@ def validate(snapshot: Snapshot, w: Workload) -> ClusterQueue | Pending:
         return _pending(
             w, None, PendingReason.DEACTIVATED, "The workload is deactivated", Requeue.INADMISSIBLE
         )
+    if w.misconfigured is not None:
+        return _pending(w, None, PendingReason.MISCONFIGURED, w.misconfigured, Requeue.INADMISSIBLE)
     lq = snapshot.local_queues.get(w.local_queue)
     if lq is None:
         return _pending(
@@ -290,7 +292,15 @@ def drain(snapshot: Snapshot) -> tuple[Evict, ...]:
     """Evictions a snapshot calls for by itself: admitted workloads of ClusterQueues and
     LocalQueues set to HoldAndDrain, and deactivated workloads still holding quota."""
     evictions = []
-    for key in sorted(snapshot.admitted):
+    draining = any(
+        cq.stop_policy is StopPolicy.HOLD_AND_DRAIN for cq in snapshot.cluster_queues.values()
+    ) or any(lq.stop_policy is StopPolicy.HOLD_AND_DRAIN for lq in snapshot.local_queues.values())
+    chosen = (
+        snapshot.admitted
+        if draining
+        else [k for k, a in snapshot.admitted.items() if not a.workload.active]
+    )
+    for key in sorted(chosen):
         a = snapshot.admitted[key]
         if a.evicted:
             continue

@@ -7,7 +7,9 @@ the caller's order within a priority, as Kueue's candidate ordering in
 pkg/scheduler/preemption), adds them until the gang fits inside that domain, then drops every
 victim it can do without (Kueue's "fill back" minimisation); the domain whose victim set has
 the lowest top priority, then the fewest victims, then the fewest pods wins. Which gangs may
-be victims at all (the ClusterQueue's preemption policy) is the caller's decision.
+be victims at all is `allowed_victims` (the ClusterQueue's preemption policy, a first
+version of Kueue's: see there); the hint of a pending message ("would fit after workload X
+finishes") is the same search over every running gang, all priorities alike.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from atoll.engine import quota
 from atoll.engine import topology as topo
+from atoll.engine.candidates import candidate_order, satisfies_policy
+from atoll.engine.decisions import PreemptionReason
 from atoll.engine.devices import DeviceId, NodeDevices
 from atoll.engine.inventory import (
     Gang,
@@ -24,7 +29,16 @@ from atoll.engine.inventory import (
     Placement,
     TopologyMode,
 )
+from atoll.engine.model import (
+    AdmittedWorkload,
+    BorrowWithinCohortPolicy,
+    ClusterQueueName,
+    ReclaimWithinCohort,
+    WithinClusterQueue,
+    Workload,
+)
 from atoll.engine.placement import place
+from atoll.engine.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +80,30 @@ def _release_node(
     return replace(node, free=free, devices=back)
 
 
-def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
-    """The inventory with these placements' pods and devices given back."""
+def _take_node(
+    node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
+) -> NodeInventory:
+    free = dict(node.free)
+    for requests in pods:
+        for r, q in requests:
+            free[r] = free.get(r, 0) - q
+    d = node.devices
+    taken = (
+        NodeDevices(
+            free=tuple(x for x in d.free if x.id not in devices),
+            busy=d.busy | {x.id for x in d.all if x.id in devices},
+            all=d.all,
+            incomplete=d.incomplete,
+        )
+        if devices
+        else d
+    )
+    return replace(node, free=free, devices=taken)
+
+
+def _by_node(
+    placements: Iterable[Placement],
+) -> tuple[dict[str, list[tuple[tuple[str, int], ...]]], dict[str, set[DeviceId]]]:
     pods: dict[str, list[tuple[tuple[str, int], ...]]] = {}
     devices: dict[str, set[DeviceId]] = {}
     for placement in placements:
@@ -76,6 +112,14 @@ def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
             devices.setdefault(pod.node, set()).update(
                 a.device for a in pod.devices if not a.admin_access
             )
+    return pods, devices
+
+
+def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
+    """The inventory with these placements' pods and devices given back."""
+    pods, devices = _by_node(placements)
+    if not pods:
+        return inventory
     nodes = tuple(
         _release_node(n, pods[n.name], devices[n.name]) if n.name in pods else n
         for n in inventory.nodes
@@ -85,7 +129,23 @@ def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
     )
 
 
-def _required_level(inventory: Inventory, gang: Gang) -> tuple[str, tuple[str, ...]] | None:
+def reserve(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
+    """The inventory with these placements' pods and devices taken (a domain promised to a
+    preemptor while its victims leave: free amounts may go negative while both count)."""
+    pods, devices = _by_node(placements)
+    if not pods:
+        return inventory
+    nodes = tuple(
+        _take_node(n, pods[n.name], devices[n.name]) if n.name in pods else n
+        for n in inventory.nodes
+    )
+    return Inventory(
+        nodes=nodes, topologies=inventory.topologies, island_attribute=inventory.island_attribute
+    )
+
+
+def required_level(inventory: Inventory, gang: Gang) -> tuple[str, tuple[str, ...]] | None:
+    """The first level a pod set of the gang requires (and its Topology's levels)."""
     for ps in gang.pod_sets:
         t = ps.topology
         if t is not None and t.mode is TopologyMode.REQUIRED and t.level is not None:
@@ -97,38 +157,39 @@ def _required_level(inventory: Inventory, gang: Gang) -> tuple[str, tuple[str, .
 
 def _domains(
     inventory: Inventory, levels: Sequence[str], depth: int
-) -> dict[topo.Path, frozenset[str]]:
-    out: dict[topo.Path, set[str]] = {}
+) -> tuple[dict[topo.Path, tuple[NodeInventory, ...]], dict[str, topo.Path]]:
+    """The nodes of each domain of the level, and each node's domain."""
+    out: dict[topo.Path, list[NodeInventory]] = {}
+    where: dict[str, topo.Path] = {}
     for n in inventory.nodes:
         path = topo.node_path(levels, n.labels, n.name)
         if path is not None:
-            out.setdefault(path[: depth + 1], set()).add(n.name)
-    return {k: frozenset(v) for k, v in sorted(out.items())}
+            out.setdefault(path[: depth + 1], []).append(n)
+            where[n.name] = path[: depth + 1]
+    return {k: tuple(v) for k, v in sorted(out.items())}, where
 
 
-def _fits(
-    inventory: Inventory, gang: Gang, victims: Sequence[Victim], within: frozenset[str]
-) -> Placement | None:
-    got = place(release(inventory, (v.placement for v in victims)), gang, within=within)
+def _fits(inventory: Inventory, gang: Gang, victims: Sequence[Victim]) -> Placement | None:
+    got = place(release(inventory, (v.placement for v in victims)), gang)
     return got if isinstance(got, Placement) else None
 
 
 def _minimal(
-    inventory: Inventory, gang: Gang, candidates: Sequence[Victim], within: frozenset[str]
+    inventory: Inventory, gang: Gang, candidates: Sequence[Victim]
 ) -> tuple[list[Victim], Placement] | None:
-    if _fits(inventory, gang, candidates, within) is None:
+    if _fits(inventory, gang, candidates) is None:
         return None
     chosen: list[Victim] = []
     found: Placement | None = None
     for v in candidates:
         chosen.append(v)
-        found = _fits(inventory, gang, chosen, within)
+        found = _fits(inventory, gang, chosen)
         if found is not None:
             break
     assert found is not None  # all candidates together fit
     for v in reversed(chosen[:-1]):
         fewer = [c for c in chosen if c is not v]
-        got = _fits(inventory, gang, fewer, within)
+        got = _fits(inventory, gang, fewer)
         if got is not None:
             chosen, found = fewer, got
     return chosen, found
@@ -139,16 +200,31 @@ def preempt_in_one_domain(
 ) -> DomainPreemption | None:
     """The victims to evict so that `gang` fits in one domain of its required level, or None
     when no single domain can be freed (or the gang requires no level)."""
-    required = _required_level(inventory, gang)
+    required = required_level(inventory, gang)
     if required is None:
         return None
     level, levels = required
     depth = levels.index(level)
     best: tuple[tuple[int, int, int, topo.Path], DomainPreemption] | None = None
-    for domain, members in _domains(inventory, levels, depth).items():
-        here = [v for v in victims if any(p.node in members for p in v.placement.pods)]
+    domains, where = _domains(inventory, levels, depth)
+    by_domain: dict[topo.Path, list[Victim]] = {}
+    for v in victims:
+        for path in dict.fromkeys(where[p.node] for p in v.placement.pods if p.node in where):
+            by_domain.setdefault(path, []).append(v)
+    for domain, members in domains.items():
+        here = by_domain.get(domain)
+        if not here:
+            continue  # the gang does not fit anywhere as things are: nothing to free here
         here.sort(key=lambda v: v.priority)  # stable: the caller's order within a priority
-        got = _minimal(inventory, gang, here, members)
+        if best is not None and here[0].priority > best[0][0]:
+            continue  # its cheapest victim already outranks the best domain's dearest
+        # The domain's nodes alone: placing inside it never looks at the rest.
+        sub = Inventory(
+            nodes=members,
+            topologies=inventory.topologies,
+            island_attribute=inventory.island_attribute,
+        )
+        got = _minimal(sub, gang, here)
         if got is None:
             continue
         chosen, placement = got
@@ -169,3 +245,88 @@ def preempt_in_one_domain(
                 ),
             )
     return None if best is None else best[1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allowed:
+    """An admitted workload the preemptor's ClusterQueue policy lets it evict, and why."""
+
+    admitted: AdmittedWorkload
+    reason: PreemptionReason
+
+
+def _over_nominal(snapshot: Snapshot, a: AdmittedWorkload) -> bool:
+    tree = snapshot.tree
+    node = tree.cluster_queues.get(a.cluster_queue)
+    if node is None:
+        return False
+    frs = snapshot.workload_usage.get(a.key, {}).keys()
+    return not quota.within_nominal(tree, snapshot.base_usage, node, frs)
+
+
+def _same_cohort(snapshot: Snapshot, a: ClusterQueueName, b: ClusterQueueName) -> bool:
+    tree = snapshot.tree
+    na, nb = tree.cluster_queues.get(a), tree.cluster_queues.get(b)
+    if na is None or nb is None or tree.nodes[na].parent == quota.NO_PARENT:
+        return False
+    return tree.root(na) == tree.root(nb)
+
+
+def _reason(
+    snapshot: Snapshot,
+    preemptor: Workload,
+    cq: ClusterQueueName,
+    borrowing: bool,
+    a: AdmittedWorkload,
+) -> PreemptionReason | None:
+    policy = snapshot.cluster_queues[cq].preemption
+    if a.cluster_queue == cq:
+        within = policy.within_cluster_queue
+        if within is not WithinClusterQueue.NEVER and satisfies_policy(
+            preemptor, a.workload, within
+        ):
+            return PreemptionReason.IN_CLUSTER_QUEUE
+        return None
+    reclaim = policy.reclaim_within_cohort
+    if (
+        reclaim is ReclaimWithinCohort.NEVER
+        or not _same_cohort(snapshot, cq, a.cluster_queue)
+        or not _over_nominal(snapshot, a)
+        or not satisfies_policy(preemptor, a.workload, reclaim)
+    ):
+        return None
+    if not borrowing:
+        return PreemptionReason.IN_COHORT_RECLAMATION
+    bwc = policy.borrow_within_cohort
+    if bwc.policy is BorrowWithinCohortPolicy.NEVER or a.workload.priority >= preemptor.priority:
+        return None
+    limit = bwc.max_priority_threshold
+    if limit is not None and a.workload.priority > limit:
+        return None
+    return PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING
+
+
+def allowed_victims(
+    snapshot: Snapshot, preemptor: Workload, cq: ClusterQueueName, *, borrowing: bool
+) -> list[Allowed]:
+    """Admitted workloads (not already being evicted) the ClusterQueue's policy lets the
+    preemptor evict to free a domain, in Kueue's candidate order. A first version of Kueue's
+    rules, without quota accounting (the preemptor's quota already fits):
+
+    - its own ClusterQueue: as `withinClusterQueue` allows (LowerPriority,
+      LowerOrNewerEqualPriority; Never: none);
+    - other ClusterQueues of its cohort tree that use more than their nominal quota in a
+      resource of the candidate: as `reclaimWithinCohort` allows; when the preemptor itself
+      borrows, only lower priorities as `borrowWithinCohort` allows (up to its threshold).
+    """
+    if cq not in snapshot.cluster_queues:
+        return []
+    out = []
+    for a in snapshot.admitted.values():
+        if a.evicted or a.key == preemptor.key:
+            continue
+        reason = _reason(snapshot, preemptor, cq, borrowing, a)
+        if reason is not None:
+            out.append(Allowed(admitted=a, reason=reason))
+    out.sort(key=lambda x: candidate_order(x.admitted, cq))
+    return out

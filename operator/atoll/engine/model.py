@@ -248,6 +248,13 @@ class Workload:
     namespace_labels: Labels = frozenset()
     uid: str = ""
     active: bool = True
+    misconfigured: str | None = None
+    """Why the workload cannot be charged to any queue as written (Kueue's `Misconfigured`,
+    e.g. DRA devices that cannot be counted), or None."""
+    sticky: bool = False
+    """It issued preemptions from the head of a BestEffortFIFO queue and is not admitted
+    yet: it stays at the head, ahead of the workloads it was picked over (Kueue's sticky
+    preemptor), so that the quota its victims free is not handed back to them."""
     key: WorkloadKey = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,7 +1,8 @@
 """Queue order inside a ClusterQueue, and the order heads are processed in one cycle.
 
-Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: priority, then queue-order
-timestamp, then UID; StrictFIFO vs BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
+Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: the sticky preemptor of a
+BestEffortFIFO queue, then priority, then queue-order timestamp, then UID; StrictFIFO vs
+BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
 (`makeClassicalIterator`: workloads that don't borrow first, then priority, then FIFO).
 """
 
@@ -13,9 +14,10 @@ from atoll.engine.decisions import Requeue
 from atoll.engine.model import ClusterQueueName, QueueingStrategy, Workload, WorkloadKey
 
 
-def queue_key(w: Workload) -> tuple[int, float, str, str]:
-    """Heap order inside one ClusterQueue: higher priority, then older, then UID."""
-    return (-w.priority, w.queued_at, w.uid, w.key)
+def queue_key(w: Workload) -> tuple[bool, int, float, str, str]:
+    """Heap order inside one ClusterQueue: a sticky preemptor first, then higher priority,
+    then older, then UID."""
+    return (not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
 
 
 def cycle_key(borrow_level: int, w: Workload) -> tuple[int, int, float, str, str]:

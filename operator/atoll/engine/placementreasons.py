@@ -1,5 +1,7 @@
 """Why a pod set does not fit, with numbers: what it needs, the largest free domain and
-island, and what would change the answer.
+island. What would change the answer ("would fit after workload X finishes", "would fit now
+as preferred instead of required") needs more placements than this one and is added by the
+caller (atoll.state.placing), which tries them.
 
 Kueue's TAS reports "topology ... doesn't allow to fit any of N pod(s)"
 (pkg/cache/scheduler/tas_flavor_snapshot.go); atoll says how far off the best domain is.
@@ -109,7 +111,7 @@ def no_fit(
             largest_domain=key,
             fits_unconstrained=True,
             message=f"pod set {ps.name} needs {p.need} {_units(p)} in one {level}; the largest"
-            f" has room for {room}{where}{tail}; would fit now as preferred instead of required",
+            f" has room for {room}{where}{tail}",
         )
     return replace(
         base,

@@ -204,15 +204,19 @@ def _inactive_reason(
 
 
 def _charge(
-    tree: QuotaTree, admitted: Mapping[WorkloadKey, AdmittedWorkload]
+    tree: QuotaTree,
+    admitted: Mapping[WorkloadKey, AdmittedWorkload],
+    known: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
 ) -> tuple[list[dict[FlavorResource, int]], dict[WorkloadKey, Mapping[FlavorResource, int]]]:
-    """Usage per tree node (bubbled up as Kueue does) and per workload. Bubbling a queue's
-    total at once gives the same usage as charging its workloads one by one."""
+    """Usage per tree node (bubbled up as Kueue does) and per workload (`known` holds the
+    caller's memo of `admission_usage` for some). Bubbling a queue's total at once gives the
+    same usage as charging its workloads one by one."""
     usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
     per_workload: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
     per_cq: dict[int, dict[FlavorResource, int]] = {}
     for key, a in admitted.items():
-        per_workload[key] = wl_usage = admission_usage(a)
+        memo = known.get(key)
+        per_workload[key] = wl_usage = memo if memo is not None else admission_usage(a)
         node = tree.cluster_queues.get(a.cluster_queue)
         if node is not None:
             total = per_cq.setdefault(node, {})
@@ -245,7 +249,10 @@ def build_snapshot(
     local_queues: Iterable[LocalQueue] = (),
     admitted: Iterable[AdmittedWorkload] = (),
     fair_sharing: FairSharing | None = None,
+    usage_of: Mapping[WorkloadKey, Mapping[FlavorResource, int]] | None = None,
 ) -> Snapshot:
+    """The engine's view of one instant. `usage_of` may give `admission_usage` of admitted
+    workloads already computed (a memo of the caller's; it must agree with their admission)."""
     flavor_map = {f.name: f for f in flavors}
     cq_map = {cq.name: cq for cq in cluster_queues}
     cohort_map, broken = _resolve_cohorts(cohorts, cq_map.values())
@@ -257,7 +264,7 @@ def build_snapshot(
     tree_cqs = {n: cq for n, cq in cq_map.items() if cq.cohort not in broken}
     tree = _build_tree({n: c for n, c in cohort_map.items() if n not in broken}, tree_cqs)
     admitted_map = {a.key: a for a in admitted}
-    usage, workload_usage = _charge(tree, admitted_map)
+    usage, workload_usage = _charge(tree, admitted_map, usage_of or {})
     by_cq: dict[ClusterQueueName, list[WorkloadKey]] = {}
     for key in sorted(admitted_map):
         by_cq.setdefault(admitted_map[key].cluster_queue, []).append(key)

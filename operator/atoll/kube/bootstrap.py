@@ -19,6 +19,7 @@ from atoll.api.core import Job, PriorityClass
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.state.cache import Cache
@@ -79,4 +80,19 @@ async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
     batch = client.BatchV1Api(api)
     jobs = api.sanitize_for_serialization(await batch.list_job_for_all_namespaces())
     counts["jobs"] = _each(Job, jobs.get("items", []), cache.set_job)
+    counts["resourceclaimtemplates"] = await _claim_templates(api, cache)
     return counts
+
+
+async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
+    """ResourceClaimTemplates, so that device quota is counted from the first cycle on (a
+    cluster without resource.k8s.io/v1 has none)."""
+    try:
+        raw = await client.CustomObjectsApi(api).list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceclaimtemplates"
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return 0
+        raise
+    return _each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)

@@ -184,17 +184,11 @@ def _watch(
 
 def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
     """Nodes, pods, Topologies and DRA objects: what placement reads, and the gated pods."""
-    inv, templates = w.cache.inventory, w.cache.claim_templates
+    inv = w.cache.inventory
 
     def wake(_obj: object, _deleted: bool) -> None:
         w.cache.bump()  # capacity or topology changed: parked workloads may fit now
         w.wake()
-
-    def ns_key(o: KubeObject) -> str:
-        return wls.key_of(o.namespace, o.name)
-
-    def forget_template(o: ResourceClaimTemplate) -> None:
-        templates.pop(ns_key(o), None)
 
     def pod_seen(pod: Pod, deleted: bool) -> None:
         key = w.ungater.observe(pod, deleted=deleted)
@@ -256,7 +250,7 @@ def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         registry,
         (*dra, "resourceclaimtemplates"),
         ResourceClaimTemplate,
-        upsert=lambda o: templates.__setitem__(ns_key(o), o),
-        delete=forget_template,
+        upsert=w.cache.set_claim_template,
+        delete=lambda o: w.cache.delete_claim_template(o.namespace or "", o.name),
         after=wake,
     )

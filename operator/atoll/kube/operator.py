@@ -35,6 +35,7 @@ from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.writers import KubeWriter
 from atoll.state.cache import Cache
+from atoll.state.devicequota import class_resources
 
 log = structlog.get_logger("atoll.operator")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -77,6 +78,11 @@ def job_settings(cfg: Configuration) -> JobSettings:
     )
 
 
+def new_cache(cfg: Configuration) -> Cache:
+    """An empty cache set up as the Configuration says (DRA device classes → quota)."""
+    return Cache(device_classes=class_resources(cfg.resources.device_class_mappings))
+
+
 def fair_sharing(cfg: Configuration) -> m.FairSharing | None:
     if cfg.fair_sharing is None:
         return None
@@ -107,7 +113,7 @@ class Operator:
             TokenBucket(conn.qps, max(1, conn.burst)),
             on_request=self.metrics.api_request,
         )
-        self.cache = Cache()
+        self.cache = new_cache(cfg)
         self.scheduler = Scheduler(
             cache=self.cache,
             store=self.writer,

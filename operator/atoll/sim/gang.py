@@ -4,8 +4,9 @@ Each instant, after the events due then (completions, PodsReady timeouts, backof
 arrivals), the simulator runs what `control/scheduler.Scheduler.decide` runs — the same
 `state.cache.Cache`, its pending queues (`pending_by_queue`, `parked_keys`),
 `engine.ordering.select_heads`, `engine.cycle.run_cycle` + `drain`, and the same
-assume / evicting / park bookkeeping — then applies the decisions as instant Workload
-status writes, and repeats while a cycle makes progress, as the live loop does.
+assume / evicting / sticky-preemptor / park bookkeeping — then applies the decisions as
+instant Workload status writes, and repeats while a cycle makes progress, as the live loop
+does.
 
 Around the engine, the simulated cluster: an admitted gang's pods are bound by
 kube-scheduler's rules (`sim/nodes.py`) on the nodes of its flavors; when all are bound the
@@ -25,16 +26,15 @@ from atoll.api import labels as keys
 from atoll.api.configuration import Configuration
 from atoll.engine import decisions as d
 from atoll.engine import model as m
-from atoll.engine.cycle import drain, run_cycle
-from atoll.engine.ordering import select_heads
 from atoll.sim import workloads as sw
 from atoll.sim.events import Clock, Kind
 from atoll.sim.nodes import GPU, NodePool
-from atoll.sim.pods import Gang, request, signature
+from atoll.sim.pods import Gang, domain_text, request, signature, sim_pod
 from atoll.sim.results import JobRecord, JobState, Mode, SimResult, Timeline
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
 from atoll.state.cache import Cache
+from atoll.state.decide import Decider
 
 Progress = Callable[[int, int, float], None]
 """(finished Jobs, all Jobs, simulated time) after each instant."""
@@ -83,6 +83,8 @@ class _Run:
     gang: Gang | None = None
     gen: int = 0
     running: bool = False
+    synced: int = 0
+    """Bound pods of this gang the inventory was told about."""
 
 
 def queue_of(scn: Scenario) -> Callable[[SimJob], str | None]:
@@ -118,40 +120,6 @@ def fill_cache(scn: Scenario) -> Cache:
     return cache
 
 
-def decide(cache: Cache, now: float, fair_sharing: m.FairSharing | None) -> tuple[d.Decision, ...]:
-    """`control/scheduler.Scheduler.decide`, line for line (the sim layer cannot import
-    control): one engine cycle on the cache, its decisions assumed."""
-    snapshot = cache.snapshot(fair_sharing)
-    heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
-    decisions = run_cycle(snapshot, heads) + drain(snapshot)
-    for dec in decisions:
-        match dec:
-            case d.Admit():
-                cache.assume(
-                    dec.workload,
-                    m.Admission(
-                        cluster_queue=dec.cluster_queue,
-                        pod_sets=tuple(
-                            m.PodSetAssignment(
-                                name=p.name,
-                                count=p.count,
-                                flavors=p.flavors,
-                                resource_usage=p.resource_usage,
-                            )
-                            for p in dec.pod_sets
-                        ),
-                    ),
-                )
-            case d.Preempt():
-                cache.evicting.update(v.workload for v in dec.victims)
-            case d.Evict():
-                cache.evicting.add(dec.workload)
-            case d.Pending():
-                if dec.requeue is d.Requeue.INADMISSIBLE:
-                    cache.park(dec.workload)
-    return decisions
-
-
 def _progress_key(decisions: tuple[d.Decision, ...]) -> tuple[tuple[str, str], ...]:
     """What a cycle did: its admissions, preemptions (with victims) and evictions."""
     out: list[tuple[str, str]] = []
@@ -173,6 +141,7 @@ class GangSimulator:
     settings: Settings = field(default_factory=Settings)
     progress: Progress | None = None
     cache: Cache = field(init=False)
+    decider: Decider = field(init=False)
     pool: NodePool = field(init=False)
     clock: Clock = field(default_factory=Clock)
     cycles: int = 0
@@ -186,13 +155,23 @@ class GangSimulator:
     _finished: int = 0
     _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _drains: bool = False
+    _topology: bool = False
+    """A flavor has a topologyName: atoll places gangs on the inventory (as the operator
+    does), so the inventory must also see the pods of the gangs it did not place."""
     timeline: Timeline = field(default_factory=Timeline)
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         scn = self.scenario
         self.cache = fill_cache(scn)
+        self.decider = Decider(self.cache, self.settings.fair_sharing)
         self.pool = NodePool.of(scn.nodes)
+        self._topology = any(f.spec.topology_name for f in scn.flavors)
+        if self._topology:
+            for node in scn.nodes:
+                self.cache.inventory.upsert_node(node)
+            for topology in scn.topologies:
+                self.cache.inventory.upsert_topology(topology)
         self._flavors = {f.name: convert.flavor(f) for f in scn.flavors}
         self._drains = any(q.spec.stop_policy.value != "None" for q in scn.cluster_queues) or any(
             q.spec.stop_policy.value != "None" for q in scn.local_queues
@@ -234,6 +213,12 @@ class GangSimulator:
         run.gang = Gang(
             owner=run.sj.key, sig=signature(ps, flavors), req=request(ps), size=adm.count
         )
+        run.record.domain = None
+        placement = self.cache.inventory.held().get(dec.workload) if self._topology else None
+        if placement is not None:
+            pins = [self.pool.index(p.node) for p in placement.pods]
+            run.gang.pins = tuple(i for i in pins if i is not None)
+            run.record.domain = domain_text(placement)
         run.gen += 1
         run.record.admitted = t
         run.record.flavor = ",".join(names)
@@ -252,7 +237,7 @@ class GangSimulator:
             self._usage[run.cq] -= run.gang.size * run.gang.gpus_per_pod
             if run.running:
                 self._busy -= run.gang.size * run.gang.gpus_per_pod
-            run.gang.release(self.pool)
+            self._release(run)
             if run in self._waiting:
                 self._waiting.remove(run)
         run.gang, run.running = None, False
@@ -276,13 +261,35 @@ class GangSimulator:
                 self.clock.at(when, Kind.REQUEUE, key, run.gen)
         self.cache.set_workload(released)
 
+    def _release(self, run: _Run) -> None:
+        """Unbind the gang's pods (and tell the inventory the ones it saw are gone)."""
+        assert run.gang is not None
+        if run.synced:
+            ns = run.key.partition("/")[0]
+            for i in range(run.synced):
+                self.cache.inventory.delete_pod(ns, f"{run.key.partition('/')[2]}-{i}")
+            run.synced = 0
+        run.gang.release(self.pool)
+
+    def _sync_pods(self, run: _Run) -> None:
+        """Pods of a gang atoll did not place, bound since the last call, as the inventory
+        would see them from the API (so that placements count them)."""
+        assert run.gang is not None
+        if not self._topology or run.gang.pins:
+            return
+        ns, _, name = run.key.partition("/")
+        for i in range(run.synced, len(run.gang.placed)):
+            node = self.pool.infos[run.gang.placed[i]].name
+            self.cache.inventory.upsert_pod(sim_pod(ns, f"{name}-{i}", node, run.gang.req))
+        run.synced = len(run.gang.placed)
+
     def _complete(self, key: str, t: float) -> None:
         run = self._runs[key]
         assert run.gang is not None
         gpus = run.gang.size * run.gang.gpus_per_pod
         self._usage[run.cq] -= gpus
         self._busy -= gpus
-        run.gang.release(self.pool)
+        self._release(run)
         run.gang, run.running = None, False
         run.gen += 1
         run.record.finished = t
@@ -336,6 +343,7 @@ class GangSimulator:
         for run in self._waiting:
             assert run.gang is not None
             run.gang.place(self.pool)
+            self._sync_pods(run)
             if run.gang.complete:
                 run.running = True
                 run.record.started = t
@@ -353,7 +361,7 @@ class GangSimulator:
         now = sw.EPOCH + t
         seen: set[tuple[tuple[str, str], ...]] = set()
         while self._drains or any(self._pending.values()):
-            decisions = decide(self.cache, now, self.settings.fair_sharing)
+            decisions = self.decider.decide(now)
             self.cycles += 1
             progress = self._apply(decisions, t)
             self._place_waiting(t)

@@ -89,6 +89,7 @@ class NodePool:
     """GPUs bound to pods now, per node group."""
     _index: dict[Signature, _Index] = field(default_factory=dict)
     _sigs_of: list[list[Signature]] = field(default_factory=list)
+    _names: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, nodes: Iterable[Node]) -> NodePool:
@@ -120,9 +121,15 @@ class NodePool:
             self._index[sig] = idx
         return idx
 
-    def _fits(self, i: int, req: Mapping[str, int]) -> bool:
+    def fits(self, i: int, req: Mapping[str, int]) -> bool:
         free = self.free[i]
         return all(free.get(k, 0) >= v for k, v in req.items() if v)
+
+    def index(self, name: str) -> int | None:
+        """The index of the node named `name`."""
+        if not self._names:
+            self._names = {info.name: i for i, info in enumerate(self.infos)}
+        return self._names.get(name)
 
     def find(self, sig: Signature, req: Mapping[str, int]) -> int | None:
         """The node kube-scheduler would bind this pod to now, or None."""
@@ -133,12 +140,12 @@ class NodePool:
                 bucket = idx.by_free.get(free)
                 if bucket:
                     for i in sorted(bucket):
-                        if self._fits(i, req):
+                        if self.fits(i, req):
                             return i
             return None
         best: int | None = None
         for i in idx.nodes:
-            if self._fits(i, req) and (
+            if self.fits(i, req) and (
                 best is None or self.free[i].get("cpu", 0) > self.free[best].get("cpu", 0)
             ):
                 best = i

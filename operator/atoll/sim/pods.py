@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from atoll.api.core import Pod
 from atoll.engine import model as m
+from atoll.engine.inventory import Placement
 from atoll.sim.nodes import GPU, NodePool, Signature
 
 
@@ -41,6 +43,9 @@ class Gang:
     size: int
     placed: list[int] = field(default_factory=list)
     """Node index of every bound pod."""
+    pins: tuple[int, ...] = ()
+    """Node index of each pod as atoll placed the gang (topology or devices); empty: the
+    pods go wherever kube-scheduler's rules put them."""
 
     @property
     def gpus_per_pod(self) -> int:
@@ -56,7 +61,7 @@ class Gang:
         limit = self.size if created is None else min(created, self.size)
         bound = 0
         while len(self.placed) < limit:
-            node = pool.find(self.sig, self.req)
+            node = self._next_node(pool)
             if node is None:
                 break
             pool.bind(node, self.owner, self.req)
@@ -64,8 +69,16 @@ class Gang:
             bound += 1
         return bound
 
+    def _next_node(self, pool: NodePool) -> int | None:
+        """Where the next pod goes: its pinned node while that has room, else where
+        kube-scheduler would bind it."""
+        if self.pins:
+            pin = self.pins[len(self.placed) % len(self.pins)]
+            return pin if pool.fits(pin, self.req) else None
+        return pool.find(self.sig, self.req)
+
     def place_one(self, pool: NodePool) -> bool:
-        node = pool.find(self.sig, self.req)
+        node = self._next_node(pool)
         if node is None:
             return False
         pool.bind(node, self.owner, self.req)
@@ -75,3 +88,34 @@ class Gang:
     def release(self, pool: NodePool) -> None:
         pool.release(self.owner, ((i, self.req) for i in self.placed))
         self.placed.clear()
+
+
+def domain_text(placement: Placement) -> str:
+    """Where atoll placed a gang, for the Jobs table: the domain of the level that holds
+    each pod set (`rack=rack-3`), else how many nodes it spans."""
+    parts = []
+    for ps in placement.pod_sets:
+        nodes = {p.node for p in ps.pods}
+        if ps.level and ps.domain:
+            label = ps.level.rsplit("/", 1)[-1]
+            parts.append(f"{label}={ps.domain[-1]}")
+        elif len(nodes) == 1:
+            parts.append(f"node={next(iter(nodes))}")
+        else:
+            parts.append(f"{len(nodes)} nodes")
+    return ", ".join(parts)
+
+
+def sim_pod(namespace: str, name: str, node: str, req: Mapping[str, int]) -> Pod:
+    """A running pod bound to `node` asking for `req` (what the inventory reads of a pod)."""
+    requests = {k: str(v) for k, v in req.items() if k != m.PODS and v}
+    return Pod.from_dict(
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": {"requests": requests}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )

@@ -36,13 +36,13 @@ def jobs_table(result: SimResult) -> Table:
     table = Table(title=f"{result.scenario} — {result.mode.value}: Jobs", title_justify="left")
     for col in ("job", "queue", "pods", "GPUs", "arrival", "admitted", "started", "finished"):
         table.add_column(col, justify="right" if col not in ("job", "queue") else "left")
-    for col in ("wait", "flavor", "evictions", "state"):
+    for col in ("wait", "flavor", "domain", "evictions", "state"):
         table.add_column(col, justify="right" if col in ("wait", "evictions") else "left")
     jobs = result.jobs
     shown = jobs if len(jobs) <= MAX_ROWS else jobs[: MAX_ROWS // 2] + jobs[-MAX_ROWS // 2 :]
     for i, j in enumerate(shown):
         if len(jobs) > MAX_ROWS and i == MAX_ROWS // 2:
-            table.add_row(f"… {len(jobs) - MAX_ROWS} more", *[""] * 11)
+            table.add_row(f"… {len(jobs) - MAX_ROWS} more", *[""] * 12)
         state = j.state.value if j.reason is None else f"{j.state.value} ({j.reason})"
         table.add_row(
             j.name,
@@ -55,6 +55,7 @@ def jobs_table(result: SimResult) -> Table:
             _t(j.finished),
             _t(j.wait),
             j.flavor or "-",
+            j.domain or "-",
             str(j.evictions),
             Text(state, style=_STYLE[j.state]),
         )

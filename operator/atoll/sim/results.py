@@ -46,6 +46,9 @@ class JobRecord:
     """When the last of its pods started running (the job makes progress from then)."""
     finished: float | None = None
     flavor: str | None = None
+    domain: str | None = None
+    """Where its pods were placed when a topology or devices were involved (e.g.
+    `rack=rack-3`, or `2 nodes`); None otherwise."""
     evictions: int = 0
     reason: str | None = None
     """Why it is (or was last) waiting, in Kueue's words."""
@@ -68,6 +71,7 @@ class JobRecord:
             "finished": self.finished,
             "wait": self.wait,
             "flavor": self.flavor,
+            "domain": self.domain,
             "evictions": self.evictions,
             "reason": self.reason,
             "state": self.state.value,

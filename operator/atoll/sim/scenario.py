@@ -30,6 +30,8 @@ from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.topology import Topology
+from atoll.state import tas
 
 ARRIVAL = "atoll.dev/arrival"
 """Seconds from the start of the simulation when the Job is created (default 0)."""
@@ -106,6 +108,7 @@ class Scenario:
     priority_classes: list[PriorityClass] = field(default_factory=list)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
     jobs: list[SimJob] = field(default_factory=list)
     config: Configuration = field(default_factory=Configuration)
     ignored: list[str] = field(default_factory=list)
@@ -116,6 +119,7 @@ def _job_copies(job: Job, where: str, seq: int) -> list[SimJob]:
     ann = job.metadata.annotations or {}
     try:
         arrival = float(ann.get(ARRIVAL, "0"))
+        tas.podset_topology_request(job.spec.template)  # conflicting annotations: an error
         if RUN_DURATION in ann:
             duration = parse_duration(ann[RUN_DURATION])
         elif job.spec.active_deadline_seconds is not None:
@@ -157,6 +161,8 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.priority_classes.append(obj)
         case Node():
             scn.nodes.append(obj)
+        case Topology():
+            scn.topologies.append(obj)
         case Job():
             if not obj.metadata.namespace:
                 obj = obj.model_copy(

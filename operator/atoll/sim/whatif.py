@@ -16,15 +16,13 @@ from typing import Any
 
 from atoll.api.core import Job
 from atoll.engine import decisions as d
-from atoll.engine.cycle import run_cycle
-from atoll.engine.ordering import queue_key, select_heads
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.pods import Gang, request, signature
 from atoll.sim.scenario import Scenario, ScenarioError
 from atoll.state import convert
 from atoll.state import workloads as wls
-from atoll.state.cache import UNKNOWN_QUEUE_PREFIX
+from atoll.state.whatif import ask, decision_json, describe
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,9 +46,9 @@ class WhatIf:
         if self.ahead:
             lines.append(f"  waits behind {len(self.ahead)}: {', '.join(self.ahead[:10])}")
         if self.decision is not None:
-            lines.append("  now: " + _explain(self.decision))
+            lines.append("  now: " + describe(self.decision))
         if self.at_head is not None and self.at_head is not self.decision:
-            lines.append("  if it were at the head: " + _explain(self.at_head))
+            lines.append("  if it were at the head: " + describe(self.at_head))
         if self.pods_fit is False:
             lines.append(
                 "  but its pods would not all fit on the nodes now: it would wait for "
@@ -64,48 +62,10 @@ class WhatIf:
             "at": self.at,
             "clusterQueue": self.cluster_queue,
             "ahead": list(self.ahead),
-            "decision": _as_json(self.decision),
-            "atHead": _as_json(self.at_head),
+            "decision": decision_json(self.decision),
+            "atHead": decision_json(self.at_head),
             "podsFit": self.pods_fit,
         }
-
-
-def _flavors(pod_sets: tuple[d.PodSetAdmission, ...]) -> str:
-    return ", ".join(f"{r}={f}" for ps in pod_sets for r, f in ps.flavors) or "-"
-
-
-def _explain(dec: d.Decision) -> str:
-    match dec:
-        case d.Admit():
-            how = " (borrowing)" if dec.borrowing else ""
-            return f"admitted{how} with {_flavors(dec.pod_sets)}"
-        case d.Preempt():
-            victims = ", ".join(f"{v.workload} ({v.reason.value})" for v in dec.victims)
-            return f"admitted after preempting {victims}, with {_flavors(dec.pod_sets)}"
-        case d.Pending():
-            return f"pending, {dec.reason.value}: {dec.message}"
-        case d.Evict():
-            return f"evicted: {dec.message}"
-
-
-def _as_json(dec: d.Decision | None) -> dict[str, Any] | None:
-    match dec:
-        case None:
-            return None
-        case d.Admit():
-            return {"kind": "Admit", "flavors": _flavors(dec.pod_sets), "borrowing": dec.borrowing}
-        case d.Preempt():
-            return {
-                "kind": "Preempt",
-                "flavors": _flavors(dec.pod_sets),
-                "victims": [
-                    {"workload": v.workload, "reason": v.reason.value} for v in dec.victims
-                ],
-            }
-        case d.Pending():
-            return {"kind": "Pending", "reason": dec.reason.value, "message": dec.message}
-        case d.Evict():
-            return {"kind": "Evict", "reason": dec.reason.value, "message": dec.message}
 
 
 def _pods_fit(sim: GangSimulator, key: str, dec: d.Decision | None) -> bool | None:
@@ -147,32 +107,13 @@ def what_if(
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
     key = _add_job(sim, job, at)
-    cache = sim.cache
-    pending = cache.pending_by_queue(sw.EPOCH + at)
-    group = next((cq for cq, ws in pending.items() if any(w.key == key for w in ws)), None)
-    queue = sorted(pending.get(group, ()) if group is not None else (), key=queue_key)
-    mine = next((w for w in queue if w.key == key), None)
-    parked = cache.parked_keys()
-    snapshot = cache.snapshot(base.fair_sharing)
-    heads = select_heads(pending, parked)
-    decision = _find(run_cycle(snapshot, heads), key)
-    at_head = decision
-    if decision is None and mine is not None:
-        rivals = {w.key for w in queue}
-        others = [h for h in heads if h.key not in rivals]
-        at_head = _find(run_cycle(snapshot, [*others, mine]), key)
+    answer = ask(sim.cache, key, sw.EPOCH + at, base.fair_sharing)
     return WhatIf(
         job=key,
         at=at,
-        cluster_queue=None if group is None or group.startswith(UNKNOWN_QUEUE_PREFIX) else group,
-        ahead=tuple(w.key for w in queue[: queue.index(mine)] if w.key not in parked)
-        if mine
-        else (),
-        decision=decision,
-        at_head=at_head,
-        pods_fit=_pods_fit(sim, key, at_head),
+        cluster_queue=answer.cluster_queue,
+        ahead=answer.ahead,
+        decision=answer.decision,
+        at_head=answer.at_head,
+        pods_fit=_pods_fit(sim, key, answer.at_head),
     )
-
-
-def _find(decisions: tuple[d.Decision, ...], key: str) -> d.Decision | None:
-    return next((x for x in decisions if x.workload == key), None)

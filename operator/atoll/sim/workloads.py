@@ -24,11 +24,13 @@ from atoll.api.workload import (
     Admission,
     PodSet,
     PodSetAssignment,
+    PodSetTopologyRequest,
     RequeueState,
     Workload,
     WorkloadSpec,
 )
 from atoll.engine import decisions as d
+from atoll.state import tas
 from atoll.state import workloads as wls
 
 EPOCH = 1_767_225_600.0
@@ -64,6 +66,15 @@ def priority(
     return defaults[0] if defaults else 0
 
 
+def _topology_request(job: Job) -> PodSetTopologyRequest | None:
+    """The pods' topology annotations, as the operator reads them; conflicting ones are
+    ignored here (the operator rejects such a Job; a scenario is checked when loaded)."""
+    try:
+        return tas.podset_topology_request(job.spec.template)
+    except tas.TopologyAnnotationError:
+        return None
+
+
 def build_workload(job: Job, *, value: int, created: float) -> Workload:
     """The Workload of a Job created at sim time `created` (one podSet, `main`)."""
     name = job.metadata.name or ""
@@ -84,7 +95,11 @@ def build_workload(job: Job, *, value: int, created: float) -> Workload:
         spec=WorkloadSpec(
             pod_sets=(
                 PodSet(
-                    name=MAIN_POD_SET, template=job.spec.template, count=count, min_count=min_count
+                    name=MAIN_POD_SET,
+                    template=job.spec.template,
+                    count=count,
+                    min_count=min_count,
+                    topology_request=_topology_request(job),
                 ),
             ),
             queue_name=(job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL),

@@ -9,8 +9,9 @@ status (QuotaReserved + admission); a decision taken but not yet seen in a Workl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from atoll.api.clusterqueue import ClusterQueue
@@ -22,10 +23,11 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.engine import model as m
-from atoll.engine.snapshot import Snapshot, build_snapshot
-from atoll.state import convert
+from atoll.engine.snapshot import Snapshot, admission_usage, build_snapshot
+from atoll.state import convert, devicequota
 from atoll.state import workloads as wls
 from atoll.state.inventory import ClusterInventory
+from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
 ISLAND_ATTRIBUTE = "gpu.atoll.dev/island"
@@ -58,6 +60,9 @@ class Cache:
     """Admissions decided by this process and not yet seen in the Workload's status."""
     evicting: set[str] = field(default_factory=set)
     """Victims whose eviction was decided and not yet seen in their status."""
+    preemptors: dict[str, str] = field(default_factory=dict)
+    """BestEffortFIFO ClusterQueue → the workload that issued preemptions from its head and
+    is not admitted yet: it stays the head (Kueue's sticky preemptor; see `preempting`)."""
     parked: dict[str, int] = field(default_factory=dict)
     """Inadmissible workloads, with the epoch they were parked at."""
     epoch: int = 0
@@ -67,8 +72,23 @@ class Cache:
     )
     """Nodes, pods, Topologies and DRA objects, and the placements of admitted gangs."""
     claim_templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
-    """ResourceClaimTemplates by `namespace/name`."""
+    """ResourceClaimTemplates by `namespace/name` (write through `set_claim_template`)."""
+    device_classes: dict[str, str] = field(default_factory=dict)
+    """DeviceClass → quota resource (the Configuration's `resources.deviceClassMappings`);
+    empty: DRA devices are placed but not charged to quota."""
+    _holding: dict[str, None] = field(default_factory=dict)
+    """Keys of Workloads whose status holds quota and that have not finished (ordered)."""
+    _waiting: dict[str, None] = field(default_factory=dict)
+    """Keys of Workloads without quota in their status that have not finished (ordered)."""
     _engine_workloads: dict[str, m.Workload] = field(default_factory=dict)
+    _admitted: dict[str, m.AdmittedWorkload] = field(default_factory=dict)
+    """The engine form of each holding workload, reused while it is the same."""
+    _usage: dict[str, tuple[m.Admission, dict[tuple[m.FlavorName, m.ResourceName], int]]] = field(
+        default_factory=dict
+    )
+    """`admission_usage` of each holding workload, with the admission it was computed for."""
+    _evicted_status: dict[str, bool] = field(default_factory=dict)
+    """`Evicted=True` in the status of each holding Workload version."""
     _admissions: dict[str, m.Admission | None] = field(default_factory=dict)
     """`status.admission` of each Workload in engine form, converted once per version."""
     _e_flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
@@ -149,10 +169,12 @@ class Cache:
         if old is not None and _older(wl.metadata.resource_version, old.metadata.resource_version):
             return
         self.workloads[key] = wl
-        self._engine_workloads.pop(key, None)
+        self._index(key, wl)
+        self._forget_engine_form(key)
         self._admissions.pop(key, None)
         if wls.has_quota(wl):
             self.assumed.pop(key, None)
+            self._unstick(key)
         if wls.is_evicted(wl) or not wls.has_quota(wl):
             self.evicting.discard(key)
         was_holding = old is not None and wls.has_quota(old) and not wls.is_finished(old)
@@ -160,19 +182,76 @@ class Cache:
         if was_holding and not holds:
             self.inventory.release(key)
             self.bump()  # quota released: parked workloads may fit now
+        elif holds and not self.inventory.holds(key):
+            # Admitted before this process started (or by another replica): hold its
+            # placement as its status records it, so that its unbound pods keep their room.
+            placement = placement_from_status(key, wl)
+            if placement is not None:
+                self.inventory.hold(placement)
         if old is None or old.spec != wl.spec:
             self.parked.pop(key, None)
 
+    def _forget_engine_form(self, key: str) -> None:
+        self._engine_workloads.pop(key, None)
+        self._admitted.pop(key, None)
+        self._usage.pop(key, None)
+        self._evicted_status.pop(key, None)
+
+    def _index(self, key: str, wl: Workload) -> None:
+        finished, quota = wls.is_finished(wl), wls.has_quota(wl)
+        if quota and not finished:
+            self._holding[key] = None
+        else:
+            self._holding.pop(key, None)
+        if not quota and not finished:
+            self._waiting[key] = None
+        else:
+            self._waiting.pop(key, None)
+
     def delete_workload(self, key: str) -> None:
         old = self.workloads.pop(key, None)
-        self._engine_workloads.pop(key, None)
+        self._holding.pop(key, None)
+        self._waiting.pop(key, None)
+        self._forget_engine_form(key)
         self._admissions.pop(key, None)
-        self.assumed.pop(key, None)
+        assumed = self.assumed.pop(key, None) is not None
         self.inventory.release(key)
         self.parked.pop(key, None)
         self.evicting.discard(key)
-        if old is not None and wls.has_quota(old):
+        self._unstick(key)
+        if assumed or (old is not None and wls.has_quota(old)):
             self.bump()
+
+    # -- ResourceClaimTemplates (their devices count against quota) -----------------------
+    def set_claim_template(self, obj: ResourceClaimTemplate) -> None:
+        self.claim_templates[wls.key_of(obj.namespace, obj.name)] = obj
+        self._recount_devices(obj.namespace or "", obj.name)
+
+    def delete_claim_template(self, namespace: str, name: str) -> None:
+        self.claim_templates.pop(wls.key_of(namespace, name), None)
+        self._recount_devices(namespace, name)
+
+    def _recount_devices(self, namespace: str, template: str) -> None:
+        """Workloads that get claims from this template are converted again (their device
+        quota, or why it cannot be counted, may have changed) and tried again."""
+        if not self.device_classes:
+            return
+        for key, wl in self.workloads.items():
+            if wl.namespace == namespace and devicequota.uses_template(wl, template):
+                self._engine_workloads.pop(key, None)
+        self.bump()
+
+    def _devices(self, wl: Workload) -> tuple[dict[str, dict[str, int]], str | None]:
+        """Per-pod device quota of each pod set, or Kueue's message why it can't be counted."""
+        if not self.device_classes:
+            return {}, None
+        prefix = f"{wl.namespace or ''}/"
+        try:
+            return devicequota.workload_devices(
+                wl, lambda name: self.claim_templates.get(prefix + name), self.device_classes
+            ), None
+        except devicequota.DeviceQuotaError as e:
+            return {}, str(e)
 
     def set_job(self, job: Job) -> None:
         self.jobs[wls.key_of(job.namespace, job.name)] = job
@@ -201,6 +280,22 @@ class Cache:
     def assume(self, key: str, admission: m.Admission) -> None:
         self.assumed[key] = admission
         self.parked.pop(key, None)
+        self._unstick(key)
+
+    def preempting(self, key: str, cluster_queue: str) -> None:
+        """`key` issued preemptions as the head of `cluster_queue`. In a BestEffortFIFO
+        queue it stays the head until admitted or deleted, even when quota released by its
+        victims brings older inadmissible workloads back: else one of those would be the
+        head in the next cycle, the preemptor would get no turn, and the freed quota could
+        go back to the victims, to be reclaimed again, forever (Kueue#6929, #7157)."""
+        cq = self._e_cluster_queues.get(cluster_queue)
+        if cq is not None and cq.queueing_strategy is m.QueueingStrategy.BEST_EFFORT_FIFO:
+            self.preemptors[cluster_queue] = key
+
+    def _unstick(self, key: str) -> None:
+        if self.preemptors:
+            for cq in [cq for cq, k in self.preemptors.items() if k == key]:
+                del self.preemptors[cq]
 
     def forget(self, key: str) -> None:
         """A status write failed: drop the assumption so the quota is free again."""
@@ -218,25 +313,29 @@ class Cache:
         wl = self.workloads.get(key)
         if wl is None:
             return None
+        devices, misconfigured = self._devices(wl)
         ew = convert.workload(
             wl,
             namespace_labels=self.namespaces.get(wl.namespace or "", {}),
             queued_at=wls.queue_order_time(wl),
+            devices=devices,
+            misconfigured=misconfigured,
         )
         self._engine_workloads[key] = ew
         return ew
 
     def holding(self) -> Iterable[tuple[str, m.Admission, bool]]:
         """(key, admission, evicted) of every workload that holds quota, assumed ones too."""
-        for key, wl in self.workloads.items():
-            if wls.is_finished(wl) or key in self.assumed:
+        for key in self._holding:
+            if key in self.assumed:
                 continue
-            if wls.has_quota(wl):
-                if key not in self._admissions:
-                    self._admissions[key] = convert.admission(wl)
-                adm = self._admissions[key]
-                if adm is not None:
-                    yield key, adm, wls.is_evicted(wl) or key in self.evicting
+            if key not in self._admissions:
+                wl = self.workloads[key]
+                self._admissions[key] = convert.admission(wl)
+                self._evicted_status[key] = wls.is_evicted(wl)
+            adm = self._admissions[key]
+            if adm is not None:
+                yield key, adm, self._evicted_status[key] or key in self.evicting
         for key, adm in self.assumed.items():
             if key in self.workloads:
                 yield key, adm, key in self.evicting
@@ -256,15 +355,17 @@ class Cache:
         """The earliest future requeueAt among pending workloads (for the loop's timer)."""
         times = [
             t
-            for wl in self.workloads.values()
-            if (t := wls.requeue_at(wl)) is not None and t > now and not wls.has_quota(wl)
+            for key in self._waiting
+            if (t := wls.requeue_at(self.workloads[key])) is not None and t > now
         ]
         return min(times) if times else None
 
     def pending_by_queue(self, now: float) -> dict[m.ClusterQueueName, list[m.Workload]]:
-        """Pending workloads grouped by ClusterQueue (unknown queues grouped by LocalQueue)."""
+        """Pending workloads grouped by ClusterQueue (unknown queues grouped by LocalQueue);
+        a queue's sticky preemptor (`preempting`) is marked `sticky`."""
         groups: dict[m.ClusterQueueName, list[m.Workload]] = {}
-        for key, wl in self.workloads.items():
+        for key in self._waiting:
+            wl = self.workloads[key]
             if not self.is_pending(wl, now):
                 continue
             ew = self.engine_workload(key)
@@ -277,18 +378,45 @@ class Cache:
                 if cq and cq in self.cluster_queues
                 else f"{UNKNOWN_QUEUE_PREFIX}{ew.local_queue}"
             )
+            if self.preemptors.get(group) == key:
+                ew = replace(ew, sticky=True)
             groups.setdefault(m.ClusterQueueName(group), []).append(ew)
         return groups
 
     def parked_keys(self) -> frozenset[m.WorkloadKey]:
         return frozenset(m.WorkloadKey(k) for k, e in self.parked.items() if e == self.epoch)
 
+    def _reserved_at(self, key: str) -> float:
+        """When the workload's quota was reserved (Kueue's "most recently admitted" order of
+        preemption candidates); a decision only assumed so far is the most recent of all."""
+        if key in self.assumed:
+            return math.inf
+        cond = wls.condition(self.workloads[key], wls.QUOTA_RESERVED)
+        return cond.last_transition_time.timestamp() if cond is not None else 0.0
+
     def snapshot(self, fair_sharing: m.FairSharing | None = None) -> Snapshot:
         admitted = []
+        usage: dict[m.WorkloadKey, dict[tuple[m.FlavorName, m.ResourceName], int]] = {}
         for key, adm, evicted in self.holding():
             ew = self.engine_workload(key)
-            if ew is not None:
-                admitted.append(m.AdmittedWorkload(workload=ew, admission=adm, evicted=evicted))
+            if ew is None:
+                continue
+            memo = self._admitted.get(key)
+            if (
+                memo is None
+                or memo.workload is not ew
+                or memo.admission is not adm
+                or memo.evicted != evicted
+            ):
+                memo = m.AdmittedWorkload(
+                    workload=ew, admission=adm, evicted=evicted, reserved_at=self._reserved_at(key)
+                )
+                self._admitted[key] = memo
+            charged = self._usage.get(key)
+            if charged is None or charged[0] is not adm:
+                charged = self._usage[key] = (adm, admission_usage(memo))
+            usage[m.WorkloadKey(key)] = charged[1]
+            admitted.append(memo)
         return build_snapshot(
             flavors=self._e_flavors.values(),
             cluster_queues=self._e_cluster_queues.values(),
@@ -296,4 +424,5 @@ class Cache:
             local_queues=self._e_local_queues.values(),
             admitted=admitted,
             fair_sharing=fair_sharing,
+            usage_of=usage,
         )

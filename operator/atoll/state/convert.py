@@ -205,12 +205,21 @@ def required_node_terms(affinity: Mapping[str, object] | None) -> tuple[m.NodeSe
 
 
 def workload(
-    wl: ApiWorkload, *, namespace_labels: Mapping[str, str], queued_at: float
+    wl: ApiWorkload,
+    *,
+    namespace_labels: Mapping[str, str],
+    queued_at: float,
+    devices: Mapping[str, Mapping[str, int]] | None = None,
+    misconfigured: str | None = None,
 ) -> m.Workload:
+    """The engine's workload. `devices` adds per-pod quota resources by pod set name (DRA
+    devices, atoll.state.devicequota); `misconfigured` says why it cannot be queued."""
     pod_sets = []
     for ps in wl.spec.pod_sets:
         spec = ps.template.spec
         reqs = pod_requests(spec)
+        for name, count in ((devices or {}).get(ps.name) or {}).items():
+            reqs[name] = reqs.get(name, 0) + count
         pod_sets.append(
             m.PodSet(
                 name=m.PodSetName(ps.name),
@@ -232,6 +241,7 @@ def workload(
         namespace_labels=frozenset(namespace_labels.items()),
         uid=wl.metadata.uid or "",
         active=wl.spec.active,
+        misconfigured=misconfigured,
     )
 
 

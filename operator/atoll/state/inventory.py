@@ -5,14 +5,20 @@ Mirrors how kube-scheduler counts (NodeInfo: allocatable minus the requests of b
 non-terminal pods) and how the DRA allocator reads ResourceSlices (structured/allocator.go:
 only the highest generation of a pool, a pool with fewer slices than `resourceSliceCount`
 is incomplete and never allocated from) and allocated devices (`status.allocation` of every
-ResourceClaim). Pods of a gang held in the ledger are not counted again: the ledger holds the
-whole gang's placement until it is released. Devices are the union of allocations and ledger
-holds (conservative while the scheduler's own device choice may differ from the plan).
+ResourceClaim). A gang held in the ledger counts, until it is released, as its pods that are
+placed (bound and running, with their claims seen allocated) plus the planned pods that are
+not placed: each placed pod takes the place of one planned pod (one on its node if any); a
+finished pod gives its place back to the plan (its Job may start another pod).
+kube-scheduler's node and device choice may differ from the plan (pods of gangs without a
+topology assignment are not pinned; its allocator picks devices in listing order), so what a
+placed pod really uses is counted once, from its pod and claims, never beside its plan. A
+planned pod whose devices were taken by another pod's allocation holds as many others (in one
+island when its plan was one island), on its node if it has room, else elsewhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.api.core import Node, NodeSelector, Pod
@@ -22,7 +28,7 @@ from atoll.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from atoll.api.topology import Topology
 from atoll.engine import model as m
 from atoll.engine.devices import Device, DeviceId, NodeDevices, Version
-from atoll.engine.inventory import Inventory, NodeInventory, Placement
+from atoll.engine.inventory import Inventory, NodeInventory, Placement, PodPlacement
 from atoll.engine.matching import requirement_matches
 from atoll.state.convert import amount, pod_requests
 
@@ -35,6 +41,8 @@ class _PodUse:
     node: str
     requests: Mapping[str, int]
     gang: str | None
+    claims: tuple[tuple[str, str] | None, ...] = ()
+    """The pod's ResourceClaims (`(namespace, name)`; None: not generated yet)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +175,7 @@ class ClusterInventory:
             node=node,
             requests=pod_requests(pod.spec),
             gang=f"{key[0]}/{wl}" if wl else None,
+            claims=_claim_keys(pod),
         )
         self._snapshot = None
 
@@ -226,6 +235,24 @@ class ClusterInventory:
     def held(self) -> Mapping[str, Placement]:
         return dict(self._ledger)
 
+    def holds(self, gang: str) -> bool:
+        return gang in self._ledger
+
+    def forget_gang(self, gang: str) -> None:
+        """Drop the placement and the pods of the gang `namespace/workload` (what-if it
+        finished)."""
+        self.release(gang)
+        for key in [k for k, use in self._pods.items() if use.gang == gang]:
+            del self._pods[key]
+            self._snapshot = None
+
+    def fork(self) -> ClusterInventory:
+        """A copy whose objects and ledger can change without touching this one."""
+        copy = ClusterInventory(island_attribute=self.island_attribute)
+        for name, value in vars(self).items():
+            setattr(copy, name, dict(value) if isinstance(value, dict) else value)
+        return copy
+
     # --- output --------------------------------------------------------------------------
     def snapshot(self) -> Inventory:
         """The engine inventory (cached until something changes)."""
@@ -253,28 +280,59 @@ class ClusterInventory:
             )
         return pools
 
-    def _usage(self) -> dict[str, dict[str, int]]:
+    def _placed(self, use: _PodUse) -> bool:
+        """Bound, and every claim of it seen allocated: it counts as itself from now on."""
+        return all(c is not None and self._claims.get(c) for c in use.claims)
+
+    def _unplaced(self) -> tuple[dict[str, list[PodPlacement]], set[tuple[str, str]]]:
+        """Per held gang, its planned pods not placed yet; and the held gangs' placed pods."""
+        placed: dict[str, list[tuple[str, tuple[str, str]]]] = {}
+        counted: set[tuple[str, str]] = set()
+        for key, use in self._pods.items():
+            if use.gang in self._ledger and self._placed(use):
+                placed.setdefault(use.gang, []).append((use.node, key))
+                counted.add(key)
+        left = {}
+        for gang, placement in self._ledger.items():
+            left[gang] = _take_places(placement.pods, sorted(placed.get(gang, ())))
+        return left, counted
+
+    def _usage(
+        self, unplaced: Mapping[str, Sequence[PodPlacement]], counted: set[tuple[str, str]]
+    ) -> dict[str, dict[str, int]]:
         used: dict[str, dict[str, int]] = {}
-        for use in self._pods.values():
-            if use.gang is not None and use.gang in self._ledger:
-                continue
+        for key, use in self._pods.items():
+            if use.gang is not None and use.gang in self._ledger and key not in counted:
+                continue  # its gang's plan holds its place
             node = used.setdefault(use.node, {})
             for r, q in use.requests.items():
                 node[r] = node.get(r, 0) + q
             node["pods"] = node.get("pods", 0) + 1
-        for placement in self._ledger.values():
-            for pod in placement.pods:
+        for pods in unplaced.values():
+            for pod in pods:
                 node = used.setdefault(pod.node, {})
                 for r, q in pod.requests:
                     node[r] = node.get(r, 0) + q
         return used
 
-    def _busy(self) -> frozenset[DeviceId]:
+    def _busy(
+        self,
+        unplaced: Mapping[str, Sequence[PodPlacement]],
+        reachable: Mapping[str, Sequence[Device]],
+    ) -> frozenset[DeviceId]:
+        """Allocated devices, then the planned devices of unplaced pods (gang by gang, in
+        order); planned devices someone else's allocation took are replaced (`_replace`)."""
         busy: set[DeviceId] = set()
         for ids in self._claims.values():
             busy |= ids
-        for placement in self._ledger.values():
-            busy.update(a.device for p in placement.pods for a in p.devices if not a.admin_access)
+        for gang in sorted(unplaced):
+            for pod in unplaced[gang]:
+                planned = [a.device for a in pod.devices if not a.admin_access]
+                if busy.isdisjoint(planned):
+                    busy.update(planned)
+                    continue
+                got = _replace(planned, pod.node, reachable, busy, self.island_attribute)
+                busy.update(planned if got is None else got)
         return frozenset(busy)
 
     def _slices_by_node(
@@ -292,9 +350,10 @@ class ClusterInventory:
                     network.append((pool, name))
         return local, network
 
-    def _node_devices(
-        self, node: Node, slices: Iterable[tuple[_Pool, str]], busy: frozenset[DeviceId]
-    ) -> NodeDevices:
+    def _reachable(
+        self, node: Node, slices: Iterable[tuple[_Pool, str]]
+    ) -> tuple[list[Device], bool]:
+        """Devices of complete pools the node reaches, and whether an incomplete one is."""
         reachable: list[Device] = []
         incomplete = False
         for pool, name in slices:
@@ -306,6 +365,12 @@ class ClusterInventory:
                 incomplete = True
                 continue
             reachable.extend(devs)
+        return reachable, incomplete
+
+    @staticmethod
+    def _node_devices(
+        reachable: Sequence[Device], incomplete: bool, busy: frozenset[DeviceId]
+    ) -> NodeDevices:
         if not reachable and not incomplete:
             return NodeDevices(free=(), busy=frozenset(), all=())
         return NodeDevices(
@@ -317,8 +382,13 @@ class ClusterInventory:
 
     def _build(self) -> Inventory:
         local, network = self._slices_by_node(self._pools())
-        used = self._usage()
-        busy = self._busy()
+        unplaced, counted = self._unplaced()
+        used = self._usage(unplaced, counted)
+        devices = {
+            name: self._reachable(node, [*local.get(name, ()), *network])
+            for name, node in self._nodes.items()
+        }
+        busy = self._busy(unplaced, {name: d for name, (d, _) in devices.items()})
         nodes = []
         for name in sorted(self._nodes):
             node = self._nodes[name]
@@ -335,7 +405,7 @@ class ClusterInventory:
                     free={r: alloc.get(r, 0) - use.get(r, 0) for r in alloc.keys() | use.keys()},
                     taints=tuple(_taints(node)),
                     schedulable=_schedulable(node),
-                    devices=self._node_devices(node, [*local.get(name, ()), *network], busy),
+                    devices=self._node_devices(*devices[name], busy),
                 )
             )
         return Inventory(
@@ -343,6 +413,79 @@ class ClusterInventory:
             topologies=dict(self._topologies),
             island_attribute=self.island_attribute,
         )
+
+
+def _claim_keys(pod: Pod) -> tuple[tuple[str, str] | None, ...]:
+    """The pod's ResourceClaims: named ones, and those generated from templates as its status
+    reports them (None until then)."""
+    ns = pod.namespace or ""
+    generated = {s.name: s for s in pod.status.resource_claim_statuses or ()}
+    out: list[tuple[str, str] | None] = []
+    for prc in pod.spec.resource_claims or ():
+        if prc.resource_claim_name:
+            out.append((ns, prc.resource_claim_name))
+            continue
+        st = generated.get(prc.name)
+        if st is None:
+            out.append(None)
+        elif st.resource_claim_name:  # unset: the claim was not needed
+            out.append((ns, st.resource_claim_name))
+    return tuple(out)
+
+
+def _take_places(
+    planned: Sequence[PodPlacement], placed: Sequence[tuple[str, tuple[str, str]]]
+) -> list[PodPlacement]:
+    """The planned pods left once each placed pod (node, key) took the place of one: a
+    planned pod on its node if any, else the last one (the pod went elsewhere)."""
+    left = list(planned)
+    for node, _ in placed:
+        if not left:
+            break
+        i = next((k for k, p in enumerate(left) if p.node == node), len(left) - 1)
+        del left[i]
+    return left
+
+
+def _replace(
+    planned: Sequence[DeviceId],
+    node: str,
+    reachable: Mapping[str, Sequence[Device]],
+    busy: set[DeviceId],
+    island: str | None,
+) -> list[DeviceId] | None:
+    """As many free devices as planned: on the planned node (its free planned devices first),
+    else on another node (a pod of a gang that is not pinned goes wherever the scheduler finds
+    room; a pinned one will wait, its place is still taken from the count). In one island
+    when the plan was one island of several devices; first fit, in listing order, as the
+    scheduler's allocator picks. None when no node has enough."""
+    by_id = {d.id: d for d in reachable.get(node, ())}
+    values = {by_id[i].attributes.get(island) for i in planned if i in by_id} if island else set()
+    group = island if len(planned) > 1 and len(values) == 1 and None not in values else None
+    keep = [i for i in planned if i in by_id and i not in busy]
+    for name in [node, *sorted(n for n in reachable if n != node)]:
+        free = [d for d in reachable[name] if d.id not in busy]
+        got = _pick(free, len(planned), group, keep if name == node else [])
+        if got is not None:
+            return got
+    return None
+
+
+def _pick(
+    free: Sequence[Device], want: int, group: str | None, keep: Sequence[DeviceId]
+) -> list[DeviceId] | None:
+    if group is not None:
+        groups: dict[object, list[Device]] = {}
+        for d in free:
+            v = d.attributes.get(group)
+            if v is not None:
+                groups.setdefault((type(v), v), []).append(d)
+        same = next((g for g in groups.values() if len(g) >= want), None)
+        return None if same is None else [d.id for d in same[:want]]
+    others = [d.id for d in free if d.id not in keep]
+    if len(keep) + len(others) < want:
+        return None
+    return [*keep, *others[: want - len(keep)]]
 
 
 def _taints(node: Node) -> Iterable[m.Taint]:

@@ -18,7 +18,10 @@ from atoll.api.topologyassignment import (
     TopologyAssignmentSliceLevelValues,
     TopologyAssignmentSlicePodCounts,
 )
-from atoll.engine.inventory import PodSetPlacement
+from atoll.api.workload import Workload
+from atoll.engine.inventory import Placement, PodPlacement, PodSetPlacement
+from atoll.engine.topology import HOSTNAME_LABEL
+from atoll.state.convert import pod_requests
 
 
 def _common_prefix(values: Sequence[str]) -> str:
@@ -94,3 +97,30 @@ def domains(assignment: TopologyAssignment) -> list[tuple[dict[str, str], int]]:
             labels = {level: col[i] for level, col in zip(assignment.levels, columns, strict=True)}
             out.append((labels, counts[i] if i < len(counts) else 0))
     return out
+
+
+def placement_from_status(key: str, wl: Workload) -> Placement | None:
+    """The ledger entry of an admitted gang rebuilt from its Workload status (after a
+    restart): each pod set whose `topologyAssignment` names hosts holds its pods' requests
+    on those nodes. None when no pod set has a host-level assignment (devices chosen for
+    pods that are not bound yet are not known from the status, and are not held)."""
+    admission = wl.status.admission
+    if admission is None:
+        return None
+    templates = {ps.name: ps.template for ps in wl.spec.pod_sets}
+    pod_sets = []
+    for psa in admission.pod_set_assignments:
+        ta = psa.topology_assignment
+        template = templates.get(psa.name)
+        if ta is None or template is None or ta.levels[-1:] != (HOSTNAME_LABEL,):
+            continue
+        requests = tuple(sorted({**pod_requests(template.spec), "pods": 1}.items()))
+        pods: list[PodPlacement] = []
+        for labels, count in domains(ta):
+            node = labels[HOSTNAME_LABEL]
+            pods.extend(
+                PodPlacement(pod_set=psa.name, index=len(pods) + i, node=node, requests=requests)
+                for i in range(count)
+            )
+        pod_sets.append(PodSetPlacement(name=psa.name, pods=tuple(pods)))
+    return Placement(gang=key, pod_sets=tuple(pod_sets)) if pod_sets else None

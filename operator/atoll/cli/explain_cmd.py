@@ -1,0 +1,120 @@
+"""`atoll explain NS/JOB`: why is this Job's workload pending, what would let it in, when may
+it start — computed by atoll's engine on a read-only copy of a live cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from atoll.api.configuration import ConfigurationError
+from atoll.api.core import Job
+from atoll.api.workload import Workload
+from atoll.cli.run_cmd import add_configuration_options, configuration
+from atoll.control import jobframework as jf
+from atoll.control.explain import JobWhatIf, explain, what_if_workload
+from atoll.engine.model import FairSharing
+from atoll.kube import live
+from atoll.kube.operator import fair_sharing, new_cache
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+
+def _find_workload(cache: Cache, target: str) -> str | None:
+    """`NS/NAME` (or `NAME` in `default`): the Workload of the Job NAME, else the Workload
+    NAME itself. The newest Workload wins when a Job has had several."""
+    ns, _, name = target.rpartition("/")
+    ns = ns or "default"
+    owned = cache.workloads_of_job(wls.key_of(ns, name))
+    if owned:
+        newest = max(owned, key=wls.created_at)
+        return wls.wl_key(newest)
+    key = wls.key_of(ns, name)
+    return key if key in cache.workloads else None
+
+
+def read_cluster(args: argparse.Namespace) -> tuple[Cache, float, FairSharing | None]:
+    """The live cluster in a cache set up by `--config`/`--set` (raises ConfigurationError
+    or ClusterReadError)."""
+    cfg = configuration(args)
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    cache, now = asyncio.run(live.read(kubeconfig, new_cache(cfg)))
+    return cache, now, fair_sharing(cfg)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        cache, now, fs = read_cluster(args)
+    except (live.ClusterReadError, ConfigurationError) as e:
+        err.print(f"atoll explain: {e}")
+        return 1
+    key = _find_workload(cache, args.target)
+    if key is None:
+        err.print(
+            f"atoll explain: no Workload for {args.target!r}: neither a Job with a Workload "
+            "nor a Workload of that name (is the Job labelled kueue.x-k8s.io/queue-name?)"
+        )
+        return 1
+    answer = explain(cache, key, now, fair_sharing=fs)
+    if args.json:
+        json.dump(answer.to_json(), sys.stdout)
+        print()
+    else:
+        print(answer.describe())
+    return 0
+
+
+def live_what_if(job: Job, args: argparse.Namespace) -> tuple[JobWhatIf | None, str | None]:
+    """The answer for `job` on the live cluster of `args`, or an error message."""
+    try:
+        cache, now, fs = read_cluster(args)
+    except (live.ClusterReadError, ConfigurationError) as e:
+        return None, str(e)
+    meta = job.metadata.model_copy(
+        update={
+            "namespace": job.metadata.namespace or "default",
+            "uid": job.metadata.uid or "00000000-what-if",
+        }
+    )
+    job = job.model_copy(update={"metadata": meta})
+    if jf.queue_name(job) is None:
+        return None, "the Job has no kueue.x-k8s.io/queue-name label: atoll would not queue it"
+    try:
+        priority = jf.resolve_priority(job, cache.workload_classes, cache.priority_classes)
+    except jf.ComposeError as e:
+        return None, str(e)
+    wl = jf.build_workload(job, priority)
+    created = dt.datetime.fromtimestamp(now, dt.UTC).replace(microsecond=0)
+    raw: dict[str, Any] = wl.to_dict()
+    raw["metadata"]["creationTimestamp"] = created.isoformat().replace("+00:00", "Z")
+    raw["metadata"]["uid"] = "what-if"
+    return what_if_workload(cache, Workload.from_dict(raw), now, fs), None
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="why a Job is pending, what would admit it, and when it may start (live cluster)",
+        description=(
+            "Reads the cluster (read-only) and runs atoll's engine on that snapshot: the "
+            "workload's queue position and the workloads ahead, its reason with numbers, "
+            "what-if answers checked by the engine (the quota that would admit it, the "
+            "running workloads whose end would admit it, a required topology relaxed to "
+            "preferred, other LocalQueues of its namespace) and a start estimate from the "
+            "scheduling loop run forward with each Job's atoll.dev/run-duration annotation "
+            "(else activeDeadlineSeconds). Give the operator's --config/--set so that fair "
+            "sharing and deviceClassMappings are taken into account."
+        ),
+    )
+    p.add_argument("target", metavar="NS/JOB", help="the Job (or Workload), namespace/name")
+    p.add_argument("--kubeconfig", metavar="FILE", help="cluster to read (default: $KUBECONFIG)")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    add_configuration_options(p)
+    p.set_defaults(func=_explain)

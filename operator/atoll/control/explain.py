@@ -1,0 +1,686 @@
+"""`atoll explain`: why a workload waits, what would let it in, and when it may start.
+
+Everything is computed on a copy of a cache (the operator's, or one read from a live cluster
+by `atoll.kube.live`) with the engine the scheduler runs:
+- where the workload stands: its ClusterQueue, position in queue order, who is ahead;
+- the next cycle's decision for it, and the decision were it at the head of its queue, with
+  the topology/device placement check the scheduler applies to admitted gangs;
+- counterfactuals, each checked by running the engine again on a changed copy: the quota
+  that would admit it, the running workloads whose finishing would admit it, whether a
+  required topology relaxed to preferred would place it, and other LocalQueues of its
+  namespace through which it would be admitted now;
+- a start-time estimate: the scheduling loop run forward on a virtual clock from the
+  snapshot, each admitted Job finishing after its run time (`atoll.dev/run-duration`, else
+  `activeDeadlineSeconds`), counting quota only. When a Job in the way has no known run
+  time, the estimate says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from atoll.api import labels as keys
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.configuration import parse_duration
+from atoll.api.quantity import Quantity
+from atoll.api.workload import Workload
+from atoll.control.admission import without_reservation
+from atoll.engine import decisions as d
+from atoll.engine import model as m
+from atoll.engine.cycle import drain, run_cycle
+from atoll.engine.ordering import select_heads
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+from atoll.state.placing import TopologyChecker
+from atoll.state.whatif import Answer, ask, decision_json, describe, fork
+
+RunTime = Callable[[str], float | None]
+"""Workload key → how long it runs once started (seconds), None when unknown."""
+
+MAX_FINISH_CANDIDATES = 64
+MAX_ESTIMATE_STEPS = 5_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counterfactual:
+    kind: str
+    """quota | finish | preferred | queue"""
+    text: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    at: float | None
+    """Epoch seconds when the workload would be admitted; None when it cannot be said."""
+    note: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Explanation:
+    workload: str
+    job: str | None
+    state: str
+    """Finished | Admitted | Evicted | QuotaReserved | Pending | Inactive"""
+    local_queue: str | None
+    cluster_queue: str | None
+    position: int | None
+    queue_length: int
+    ahead: tuple[str, ...]
+    condition: tuple[str, str] | None
+    """(reason, message) of the workload's QuotaReserved=False condition, as written."""
+    decision: d.Decision | None
+    """What the next cycle would decide were it at the head of its queue (topology
+    checked)."""
+    is_head: bool
+    counterfactuals: tuple[Counterfactual, ...] = ()
+    estimate: Estimate | None = None
+    now: float = 0.0
+
+    def describe(self) -> str:
+        lines = [f"Workload {self.workload}" + (f" (Job {self.job})" if self.job else "")]
+        lines.append(f"  state: {self.state}")
+        if self.local_queue:
+            cq = self.cluster_queue or "(no such ClusterQueue)"
+            lines.append(f"  queue: LocalQueue {self.local_queue} → ClusterQueue {cq}")
+        if self.position is not None:
+            lines.append(f"  position: {self.position} of {self.queue_length} pending")
+        if self.ahead:
+            shown = ", ".join(self.ahead[:10]) + (" …" if len(self.ahead) > 10 else "")
+            lines.append(f"  ahead of it: {shown}")
+        if self.condition is not None:
+            lines.append(f"  reason: {self.condition[0]}: {self.condition[1]}")
+        if self.decision is not None:
+            where = "next cycle" if self.is_head else "at the head of its queue"
+            lines.append(f"  {where}: {describe(self.decision)}")
+        for cf in self.counterfactuals:
+            lines.append(f"  {cf.text}")
+        if self.estimate is not None:
+            lines.append(f"  start estimate: {self._estimate_text(self.estimate)}")
+        return "\n".join(lines)
+
+    def _estimate_text(self, e: Estimate) -> str:
+        if e.at is None:
+            return f"cannot estimate: {e.note}"
+        when = dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        wait = max(0.0, e.at - self.now)
+        return f"in about {_human(wait)} ({when}); {e.note}"
+
+    def to_json(self) -> dict[str, Any]:
+        est = self.estimate
+        return {
+            "workload": self.workload,
+            "job": self.job,
+            "state": self.state,
+            "localQueue": self.local_queue,
+            "clusterQueue": self.cluster_queue,
+            "position": self.position,
+            "queueLength": self.queue_length,
+            "ahead": list(self.ahead),
+            "condition": {"reason": self.condition[0], "message": self.condition[1]}
+            if self.condition
+            else None,
+            "decision": decision_json(self.decision),
+            "isHead": self.is_head,
+            "counterfactuals": [
+                {"kind": c.kind, "text": c.text, **c.detail} for c in self.counterfactuals
+            ],
+            "estimate": None
+            if est is None
+            else {
+                "at": est.at,
+                "inSeconds": None if est.at is None else max(0.0, est.at - self.now),
+                "note": est.note,
+            },
+        }
+
+
+def _human(seconds: float) -> str:
+    s = round(seconds)
+    if s < 90:
+        return f"{s}s"
+    if s < 5400:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+# -- run times ---------------------------------------------------------------------------
+def run_times(cache: Cache) -> RunTime:
+    """Run time of a workload from its Job: the `atoll.dev/run-duration` annotation (on the
+    Job or its pod template), else `activeDeadlineSeconds` (an upper bound)."""
+
+    def of(key: str) -> float | None:
+        wl = cache.workloads.get(key)
+        job = cache.jobs.get(_job_key(wl)) if wl is not None else None
+        if job is None:
+            return None
+        tmeta = job.spec.template.metadata
+        for ann in (job.metadata.annotations, tmeta.annotations if tmeta else None):
+            text = (ann or {}).get(keys.RUN_DURATION_ANNOTATION)
+            if text:
+                try:
+                    return parse_duration(text)
+                except ValueError:
+                    return None
+        if job.spec.active_deadline_seconds is not None:
+            return float(job.spec.active_deadline_seconds)
+        return None
+
+    return of
+
+
+def _job_key(wl: Workload | None) -> str:
+    if wl is None:
+        return ""
+    for ref in wl.metadata.owner_references or ():
+        if ref.kind == "Job":
+            return wls.key_of(wl.namespace, ref.name)
+    return ""
+
+
+def _started(cache: Cache, key: str) -> float | None:
+    wl = cache.workloads.get(key)
+    if wl is None:
+        return None
+    job = cache.jobs.get(_job_key(wl))
+    if job is not None and job.status is not None and job.status.start_time is not None:
+        return job.status.start_time.timestamp()
+    cond = wls.condition(wl, wls.QUOTA_RESERVED)
+    if cond is not None and cond.status == "True":
+        return cond.last_transition_time.timestamp()
+    return None
+
+
+# -- the pieces --------------------------------------------------------------------------
+def _state(wl: Workload) -> str:
+    if wls.is_finished(wl):
+        return "Finished"
+    if wls.is_evicted(wl) and wls.has_quota(wl):
+        return "Evicted"
+    if wls.is_admitted(wl):
+        return "Admitted"
+    if wls.has_quota(wl):
+        return "QuotaReserved"
+    if not wl.spec.active:
+        return "Inactive"
+    return "Pending"
+
+
+def admission_of(dec: d.Admit) -> m.Admission:
+    """The engine admission a decision makes (what the scheduler assumes)."""
+    return m.Admission(
+        cluster_queue=dec.cluster_queue,
+        pod_sets=tuple(
+            m.PodSetAssignment(
+                name=p.name, count=p.count, flavors=p.flavors, resource_usage=p.resource_usage
+            )
+            for p in dec.pod_sets
+        ),
+    )
+
+
+def _checked(cache: Cache, dec: d.Decision | None) -> d.Decision | None:
+    """An Admit passed through the placement check the scheduler applies."""
+    if not isinstance(dec, d.Admit):
+        return dec
+    placed = TopologyChecker(cache).check(dec)
+    return placed if isinstance(placed, d.Pending) else dec
+
+
+def _fits(cache: Cache, key: str, now: float, fs: m.FairSharing | None) -> d.Decision | None:
+    """The decision at the head of its queue on `cache`, when it is an admission."""
+    dec = _checked(cache, ask(cache, key, now, fs).at_head)
+    return dec if isinstance(dec, d.Admit | d.Preempt) else None
+
+
+def _quota_counterfactual(
+    cache: Cache, key: str, now: float, fs: m.FairSharing | None, pending: d.Pending
+) -> Counterfactual | None:
+    """Raise the ClusterQueue's nominal quota by each shortfall; report it if that admits."""
+    cq_name = str(pending.cluster_queue or "")
+    cq = cache.cluster_queues.get(cq_name)
+    if cq is None or not pending.shortfalls:
+        return None
+    raise_by = {
+        (str(s.flavor), str(s.resource)): s.needed - s.available
+        for s in pending.shortfalls
+        if s.needed > s.available
+    }
+    if not raise_by:
+        return None
+    changed, was = _with_quota(cq, raise_by)
+    trial = fork(cache)
+    trial.set_cluster_queue(changed)
+    if _fits(trial, key, now, fs) is None:
+        return None
+    parts = [
+        f"{r} in flavor {f} were {_fmt(r, was[(f, r)] + extra)} (now {_fmt(r, was[(f, r)])})"
+        for (f, r), extra in sorted(raise_by.items())
+    ]
+    return Counterfactual(
+        kind="quota",
+        text=f"would fit if ClusterQueue {cq_name}'s nominalQuota of " + "; ".join(parts),
+        detail={
+            "clusterQueue": cq_name,
+            "nominalQuota": [
+                {"flavor": f, "resource": r, "now": _fmt(r, was[(f, r)]), "needed": _fmt(r, v)}
+                for (f, r), v in sorted(
+                    ((k, was[k] + extra) for k, extra in raise_by.items()), key=lambda x: x[0]
+                )
+            ],
+        },
+    )
+
+
+def _fmt(resource: str, amount: int) -> str:
+    """An engine amount as a quantity string (cpu is in milli-units)."""
+    if resource != "cpu":
+        return str(amount)
+    return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+
+
+def _with_quota(
+    cq: ClusterQueue, raise_by: dict[tuple[str, str], int]
+) -> tuple[ClusterQueue, dict[tuple[str, str], int]]:
+    was: dict[tuple[str, str], int] = {}
+    groups = []
+    for rg in cq.spec.resource_groups or ():
+        flavors = []
+        for fq in rg.flavors:
+            resources = []
+            for rq in fq.resources:
+                k = (str(fq.name), str(rq.name))
+                unit = 1 if rq.name == "cpu" else 1000
+                current = rq.nominal_quota.milli if rq.name == "cpu" else rq.nominal_quota.value
+                was[k] = current
+                if k in raise_by:
+                    new = Quantity.from_milli((current + raise_by[k]) * unit)
+                    resources.append(rq.model_copy(update={"nominal_quota": new}))
+                else:
+                    resources.append(rq)
+            flavors.append(fq.model_copy(update={"resources": tuple(resources)}))
+        groups.append(rg.model_copy(update={"flavors": tuple(flavors)}))
+    spec = cq.spec.model_copy(update={"resource_groups": tuple(groups)})
+    return cq.model_copy(update={"spec": spec}), was
+
+
+def _related(cache: Cache, cq: str) -> set[str]:
+    """ClusterQueues sharing quota with `cq`: its whole cohort tree (or itself)."""
+
+    def root(name: str) -> str | None:
+        obj = cache.cluster_queues.get(name)
+        cohort = obj.spec.cohort_name if obj else None
+        seen: set[str] = set()
+        while cohort and cohort not in seen:
+            seen.add(cohort)
+            parent = cache.cohorts.get(cohort)
+            if parent is None or not parent.spec.parent_name:
+                return cohort
+            cohort = parent.spec.parent_name
+        return cohort
+
+    mine = root(cq)
+    if mine is None:
+        return {cq}
+    return {name for name in cache.cluster_queues if root(name) == mine}
+
+
+def _finish_counterfactual(
+    cache: Cache, key: str, now: float, fs: m.FairSharing | None, runtime: RunTime
+) -> Counterfactual | None:
+    """The fewest running workloads (soonest to end first) whose finishing admits it."""
+    wl = cache.workloads.get(key)
+    if wl is None:
+        return None
+    answer = ask(cache, key, now, fs)
+    if answer.cluster_queue is None:
+        return None
+    related = _related(cache, answer.cluster_queue)
+    running: list[tuple[float, str]] = []
+    for other, adm, evicted in cache.holding():
+        if other == key or evicted or str(adm.cluster_queue) not in related:
+            continue
+        start, rt = _started(cache, other), runtime(other)
+        end = start + rt if start is not None and rt is not None else float("inf")
+        running.append((end, other))
+    running.sort()
+    running = running[:MAX_FINISH_CANDIDATES]
+
+    def fits_without(gone: list[str]) -> bool:
+        trial = fork(cache)
+        for g in gone:
+            trial.delete_workload(g)
+            trial.inventory.forget_gang(g)
+        return _fits(trial, key, now, fs) is not None
+
+    chosen: list[str] = []
+    for _, other in running:
+        chosen.append(other)
+        if fits_without(chosen):
+            break
+    else:
+        return None
+    for other in list(reversed(chosen[:-1])):  # drop the ones it can do without
+        rest = [c for c in chosen if c != other]
+        if fits_without(rest):
+            chosen = rest
+    ends = dict((k, e) for e, k in running)
+    return Counterfactual(
+        kind="finish",
+        text="would fit after " + ", ".join(f"{c}" for c in chosen) + " finish"
+        if len(chosen) > 1
+        else f"would fit after {chosen[0]} finishes",
+        detail={
+            "workloads": [
+                {"workload": c, "endsAt": None if ends[c] == float("inf") else ends[c]}
+                for c in chosen
+            ]
+        },
+    )
+
+
+def _preferred_counterfactual(
+    cache: Cache, key: str, now: float, fs: m.FairSharing | None, dec: d.Decision | None
+) -> Counterfactual | None:
+    """A required topology that cannot be placed: would the preferred level place it?"""
+    wl = cache.workloads.get(key)
+    if wl is None or not isinstance(dec, d.Pending):
+        return None
+    if dec.reason is not d.PendingReason.TOPOLOGY_PLACEMENT_FAILED:
+        return None
+    pod_sets = []
+    relaxed: list[str] = []
+    for ps in wl.spec.pod_sets:
+        tr = ps.topology_request
+        if tr is not None and tr.required:
+            relaxed.append(f"{ps.name}: {tr.required}")
+            loose = tr.model_copy(update={"required": None, "preferred": tr.required})
+            pod_sets.append(ps.model_copy(update={"topology_request": loose}))
+        else:
+            pod_sets.append(ps)
+    if not relaxed:
+        return None
+    spec = wl.spec.model_copy(update={"pod_sets": tuple(pod_sets)})
+    trial = fork(cache)
+    trial.set_workload(wl.model_copy(update={"spec": spec}))
+    if _fits(trial, key, now, fs) is None:
+        return None
+    return Counterfactual(
+        kind="preferred",
+        text="would fit now as preferred instead of required topology ("
+        + ", ".join(relaxed)
+        + "): use kueue.x-k8s.io/podset-preferred-topology",
+        detail={"podSets": relaxed},
+    )
+
+
+def _queue_counterfactuals(
+    cache: Cache, key: str, now: float, fs: m.FairSharing | None
+) -> list[Counterfactual]:
+    """Other LocalQueues of the namespace through which it would be admitted now."""
+    wl = cache.workloads.get(key)
+    if wl is None:
+        return []
+    ns = wl.namespace or ""
+    mine = cache.local_queues.get(wls.key_of(ns, wl.spec.queue_name or ""))
+    out = []
+    for lq_key, lq in sorted(cache.local_queues.items()):
+        if lq.namespace != ns or lq.name == wl.spec.queue_name:
+            continue
+        if mine is not None and lq.spec.cluster_queue == mine.spec.cluster_queue:
+            continue
+        trial = fork(cache)
+        trial.set_workload(
+            wl.model_copy(update={"spec": wl.spec.model_copy(update={"queue_name": lq.name})})
+        )
+        answer = ask(trial, key, now, fs)
+        dec = _checked(trial, answer.decision)
+        if isinstance(dec, d.Admit):
+            flavors = ", ".join(sorted({str(f) for ps in dec.pod_sets for _, f in ps.flavors}))
+            out.append(
+                Counterfactual(
+                    kind="queue",
+                    text=f"would be admitted now through LocalQueue {lq.name} (ClusterQueue "
+                    f"{lq.spec.cluster_queue}, flavor {flavors})",
+                    detail={
+                        "localQueue": lq_key,
+                        "clusterQueue": lq.spec.cluster_queue,
+                        "flavors": flavors,
+                    },
+                )
+            )
+    return out
+
+
+# -- the estimate ------------------------------------------------------------------------
+def _requeued(wl: Workload, now: float) -> Workload:
+    at = dt.datetime.fromtimestamp(now, dt.UTC).replace(microsecond=0)
+    conds = without_reservation(wl.status.conditions or (), "Preempted", "preempted", at)
+    return wl.model_copy(update={"status": wls.status_with(wl, conditions=conds, admission=None)})
+
+
+def estimate_start(
+    cache: Cache, key: str, now: float, fs: m.FairSharing | None, runtime: RunTime
+) -> Estimate:
+    """Run the scheduling loop forward on a copy of the cache until `key` is admitted."""
+    sim = fork(cache)
+    ends: dict[str, float | None] = {}
+    for other, _, _ in sim.holding():
+        start, rt = _started(sim, other), runtime(other)
+        ends[other] = None if rt is None else max(now, (start or now) + rt)
+    t = now
+    for _ in range(MAX_ESTIMATE_STEPS):
+        if key not in sim.workloads:
+            return Estimate(at=None, note="the workload is gone")
+        pending = sim.pending_by_queue(t)
+        heads = select_heads(pending, sim.parked_keys())
+        snapshot = sim.snapshot(fs)
+        decisions = run_cycle(snapshot, heads) + drain(snapshot)
+        progress = False
+        for dec in decisions:
+            match dec:
+                case d.Admit():
+                    if dec.workload == key:
+                        return Estimate(at=t, note=_assumptions(t > now))
+                    sim.assume(dec.workload, admission_of(dec))
+                    rt = runtime(dec.workload)
+                    ends[dec.workload] = None if rt is None else t + rt
+                    progress = True
+                case d.Preempt():
+                    sim.preempting(dec.workload, dec.cluster_queue)
+                    for v in dec.victims:
+                        victim = sim.workloads.get(v.workload)
+                        sim.assumed.pop(v.workload, None)
+                        ends.pop(v.workload, None)
+                        if victim is not None:
+                            sim.set_workload(_requeued(victim, t))
+                        sim.bump()
+                        progress = True
+                case d.Pending():
+                    if dec.requeue is d.Requeue.INADMISSIBLE:
+                        sim.park(dec.workload)
+                case d.Evict():
+                    pass
+        if progress:
+            continue
+        known = [e for e in ends.values() if e is not None]
+        requeue = sim.next_requeue(t)
+        if requeue is not None:
+            known.append(requeue)
+        if not known:
+            unknown = sorted(k for k, e in ends.items() if e is None)
+            if unknown:
+                shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
+                return Estimate(
+                    at=None,
+                    note=f"it waits for {shown}, whose run time is unknown (set the "
+                    f"{keys.RUN_DURATION_ANNOTATION} annotation or activeDeadlineSeconds on "
+                    "the Job)",
+                )
+            return Estimate(
+                at=None, note="nothing running would free what it needs (it never fits)"
+            )
+        t = max(t, min(known))
+        for other in [k for k, e in ends.items() if e is not None and e <= t]:
+            del ends[other]
+            sim.delete_workload(other)
+    return Estimate(at=None, note=f"not admitted within {MAX_ESTIMATE_STEPS} simulated steps")
+
+
+def _assumptions(later: bool) -> str:
+    if not later:
+        return "it would be admitted in the next cycle"
+    return (
+        "assuming each admitted Job runs for its atoll.dev/run-duration (else its "
+        "activeDeadlineSeconds) and counting quota only, not node placement"
+    )
+
+
+# -- all of it ---------------------------------------------------------------------------
+def explain(
+    cache: Cache,
+    key: str,
+    now: float,
+    *,
+    fair_sharing: m.FairSharing | None = None,
+    runtime: RunTime | None = None,
+) -> Explanation:
+    """Everything `atoll explain` says about the workload `key` (the cache is unchanged)."""
+    wl = cache.workloads[key]
+    rt = runtime or run_times(cache)
+    state = _state(wl)
+    answer: Answer = ask(cache, key, now, fair_sharing)
+    cond = wls.condition(wl, wls.QUOTA_RESERVED)
+    written = (
+        (cond.reason, cond.message)
+        if cond is not None and cond.status == "False" and state == "Pending"
+        else None
+    )
+    lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl.spec.queue_name else None
+    base = Explanation(
+        workload=key,
+        job=_job_key(wl) or None,
+        state=state,
+        local_queue=lq,
+        cluster_queue=answer.cluster_queue
+        or (
+            cache.local_queues[lq].spec.cluster_queue
+            if lq in cache.local_queues and state != "Pending"
+            else None
+        ),
+        position=answer.position,
+        queue_length=len(answer.queue),
+        ahead=answer.ahead,
+        condition=written,
+        decision=None,
+        is_head=False,
+        now=now,
+    )
+    if state != "Pending" or answer.position is None:
+        return base
+    decision = _checked(cache, answer.at_head)
+    cfs: list[Counterfactual] = []
+    if isinstance(decision, d.Pending):
+        quota = _quota_counterfactual(cache, key, now, fair_sharing, decision)
+        if quota is not None:
+            cfs.append(quota)
+        preferred = _preferred_counterfactual(cache, key, now, fair_sharing, decision)
+        if preferred is not None:
+            cfs.append(preferred)
+        finish = _finish_counterfactual(cache, key, now, fair_sharing, rt)
+        if finish is not None:
+            cfs.append(finish)
+        cfs.extend(_queue_counterfactuals(cache, key, now, fair_sharing))
+    return dataclasses.replace(
+        base,
+        decision=decision,
+        is_head=answer.decision is not None,
+        counterfactuals=tuple(cfs),
+        estimate=estimate_start(cache, key, now, fair_sharing, rt),
+    )
+
+
+# -- what-if on a live cache ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobWhatIf:
+    """`atoll what-if JOB.yaml --kubeconfig`: the answer for a Job not created."""
+
+    job: str
+    answer: Answer
+    decision: d.Decision | None
+    """The next cycle's decision for it, placement checked (None: not a head)."""
+    at_head: d.Decision | None
+    domains: tuple[str, ...]
+    """Where its pod sets would land: `podset: level=value/…` or `podset: N nodes`."""
+    error: str | None = None
+
+    def describe(self) -> str:
+        lines = [f"Job {self.job}, ClusterQueue {self.answer.cluster_queue or '-'}:"]
+        if self.error:
+            lines.append(f"  cannot be queued: {self.error}")
+            return "\n".join(lines)
+        if self.answer.cluster_queue is None:
+            lines.append("  not queued: its LocalQueue or ClusterQueue does not exist")
+        if self.answer.ahead:
+            lines.append(
+                f"  waits behind {len(self.answer.ahead)}: {', '.join(self.answer.ahead[:10])}"
+            )
+        if self.decision is not None:
+            lines.append("  now: " + describe(self.decision))
+        if self.at_head is not None and self.at_head is not self.decision:
+            lines.append("  if it were at the head: " + describe(self.at_head))
+        for where in self.domains:
+            lines.append(f"  placed: {where}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "clusterQueue": self.answer.cluster_queue,
+            "ahead": list(self.answer.ahead),
+            "decision": decision_json(self.decision),
+            "atHead": decision_json(self.at_head),
+            "domains": list(self.domains),
+            "error": self.error,
+        }
+
+
+def _domains(cache: Cache, dec: d.Decision | None) -> tuple[str, ...]:
+    if not isinstance(dec, d.Admit):
+        return ()
+    placed = TopologyChecker(cache).check(dec)
+    if placed is None or isinstance(placed, d.Pending):
+        return ()
+    out = []
+    for ps in placed.pod_sets:
+        nodes = sorted({p.node for p in ps.pods})
+        where = (
+            f"{ps.level}={'/'.join(ps.domain)}"
+            if ps.level
+            else f"{len(nodes)} node{'s' * (len(nodes) != 1)}"
+        )
+        out.append(f"{ps.name}: {where} ({', '.join(nodes[:8])}{' …' * (len(nodes) > 8)})")
+    return tuple(out)
+
+
+def what_if_workload(
+    cache: Cache, wl: Workload, now: float, fair_sharing: m.FairSharing | None = None
+) -> JobWhatIf:
+    """The next cycle's decision for `wl` were it created now (the cache is unchanged)."""
+    trial = fork(cache)
+    key = wls.wl_key(wl)
+    trial.set_workload(wl)
+    answer = ask(trial, key, now, fair_sharing)
+    at_head = _checked(trial, answer.at_head)
+    decision = at_head if answer.decision is not None else None
+    return JobWhatIf(
+        job=_job_key(wl) or key,
+        answer=answer,
+        decision=decision,
+        at_head=at_head,
+        domains=_domains(trial, at_head),
+    )

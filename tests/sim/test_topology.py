@@ -1,0 +1,98 @@
+"""Topology in the simulator: a flavor with a `topologyName` makes the simulated atoll place
+gangs on the inventory exactly as the operator does (`state.decide.Decider`), pins their
+pods there, and records the domain; gangs it does not place still count on the nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from atoll.sandbox import shapes
+from atoll.sim.gang import GangSimulator, Settings
+from atoll.sim.results import JobState, SimResult
+from tests.sim import builders as b
+
+REPO = Path(__file__).resolve().parents[2]
+RACK = "topology.atoll.dev/rack"
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+
+
+def _dgx_scenario(*jobs: b.Doc) -> list[b.Doc]:
+    """dgx-h100: 16 nodes x 8 GPUs in 4 racks of 4 nodes; one flavor with a Topology and one
+    without, over the same nodes."""
+    nodes = shapes.nodes(shapes.load_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml"))
+    topology = {
+        "apiVersion": b.KUEUE,
+        "kind": "Topology",
+        "metadata": {"name": "dgx"},
+        "spec": {
+            "levels": [
+                {"nodeLabel": "topology.atoll.dev/block"},
+                {"nodeLabel": RACK},
+                {"nodeLabel": "kubernetes.io/hostname"},
+            ]
+        },
+    }
+    tas = b.flavor("tas")
+    tas["spec"] = {"topologyName": "dgx"}
+    plain_cq = b.cluster_queue("plain", gpus=128, flavor_name="plain")
+    plain_cq["spec"]["cohortName"] = "all"
+    tas_cq = b.cluster_queue("cq", gpus=128, flavor_name="tas")
+    tas_cq["spec"]["cohortName"] = "all"
+    return [
+        *nodes,
+        topology,
+        tas,
+        b.flavor("plain"),
+        tas_cq,
+        plain_cq,
+        b.local_queue(),
+        b.local_queue("plain-q", "plain"),
+        *jobs,
+    ]
+
+
+def _rack_job(name: str, pods: int, *, arrival: float = 0, duration: str = "10m") -> b.Doc:
+    job = b.job(name, pods=pods, arrival=arrival, duration=duration)
+    job["spec"]["template"]["metadata"] = {"annotations": {REQUIRED: RACK}}
+    return job
+
+
+def _run(*docs: b.Doc) -> SimResult:
+    scn = b.scenario(_dgx_scenario(*docs))
+    return GangSimulator(scn, Settings.of(scn.config)).run()
+
+
+def _jobs(result: SimResult) -> dict[str, object]:
+    return {j.name.split("/")[1]: j for j in result.jobs}
+
+
+def test_rack_required_gangs_each_land_in_one_rack() -> None:
+    result = _run(_rack_job("a", 24), _rack_job("b", 24), _rack_job("c", 24))
+    jobs = [j for j in result.jobs]
+    domains = [j.domain for j in jobs]
+    assert all(d is not None and d.startswith("rack=rack-") for d in domains)
+    assert len(set(domains)) == 3  # 24 + 24 do not fit in one rack of 32
+    assert all(j.started == j.admitted == 0.0 for j in jobs)
+    assert all(j.state is JobState.FINISHED for j in jobs)
+
+
+def test_a_gang_no_rack_can_hold_waits_with_the_reason() -> None:
+    result = _run(_rack_job("wide", 40))
+    (job,) = result.jobs
+    assert job.admitted is None
+    assert job.state is JobState.PENDING
+    assert job.reason == "TopologyPlacementFailed"
+
+
+def test_gangs_atoll_did_not_place_still_count_on_the_nodes() -> None:
+    # 8 pods x 8 GPUs without a topology take 8 whole nodes (two racks); the rack gang that
+    # arrives next must go to one of the two free racks, and start at once
+    plain = b.job("plain", pods=8, gpus=8, queue="plain-q", duration="1h")
+    result = _run(plain, _rack_job("ring", 32, arrival=60))
+    ring = next(j for j in result.jobs if j.name.endswith("/ring"))
+    plain_nodes_busy = next(j for j in result.jobs if j.name.endswith("/plain"))
+    assert plain_nodes_busy.started == 0.0
+    assert ring.admitted == 60.0
+    assert ring.started == 60.0  # its pinned nodes were really free
+    assert ring.domain in {"rack=rack-2", "rack=rack-3"}
+    assert ring.evictions == 0
