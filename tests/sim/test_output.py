@@ -56,7 +56,8 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_out_dir_gets_plots_and_results(tmp_path: Path) -> None:
     assert _simulate(str(EXAMPLES / "mixed.yaml"), "--compare", "--out", str(tmp_path)) == 0
-    for name in ("gpu-occupancy.png", "queue-length.png", "cq-usage.png", "wait-times.png"):
+    names = ("gpu-occupancy.png", "queue-length.png", "cq-usage.png", "wait-times.png")
+    for name in (*names, "gpu-nodes.png"):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC)
         assert len(data) > 1000
@@ -72,8 +73,13 @@ def test_plots_of_a_single_run(tmp_path: Path) -> None:
         "queue-length.png",
         "cq-usage.png",
         "wait-times.png",
+        "gpu-nodes.png",
     ]
     assert all(p.stat().st_size > 1000 for p in written)
+    assert result.nodes is not None
+    # 4 pods x 1 GPU on 3 nodes x 2 GPUs: the per-node samples add up to the GPUs bound
+    assert max(sum(row) for row in result.nodes.bound) == 4
+    assert result.nodes.capacity == (2, 2, 2)
 
 
 def test_report_names_jobs_and_the_deadlock() -> None:

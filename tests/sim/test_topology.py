@@ -4,8 +4,10 @@ pods there, and records the domain; gangs it does not place still count on the n
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
+from atoll.cli.simulate_cmd import read_scenario
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobState, SimResult
@@ -96,3 +98,27 @@ def test_gangs_atoll_did_not_place_still_count_on_the_nodes() -> None:
     assert ring.started == 60.0  # its pinned nodes were really free
     assert ring.domain in {"rack=rack-2", "rack=rack-3"}
     assert ring.evictions == 0
+
+
+def test_the_racks_example_scenario() -> None:
+    scn = read_scenario(REPO / "examples" / "scenarios" / "racks.yaml")
+    result = GangSimulator(scn, Settings.of(scn.config)).run()
+    jobs = {j.name.split("/")[1]: j for j in result.jobs}
+    wide = jobs.pop("too-wide")
+    assert (wide.state, wide.reason) == (JobState.PENDING, "TopologyPlacementFailed")
+    trains = [j for name, j in jobs.items() if name.startswith("train-")]
+    assert len(trains) == 6
+    for j in trains:
+        assert j.state is JobState.FINISHED
+        assert j.domain is not None
+        assert j.domain.startswith("rack=")
+        assert j.started == j.admitted  # placed whole: no pod waited for room
+        assert j.evictions == 0
+    # while inference fragments three racks, trainings take turns in the fourth
+    serve_end = jobs["serve"].finished
+    assert serve_end is not None
+    during = sorted(
+        (j.admitted or 0, j.finished or 0) for j in trains if (j.admitted or 0) < serve_end
+    )
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(during))
+    assert result.notes == []

@@ -36,7 +36,7 @@ from atoll.engine.ordering import select_heads
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
-from atoll.state.whatif import Answer, ask, decision_json, describe, fork
+from atoll.state.whatif import Answer, ask, checked, decision_json, describe, fork
 
 RunTime = Callable[[str], float | None]
 """Workload key → how long it runs once started (seconds), None when unknown."""
@@ -223,17 +223,9 @@ def admission_of(dec: d.Admit) -> m.Admission:
     )
 
 
-def _checked(cache: Cache, dec: d.Decision | None) -> d.Decision | None:
-    """An Admit passed through the placement check the scheduler applies."""
-    if not isinstance(dec, d.Admit):
-        return dec
-    placed = TopologyChecker(cache).check(dec)
-    return placed if isinstance(placed, d.Pending) else dec
-
-
 def _fits(cache: Cache, key: str, now: float, fs: m.FairSharing | None) -> d.Decision | None:
     """The decision at the head of its queue on `cache`, when it is an admission."""
-    dec = _checked(cache, ask(cache, key, now, fs).at_head)
+    dec = checked(cache, ask(cache, key, now, fs).at_head)
     return dec if isinstance(dec, d.Admit | d.Preempt) else None
 
 
@@ -438,7 +430,7 @@ def _queue_counterfactuals(
             wl.model_copy(update={"spec": wl.spec.model_copy(update={"queue_name": lq.name})})
         )
         answer = ask(trial, key, now, fs)
-        dec = _checked(trial, answer.decision)
+        dec = checked(trial, answer.decision)
         if isinstance(dec, d.Admit):
             flavors = ", ".join(sorted({str(f) for ps in dec.pod_sets for _, f in ps.flavors}))
             out.append(
@@ -582,7 +574,7 @@ def explain(
     )
     if state != "Pending" or answer.position is None:
         return base
-    decision = _checked(cache, answer.at_head)
+    decision = checked(cache, answer.at_head)
     cfs: list[Counterfactual] = []
     if isinstance(decision, d.Pending):
         quota = _quota_counterfactual(cache, key, now, fair_sharing, decision)
@@ -675,7 +667,7 @@ def what_if_workload(
     key = wls.wl_key(wl)
     trial.set_workload(wl)
     answer = ask(trial, key, now, fair_sharing)
-    at_head = _checked(trial, answer.at_head)
+    at_head = checked(trial, answer.at_head)
     decision = at_head if answer.decision is not None else None
     return JobWhatIf(
         job=_job_key(wl) or key,

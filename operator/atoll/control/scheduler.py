@@ -91,7 +91,7 @@ class Scheduler:
         while True:
             try:
                 await self._wait_for_work()
-                while (await self.run_once()).progress:
+                while (await self.run_once()).progress or self._decider().parked:
                     pass
             except Exception:
                 log.exception("scheduling cycle failed", cycle=self.cycles)

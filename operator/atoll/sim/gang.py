@@ -30,7 +30,7 @@ from atoll.sim import workloads as sw
 from atoll.sim.events import Clock, Kind
 from atoll.sim.nodes import GPU, NodePool
 from atoll.sim.pods import Gang, domain_text, request, signature, sim_pod
-from atoll.sim.results import JobRecord, JobState, Mode, SimResult, Timeline
+from atoll.sim.results import JobRecord, JobState, Mode, NodeTimeline, SimResult, Timeline
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
 from atoll.state.cache import Cache
@@ -159,6 +159,7 @@ class GangSimulator:
     """A flavor has a topologyName: atoll places gangs on the inventory (as the operator
     does), so the inventory must also see the pods of the gangs it did not place."""
     timeline: Timeline = field(default_factory=Timeline)
+    nodes: NodeTimeline | None = field(init=False, default=None)
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -166,6 +167,7 @@ class GangSimulator:
         self.cache = fill_cache(scn)
         self.decider = Decider(self.cache, self.settings.fair_sharing)
         self.pool = NodePool.of(scn.nodes)
+        self.nodes = self.pool.node_timeline()
         self._topology = any(f.spec.topology_name for f in scn.flavors)
         if self._topology:
             for node in scn.nodes:
@@ -366,6 +368,8 @@ class GangSimulator:
             progress = self._apply(decisions, t)
             self._place_waiting(t)
             if not progress:
+                if self.decider.parked:
+                    continue  # the heads behind the parked ones get their turn now
                 return
             key = _progress_key(decisions)
             if key in seen:
@@ -381,6 +385,8 @@ class GangSimulator:
         values["busy"] = self._busy
         values["partial"] = sum(1 for r in self._waiting if r.gang and r.gang.placed)
         self.timeline.add(t, values)
+        if self.nodes is not None:
+            self.nodes.add(t, self.pool.gpus_bound())
 
     def run(self) -> SimResult:
         until = self.settings.until
@@ -399,6 +405,7 @@ class GangSimulator:
             mode=Mode.GANG,
             jobs=[r.record for r in self._runs.values()],
             timeline=self.timeline,
+            nodes=self.nodes,
             gpu_capacity=self.pool.groups(),
             end=end,
             cycles=self.cycles,

@@ -23,7 +23,16 @@ from atoll.sim.events import Clock, Kind
 from atoll.sim.gang import Progress, queue_of
 from atoll.sim.nodes import GPU, NodePool, Signature
 from atoll.sim.pods import Gang, request, signature
-from atoll.sim.results import Deadlock, Holder, JobRecord, JobState, Mode, SimResult, Timeline
+from atoll.sim.results import (
+    Deadlock,
+    Holder,
+    JobRecord,
+    JobState,
+    Mode,
+    NodeTimeline,
+    SimResult,
+    Timeline,
+)
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
 
@@ -67,6 +76,7 @@ class GreedySimulator:
     pool: NodePool = field(init=False)
     clock: Clock = field(default_factory=Clock)
     timeline: Timeline = field(default_factory=Timeline)
+    nodes: NodeTimeline | None = field(init=False, default=None)
     _jobs: dict[str, _GJob] = field(default_factory=dict)
     _pending: list[_GJob] = field(default_factory=list)
     """Jobs with created pods not yet bound."""
@@ -79,6 +89,7 @@ class GreedySimulator:
     def __post_init__(self) -> None:
         scn = self.scenario
         self.pool = NodePool.of(scn.nodes)
+        self.nodes = self.pool.node_timeline()
         of = queue_of(scn)
         wpcs = {c.name: c for c in scn.workload_classes}
         pcs = {c.name: c for c in scn.priority_classes}
@@ -157,6 +168,8 @@ class GreedySimulator:
         values.update({f"bound/{g}": v for g, v in self.pool.group_used.items()})
         values["busy"], values["partial"] = self._busy, self._partial
         self.timeline.add(t, values)
+        if self.nodes is not None:
+            self.nodes.add(t, self.pool.gpus_bound())
 
     def run(self) -> SimResult:
         while self.clock.next_time() is not None:
@@ -176,6 +189,7 @@ class GreedySimulator:
             mode=Mode.GREEDY,
             jobs=[j.record for j in self._jobs.values()],
             timeline=self.timeline,
+            nodes=self.nodes,
             gpu_capacity=self.pool.groups(),
             end=self.clock.now,
             deadlock=deadlock,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from atoll.api.core import Node
 from atoll.engine import model as m
 from atoll.engine.matching import requirement_matches, untolerated_taint
+from atoll.sim.results import MAX_NODE_ROWS, NodeTimeline
 from atoll.state import convert
 
 GPU = "nvidia.com/gpu"
@@ -178,6 +179,22 @@ class NodePool:
                 held[1] -= req.get(GPU, 0)
                 if held[0] <= 0:
                     del self.holders[i][owner]
+
+    def gpus_bound(self) -> tuple[int, ...]:
+        """GPUs bound to pods on each node, in node order."""
+        return tuple(
+            info.allocatable.get(GPU, 0) - free.get(GPU, 0)
+            for info, free in zip(self.infos, self.free, strict=True)
+        )
+
+    def node_timeline(self) -> NodeTimeline | None:
+        """An empty per-node timeline for this pool (None when it has too many nodes)."""
+        if len(self.infos) > MAX_NODE_ROWS:
+            return None
+        return NodeTimeline(
+            names=tuple(i.name for i in self.infos),
+            capacity=tuple(i.allocatable.get(GPU, 0) for i in self.infos),
+        )
 
     def feasible_nodes(self, sig: Signature) -> tuple[int, ...]:
         return self._index_of(sig).nodes

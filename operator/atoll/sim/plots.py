@@ -6,7 +6,9 @@
 - `queue-length.png`: Jobs waiting per ClusterQueue over time;
 - `cq-usage.png`: GPUs held per ClusterQueue over time (admitted quota; bound GPUs in the
   greedy run, which has no quota);
-- `wait-times.png`: the distribution of waiting times (arrival to start).
+- `wait-times.png`: the distribution of waiting times (arrival to start);
+- `gpu-nodes.png`: GPUs bound on each node over time, one row per node (clusters of at most
+  `MAX_NODE_ROWS` nodes), where fragmentation and half-placed gangs show.
 """
 
 from __future__ import annotations
@@ -94,6 +96,24 @@ def _waits(ax: Axes, results: Sequence[SimResult]) -> None:
     ax.legend(loc="lower left", fontsize="x-small")
 
 
+def _nodes(ax: Axes, result: SimResult) -> None:
+    nt = result.nodes
+    assert nt is not None
+    end = max(result.end, nt.times[-1] if nt.times else 0.0) or 1.0
+    edges = [t / 60.0 for t in nt.times] + [end / 60.0 + 1e-9]
+    grid = [[row[n] for row in nt.bound] for n in range(len(nt.names))]
+    mesh = ax.pcolormesh(
+        edges, range(len(nt.names) + 1), grid, vmin=0, vmax=max(nt.capacity, default=1),
+        cmap="viridis", shading="flat",
+    )  # fmt: skip
+    if len(nt.names) <= 40:
+        ax.set_yticks([i + 0.5 for i in range(len(nt.names))], nt.names, fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_title(f"{result.mode.value}: GPUs bound per node")
+    ax.set_xlabel("minutes")
+    ax.figure.colorbar(mesh, ax=ax, label="GPUs")
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -122,4 +142,12 @@ def write_plots(results: Sequence[SimResult], out: Path, prefix: str = "") -> li
     fig, ax = plt.subplots(figsize=(6, 3.2))
     _waits(ax, results)
     written.append(_save(fig, out / f"{prefix}wait-times.png"))
+    with_nodes = [r for r in results if r.nodes is not None and r.nodes.times]
+    if with_nodes:
+        rows = max(len(r.nodes.names) for r in with_nodes if r.nodes is not None)
+        height = min(12.0, 1.5 + 0.18 * rows)
+        fig, axes = plt.subplots(1, len(with_nodes), figsize=(6.5 * len(with_nodes), height))
+        for ax, r in zip(fig.axes[: len(with_nodes)], with_nodes, strict=True):
+            _nodes(ax, r)
+        written.append(_save(fig, out / f"{prefix}gpu-nodes.png"))
     return written

@@ -193,6 +193,29 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+@dataclass(slots=True)
+class NodeTimeline:
+    """GPUs bound on each node over time (kept for clusters of at most `MAX_NODE_ROWS` nodes,
+    for the per-node occupancy plot); a sample is added only when something changed."""
+
+    names: tuple[str, ...]
+    capacity: tuple[int, ...]
+    times: list[float] = field(default_factory=list)
+    bound: list[tuple[int, ...]] = field(default_factory=list)
+
+    def add(self, t: float, bound: tuple[int, ...]) -> None:
+        if self.bound and self.bound[-1] == bound:
+            return
+        if self.times and self.times[-1] == t:
+            self.bound[-1] = bound
+            return
+        self.times.append(t)
+        self.bound.append(bound)
+
+
+MAX_NODE_ROWS = 256
+
+
 @dataclass(slots=True, kw_only=True)
 class SimResult:
     scenario: str
@@ -206,6 +229,8 @@ class SimResult:
     """Engine cycles run (gang mode)."""
     deadlock: Deadlock | None = None
     notes: list[str] = field(default_factory=list)
+    nodes: NodeTimeline | None = None
+    """Per-node GPU occupancy (small clusters only)."""
 
     def summary(self) -> dict[str, Any]:
         waits = [w for j in self.jobs if (w := j.wait) is not None]

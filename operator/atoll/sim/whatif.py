@@ -22,7 +22,7 @@ from atoll.sim.pods import Gang, request, signature
 from atoll.sim.scenario import Scenario, ScenarioError
 from atoll.state import convert
 from atoll.state import workloads as wls
-from atoll.state.whatif import ask, decision_json, describe
+from atoll.state.whatif import ask, checked, decision_json, describe
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,12 +108,13 @@ def what_if(
     sim.run()
     key = _add_job(sim, job, at)
     answer = ask(sim.cache, key, sw.EPOCH + at, base.fair_sharing)
+    at_head = checked(sim.cache, answer.at_head)
     return WhatIf(
         job=key,
         at=at,
         cluster_queue=answer.cluster_queue,
         ahead=answer.ahead,
-        decision=answer.decision,
-        at_head=answer.at_head,
-        pods_fit=_pods_fit(sim, key, answer.at_head),
+        decision=at_head if answer.decision is not None else None,
+        at_head=at_head,
+        pods_fit=_pods_fit(sim, key, at_head),
     )

@@ -44,6 +44,9 @@ class Decider:
     checker: TopologyChecker = field(init=False)
     heads: int = 0
     """Heads of the last step."""
+    parked: int = 0
+    """Workloads the last step parked as inadmissible: the heads behind them are new, so
+    another step is due even when this one admitted nothing (BestEffortFIFO)."""
 
     def __post_init__(self) -> None:
         self.checker = TopologyChecker(self.cache)
@@ -56,14 +59,24 @@ class Decider:
         self.checker.prune()
         evicting = {str(k) for k, a in snapshot.admitted.items() if a.evicted}
         placed: list[d.Decision] = []
+        phantom = False
+        retry: set[str] = set()
         for engine_dec in run_cycle(snapshot, heads):
+            if phantom and isinstance(engine_dec, d.Pending):
+                # The engine counted the quota of a gang decided earlier in this cycle that
+                # placement then turned down: this one may fit after all, so it is tried
+                # again next step instead of being parked.
+                retry.add(str(engine_dec.workload))
             dec = self._place(engine_dec, snapshot, evicting)
+            if isinstance(engine_dec, d.Admit) and not isinstance(dec, d.Admit):
+                phantom = True
             if isinstance(dec, d.Preempt):
                 # Later gangs of this cycle see these victims as leaving, never as new ones.
                 evicting.update(str(v.workload) for v in dec.victims)
             placed.append(dec)
         decisions = (*placed, *drain(snapshot))
         self.heads = len(heads)
+        self.parked = 0
         for dec in decisions:
             match dec:
                 case d.Admit():
@@ -74,8 +87,9 @@ class Decider:
                 case d.Evict():
                     cache.evicting.add(dec.workload)
                 case d.Pending():
-                    if dec.requeue is d.Requeue.INADMISSIBLE:
+                    if dec.requeue is d.Requeue.INADMISSIBLE and dec.workload not in retry:
                         cache.park(dec.workload)
+                        self.parked += 1
         return decisions
 
     def _place(self, dec: d.Decision, snapshot: Snapshot, evicting: set[str]) -> d.Decision:
@@ -91,9 +105,6 @@ class Decider:
             return dec
         checked = self.checker.place_or_preempt(dec, snapshot, evicting)
         if isinstance(checked, d.Pending | d.Preempt):
-            # Its quota was counted for the heads decided after it in this cycle: let those
-            # that were parked for lack of quota be tried again.
-            self.cache.bump()
             return checked
         if checked is not None:
             self.cache.inventory.hold(checked)

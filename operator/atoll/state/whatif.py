@@ -21,6 +21,7 @@ from atoll.engine import model as m
 from atoll.engine.cycle import run_cycle
 from atoll.engine.ordering import queue_key, select_heads
 from atoll.state.cache import UNKNOWN_QUEUE_PREFIX, Cache
+from atoll.state.placing import TopologyChecker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +55,15 @@ def fork(cache: Cache) -> Cache:
             setattr(copy, f.name, type(value)(value))
     copy.inventory = cache.inventory.fork()
     return copy
+
+
+def checked(cache: Cache, dec: d.Decision | None) -> d.Decision | None:
+    """An Admit passed through the placement check the scheduler applies to it (topology
+    and devices, on the cache's inventory): the Admit, or why it stays pending."""
+    if not isinstance(dec, d.Admit):
+        return dec
+    placed = TopologyChecker(cache).check(dec)
+    return placed if isinstance(placed, d.Pending) else dec
 
 
 def _find(decisions: tuple[d.Decision, ...], key: str) -> d.Decision | None:
