@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.core import Job
 from atoll.api.localqueue import LocalQueue
+from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.control import admission as adm
 from atoll.control.explain import explain
@@ -161,3 +163,21 @@ def test_an_admitted_workload_is_described_and_the_cache_is_unchanged() -> None:
     assert (ex.state, ex.cluster_queue, ex.position, ex.decision) == ("Admitted", "cq", None, None)
     explain(cache, pending, NOW)
     assert (dict(cache.workloads), dict(cache.assumed), set(cache.evicting)) == before
+
+
+def test_what_each_flavor_lacks() -> None:
+    cache = b.cache_with_queue(gpus=4)
+    cache.set_flavor(ResourceFlavor.from_dict({"metadata": {"name": "spot"}}))
+    cq = b.cluster_queue(gpus=4)
+    raw = cq.to_dict()
+    group = raw["spec"]["resourceGroups"][0]
+    group["flavors"].append({"name": "spot", "resources": [{"name": b.GPU, "nominalQuota": 2}]})
+    cache.set_cluster_queue(ClusterQueue.from_dict(raw))
+    _running(cache, "a", 3, "1m")  # rf: 1 free; spot: 2 free
+    key = _submit(cache, _job("next", pods=3, run="1m"))
+    ex = explain(cache, key, NOW)
+    lacks = {c.detail["flavor"]: c.text for c in ex.counterfactuals if c.kind == "flavor"}
+    assert lacks == {
+        "rf": "on flavor rf it lacks 2 more nvidia.com/gpu (needs 3, free 1)",
+        "spot": "on flavor spot it lacks 1 more nvidia.com/gpu (needs 3, free 2)",
+    }

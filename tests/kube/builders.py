@@ -124,3 +124,27 @@ def job(
             "template": {"metadata": {"annotations": annotations}, "spec": pod_spec},
         },
     }
+
+
+RACK = "topology.atoll.dev/rack"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+
+
+def dgx_topology(ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Kueue Topology (block, rack, hostname) named `topo-NS` and a ResourceFlavor `rf-NS`
+    using it on the dgx-h100 shape's nodes."""
+    topo = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": f"topo-{ns}"},
+        "spec": {
+            "levels": [
+                {"nodeLabel": "topology.atoll.dev/block"},
+                {"nodeLabel": RACK},
+                {"nodeLabel": "kubernetes.io/hostname"},
+            ]
+        },
+    }
+    rf = flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
+    rf["spec"]["topologyName"] = f"topo-{ns}"
+    return topo, rf

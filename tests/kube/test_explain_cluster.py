@@ -19,7 +19,7 @@ from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
 
 pytestmark = pytest.mark.cluster
-RACK = "topology.atoll.dev/rack"
+RACK = b.RACK
 
 
 def _atoll(cluster: KubeCluster, *args: str) -> dict[str, Any]:
@@ -151,20 +151,7 @@ def test_what_if_borrowing_and_preemption_create_nothing(
 
 
 def _tas_queue(cluster: KubeCluster, ns: str) -> None:
-    topo = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": f"topo-{ns}"},
-        "spec": {
-            "levels": [
-                {"nodeLabel": "topology.atoll.dev/block"},
-                {"nodeLabel": RACK},
-                {"nodeLabel": "kubernetes.io/hostname"},
-            ]
-        },
-    }
-    rf = b.flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
-    rf["spec"]["topologyName"] = f"topo-{ns}"
+    topo, rf = b.dgx_topology(ns)
     apply(cluster, topo, rf, b.cluster_queue(f"cq-{ns}", f"rf-{ns}", gpus=128))
     apply(cluster, b.local_queue("q", ns, f"cq-{ns}"))
 

@@ -22,8 +22,8 @@ from tests.kube.conftest import (
 )
 
 pytestmark = pytest.mark.cluster
-RACK = "topology.atoll.dev/rack"
-REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+RACK = b.RACK
+REQUIRED = b.REQUIRED_TOPOLOGY
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +32,7 @@ def dgx(cluster: KubeCluster) -> list[str]:
 
 
 def _queue(cluster: KubeCluster, ns: str) -> None:
-    topo = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": f"topo-{ns}"},
-        "spec": {
-            "levels": [
-                {"nodeLabel": "topology.atoll.dev/block"},
-                {"nodeLabel": RACK},
-                {"nodeLabel": "kubernetes.io/hostname"},
-            ]
-        },
-    }
-    rf = b.flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
-    rf["spec"]["topologyName"] = f"topo-{ns}"
+    topo, rf = b.dgx_topology(ns)
     apply(
         cluster,
         topo,

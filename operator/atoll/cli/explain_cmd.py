@@ -9,7 +9,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -24,6 +24,20 @@ from atoll.kube import live
 from atoll.kube.operator import fair_sharing, new_cache
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+
+
+class Answer(Protocol):
+    def describe(self) -> str: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def print_answer(answer: Answer, *, as_json: bool) -> None:
+    """An answer on stdout: text for people, or one line of JSON."""
+    if as_json:
+        json.dump(answer.to_json(), sys.stdout)
+        print()
+    else:
+        print(answer.describe())
 
 
 def _find_workload(cache: Cache, target: str) -> str | None:
@@ -62,12 +76,7 @@ def _explain(args: argparse.Namespace) -> int:
             "nor a Workload of that name (is the Job labelled kueue.x-k8s.io/queue-name?)"
         )
         return 1
-    answer = explain(cache, key, now, fair_sharing=fs)
-    if args.json:
-        json.dump(answer.to_json(), sys.stdout)
-        print()
-    else:
-        print(answer.describe())
+    print_answer(explain(cache, key, now, fair_sharing=fs), as_json=args.json)
     return 0
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from atoll.api.core import Job
-from atoll.cli.explain_cmd import live_what_if
+from atoll.cli.explain_cmd import live_what_if, print_answer
 from atoll.cli.run_cmd import add_configuration_options
 from atoll.control.explain import JobWhatIf
 from atoll.sandbox import shapes
@@ -151,11 +151,7 @@ def _what_if(args: argparse.Namespace) -> int:
             err.print(f"atoll what-if: {problem}")
             return 1
         answer = live
-    if args.json:
-        json.dump(answer.to_json(), sys.stdout)
-        print()
-    else:
-        print(answer.describe())
+    print_answer(answer, as_json=args.json)
     return 0
 
 

@@ -35,6 +35,7 @@ from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.ordering import select_heads
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from atoll.state.decide import admission_of
 from atoll.state.placing import TopologyChecker
 from atoll.state.whatif import Answer, ask, checked, decision_json, describe, fork
 
@@ -210,23 +211,41 @@ def _state(wl: Workload) -> str:
     return "Pending"
 
 
-def admission_of(dec: d.Admit) -> m.Admission:
-    """The engine admission a decision makes (what the scheduler assumes)."""
-    return m.Admission(
-        cluster_queue=dec.cluster_queue,
-        pod_sets=tuple(
-            m.PodSetAssignment(
-                name=p.name, count=p.count, flavors=p.flavors, resource_usage=p.resource_usage
-            )
-            for p in dec.pod_sets
-        ),
-    )
-
-
 def _fits(cache: Cache, key: str, now: float, fs: m.FairSharing | None) -> d.Decision | None:
     """The decision at the head of its queue on `cache`, when it is an admission."""
     dec = checked(cache, ask(cache, key, now, fs).at_head)
     return dec if isinstance(dec, d.Admit | d.Preempt) else None
+
+
+def _flavor_shortfalls(pending: d.Pending) -> list[Counterfactual]:
+    """What each flavor of its ClusterQueue lacks now, when more than one was tried."""
+    by_flavor: dict[str, list[d.Shortfall]] = {}
+    for sf in pending.shortfalls:
+        by_flavor.setdefault(str(sf.flavor), []).append(sf)
+    if len(by_flavor) < 2:
+        return []
+    out = []
+    for flavor, shorts in by_flavor.items():
+        lacks = "; ".join(
+            f"{_fmt(str(sf.resource), sf.needed - sf.available)} more {sf.resource} "
+            f"(needs {_fmt(str(sf.resource), sf.needed)}, free "
+            f"{_fmt(str(sf.resource), sf.available)})"
+            for sf in shorts
+        )
+        out.append(
+            Counterfactual(
+                kind="flavor",
+                text=f"on flavor {flavor} it lacks {lacks}",
+                detail={
+                    "flavor": flavor,
+                    "lacks": [
+                        {"resource": str(sf.resource), "needed": sf.needed, "free": sf.available}
+                        for sf in shorts
+                    ],
+                },
+            )
+        )
+    return out
 
 
 def _quota_counterfactual(
@@ -577,6 +596,7 @@ def explain(
     decision = checked(cache, answer.at_head)
     cfs: list[Counterfactual] = []
     if isinstance(decision, d.Pending):
+        cfs.extend(_flavor_shortfalls(decision))
         quota = _quota_counterfactual(cache, key, now, fair_sharing, decision)
         if quota is not None:
             cfs.append(quota)

