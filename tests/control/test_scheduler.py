@@ -19,7 +19,7 @@ NOW = 1_796_000_000.0
 
 
 def _setup(gpus: int = 8, **cq: object) -> tuple[Scheduler, FakeCluster]:
-    cache = cache_with_queue(gpus, **cq)  # type: ignore[arg-type]
+    cache = cache_with_queue(gpus, **cq)
     fake = FakeCluster()
     sched = Scheduler(cache=cache, store=fake, emit=fake.emit, clock=lambda: NOW)
     return sched, fake
