@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.processes import free_port
+from sandboxed import start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "bench"
@@ -151,37 +150,6 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _start_operator(sb: Sandbox) -> int:
-    health = free_port()
-    proc = sb.add_process(
-        "atoll-operator",
-        [
-            sys.executable,
-            "-m",
-            "atoll",
-            "run",
-            "--kubeconfig",
-            str(sb.kubeconfig),
-            "--no-leader-elect",
-            "--metrics-bind-address",
-            f"127.0.0.1:{free_port()}",
-            "--health-bind-address",
-            f"127.0.0.1:{health}",
-            "--webhook-bind-address",
-            f"127.0.0.1:{free_port()}",
-        ],
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return proc.pid
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("operator did not become ready")
-
-
 def run(jobs: int, workloads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atoll-bench-") as tmp:
         sb = Sandbox(root=Path(tmp) / "sb")
@@ -189,7 +157,7 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
         try:
             sb.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
             sb.kubectl("wait", "--for=condition=Established", "--all", "crd", "--timeout=60s")
-            pid = _start_operator(sb)
+            pid = start_operator(sb)
             sb.kubectl(
                 "apply",
                 "--server-side",

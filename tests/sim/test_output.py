@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,14 @@ def test_what_if_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     bad = ("--set", "waitForPodsReady.timeout=soon")
     assert _cli("what-if", str(job_file), "--kubeconfig", str(empty), *bad) == 1
     assert "waitForPodsReady.timeout" in capsys.readouterr().err
+
+
+def test_the_cli_parser_does_not_load_matplotlib() -> None:
+    """Every `atoll` command builds the whole parser, the operator too: plotting is imported
+    only when `simulate --out` writes plots."""
+    code = (
+        "import sys; from atoll.cli.main import build_parser; build_parser(); "
+        "print('matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

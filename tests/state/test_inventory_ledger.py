@@ -4,6 +4,7 @@ allocation are replaced, never counted as free twice."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from atoll.api.core import Pod
@@ -173,3 +174,24 @@ def test_a_pod_landing_on_a_node_planned_full_moves_the_plan_it_displaced() -> N
     inv.upsert_pod(_pod("m-0", "pcie-0", workload=name, claim="m-0-gpus"))
     assert _free_pairs(inv) == 0
     assert sum(len(n.devices.free) for n in inv.snapshot().nodes) == 0
+
+
+def test_a_plan_displaced_by_a_pod_off_its_plan_takes_the_room_that_pod_left() -> None:
+    """One rack of 8-GPU nodes: gang 0 planned on node X lands on gang 1's node Y; gang 1
+    will get X (kube-scheduler finds it free), so X, not a node outside the rack, holds it."""
+    inv = cluster("dgx-h100")
+    rack = frozenset({("topology.atoll.dev/rack", "rack-3")})
+    claim = dra_claim(inv, 8)
+    plans = []
+    for i in range(2):
+        ps = replace(pod_set(1, claims=(claim,)), node_selector=rack)
+        plans.append(placed(place(inv.snapshot(), gang(ps, key=f"ns/job-{i}"))))
+        inv.hold(plans[-1])
+    x, y = plans[0].pods[0].node, plans[1].pods[0].node
+    assert x != y
+    inv.upsert_claim(_claim("g0-gpus", y, list(range(8))))
+    inv.upsert_pod(_pod("g0", y, workload="job-0", claim="g0-gpus"))
+    free = {n.name: len(n.devices.free) for n in inv.snapshot().nodes if n.devices.all}
+    assert free[x] == 0
+    assert free[y] == 0
+    assert sum(1 for n, f in free.items() if f == 8) == 16 - 2

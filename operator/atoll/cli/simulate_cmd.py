@@ -20,7 +20,6 @@ from atoll.control.explain import JobWhatIf
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
-from atoll.sim.plots import write_plots
 from atoll.sim.render import print_report
 from atoll.sim.results import SimResult, align_ends
 from atoll.sim.scenario import (
@@ -109,6 +108,10 @@ def _simulate(args: argparse.Namespace) -> int:
     results = run_all(scn, compare=args.compare, until=until, console=err)
     doc = as_json(scn, results)
     if args.out:
+        # matplotlib is imported only here: every `atoll` command (the operator too) builds
+        # this parser, and would otherwise carry its ~40 MiB.
+        from atoll.sim.plots import write_plots  # noqa: PLC0415
+
         out = Path(args.out)
         for path in write_plots(results, out):
             err.print(f"wrote {path}")

@@ -13,7 +13,8 @@ kube-scheduler's node and device choice may differ from the plan (pods of gangs 
 topology assignment are not pinned; its allocator picks devices in listing order), so what a
 placed pod really uses is counted once, from its pod and claims, never beside its plan. A
 planned pod whose devices were taken by another pod's allocation holds as many others (in one
-island when its plan was one island), on its node if it has room, else elsewhere.
+island when its plan was one island): on its node if it has room, else where a pod placed
+off its plan left room (`_replace`).
 """
 
 from __future__ import annotations
@@ -284,8 +285,9 @@ class ClusterInventory:
         """Bound, and every claim of it seen allocated: it counts as itself from now on."""
         return all(c is not None and self._claims.get(c) for c in use.claims)
 
-    def _unplaced(self) -> tuple[dict[str, list[PodPlacement]], set[tuple[str, str]]]:
-        """Per held gang, its planned pods not placed yet; and the held gangs' placed pods."""
+    def _unplaced(self) -> tuple[dict[str, list[PodPlacement]], set[tuple[str, str]], list[str]]:
+        """Per held gang, its planned pods not placed yet; the held gangs' placed pods; and
+        the nodes of planned pods whose place a pod placed on another node took."""
         placed: dict[str, list[tuple[str, tuple[str, str]]]] = {}
         counted: set[tuple[str, str]] = set()
         for key, use in self._pods.items():
@@ -293,9 +295,11 @@ class ClusterInventory:
                 placed.setdefault(use.gang, []).append((use.node, key))
                 counted.add(key)
         left = {}
-        for gang, placement in self._ledger.items():
-            left[gang] = _take_places(placement.pods, sorted(placed.get(gang, ())))
-        return left, counted
+        vacated: list[str] = []
+        for gang in sorted(self._ledger):
+            left[gang], moved = _take_places(self._ledger[gang].pods, sorted(placed.get(gang, ())))
+            vacated.extend(moved)
+        return left, counted, vacated
 
     def _usage(
         self, unplaced: Mapping[str, Sequence[PodPlacement]], counted: set[tuple[str, str]]
@@ -319,6 +323,7 @@ class ClusterInventory:
         self,
         unplaced: Mapping[str, Sequence[PodPlacement]],
         reachable: Mapping[str, Sequence[Device]],
+        vacated: Sequence[str],
     ) -> frozenset[DeviceId]:
         """Allocated devices, then the planned devices of unplaced pods (gang by gang, in
         order); planned devices someone else's allocation took are replaced (`_replace`)."""
@@ -331,7 +336,10 @@ class ClusterInventory:
                 if busy.isdisjoint(planned):
                     busy.update(planned)
                     continue
-                got = _replace(planned, pod.node, reachable, busy, self.island_attribute)
+                nodes = _unique(
+                    [pod.node, *vacated, *(p.node for p in unplaced[gang]), *sorted(reachable)]
+                )
+                got = _replace(planned, nodes, reachable, busy, self.island_attribute)
                 busy.update(planned if got is None else got)
         return frozenset(busy)
 
@@ -382,13 +390,13 @@ class ClusterInventory:
 
     def _build(self) -> Inventory:
         local, network = self._slices_by_node(self._pools())
-        unplaced, counted = self._unplaced()
+        unplaced, counted, vacated = self._unplaced()
         used = self._usage(unplaced, counted)
         devices = {
             name: self._reachable(node, [*local.get(name, ()), *network])
             for name, node in self._nodes.items()
         }
-        busy = self._busy(unplaced, {name: d for name, (d, _) in devices.items()})
+        busy = self._busy(unplaced, {name: d for name, (d, _) in devices.items()}, vacated)
         nodes = []
         for name in sorted(self._nodes):
             node = self._nodes[name]
@@ -435,36 +443,47 @@ def _claim_keys(pod: Pod) -> tuple[tuple[str, str] | None, ...]:
 
 def _take_places(
     planned: Sequence[PodPlacement], placed: Sequence[tuple[str, tuple[str, str]]]
-) -> list[PodPlacement]:
+) -> tuple[list[PodPlacement], list[str]]:
     """The planned pods left once each placed pod (node, key) took the place of one: a
-    planned pod on its node if any, else the last one (the pod went elsewhere)."""
+    planned pod on its node if any, else the last one (the pod went elsewhere: that planned
+    node is returned as vacated)."""
     left = list(planned)
+    vacated = []
     for node, _ in placed:
         if not left:
             break
-        i = next((k for k, p in enumerate(left) if p.node == node), len(left) - 1)
+        i = next((k for k, p in enumerate(left) if p.node == node), None)
+        if i is None:
+            i = len(left) - 1
+            vacated.append(left[i].node)
         del left[i]
-    return left
+    return left, vacated
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
 
 
 def _replace(
     planned: Sequence[DeviceId],
-    node: str,
+    nodes: Sequence[str],
     reachable: Mapping[str, Sequence[Device]],
     busy: set[DeviceId],
     island: str | None,
 ) -> list[DeviceId] | None:
-    """As many free devices as planned: on the planned node (its free planned devices first),
-    else on another node (a pod of a gang that is not pinned goes wherever the scheduler finds
-    room; a pinned one will wait, its place is still taken from the count). In one island
-    when the plan was one island of several devices; first fit, in listing order, as the
-    scheduler's allocator picks. None when no node has enough."""
+    """As many free devices as planned, on the first of `nodes` that has them: the planned
+    node (its free planned devices first), then nodes that placed pods moved away from (a pod
+    of a gang that is not pinned goes where the scheduler finds room: most likely the room its
+    displacer left), the gang's other planned nodes, any node. In one island when the plan
+    was one island of several devices; first fit, in listing order, as the scheduler's
+    allocator picks. None when no node has enough."""
+    node = nodes[0]
     by_id = {d.id: d for d in reachable.get(node, ())}
     values = {by_id[i].attributes.get(island) for i in planned if i in by_id} if island else set()
     group = island if len(planned) > 1 and len(values) == 1 and None not in values else None
     keep = [i for i in planned if i in by_id and i not in busy]
-    for name in [node, *sorted(n for n in reachable if n != node)]:
-        free = [d for d in reachable[name] if d.id not in busy]
+    for name in nodes:
+        free = [d for d in reachable.get(name, ()) if d.id not in busy]
         got = _pick(free, len(planned), group, keep if name == node else [])
         if got is not None:
             return got
