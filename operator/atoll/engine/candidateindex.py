@@ -58,7 +58,8 @@ def using(
 ) -> Mapping[FlavorResource, tuple[AdmittedWorkload, ...]]:
     """The queue's admitted workloads per flavor/resource they use, in candidate order."""
     key = ("using", cq)
-    found = ov.memo.get(key)
+    memo = ov.snapshot.cq_memo.get(cq, ov.memo)
+    found = memo.get(key)
     if found is None:
         snap = ov.snapshot
         workloads = sorted(
@@ -68,17 +69,18 @@ def using(
         for a in workloads:
             for fr in snap.workload_usage[a.key]:
                 per_fr.setdefault(fr, []).append(a)
-        found = ov.memo[key] = {fr: tuple(v) for fr, v in per_fr.items()}
+        found = memo[key] = {fr: tuple(v) for fr, v in per_fr.items()}
     assert isinstance(found, dict)
     return found
 
 
 def totals(ov: UsageOverlay, cq: ClusterQueueName, fr: FlavorResource) -> Releasable | None:
     key = ("totals", cq, fr)
-    found = ov.memo.get(key, ())
+    memo = ov.snapshot.cq_memo.get(cq, ov.memo)
+    found = memo.get(key, ())
     if found == ():
         workloads = using(ov, cq).get(fr)
-        found = ov.memo[key] = (
+        found = memo[key] = (
             None if workloads is None else _totals(workloads, fr, ov.snapshot.workload_usage)
         )
     assert found is None or isinstance(found, Releasable)

@@ -292,15 +292,8 @@ def drain(snapshot: Snapshot) -> tuple[Evict, ...]:
     """Evictions a snapshot calls for by itself: admitted workloads of ClusterQueues and
     LocalQueues set to HoldAndDrain, and deactivated workloads still holding quota."""
     evictions = []
-    draining = any(
-        cq.stop_policy is StopPolicy.HOLD_AND_DRAIN for cq in snapshot.cluster_queues.values()
-    ) or any(lq.stop_policy is StopPolicy.HOLD_AND_DRAIN for lq in snapshot.local_queues.values())
-    chosen = (
-        snapshot.admitted
-        if draining
-        else [k for k, a in snapshot.admitted.items() if not a.workload.active]
-    )
-    for key in sorted(chosen):
+    chosen = sorted(snapshot.admitted) if snapshot.draining else snapshot.deactivated
+    for key in chosen:
         a = snapshot.admitted[key]
         if a.evicted:
             continue

@@ -194,3 +194,36 @@ class UsageWriter(Protocol):
     """What add_usage/remove_usage need: a mutable mapping per node (see overlay.py)."""
 
     def writable(self, n: int) -> dict[FlavorResource, int]: ...
+
+
+class LiveUsage:
+    """Usage per node kept up to date one workload at a time (a cache between cycles), equal
+    at every step to charging the current workloads from scratch (snapshot.charge_tree),
+    zero entries included: there are none. Exact while every usage is positive: what a node
+    passes up to its parent is always its usage above its local quota, so a removal takes
+    back exactly what the additions passed up."""
+
+    __slots__ = ("touched", "tree", "usage")
+
+    def __init__(self, tree: QuotaTree, usage: list[dict[FlavorResource, int]]) -> None:
+        self.tree = tree
+        self.usage = usage
+        self.touched: set[int] = set()
+        """Nodes changed since the owner last cleared this."""
+
+    def writable(self, n: int) -> dict[FlavorResource, int]:
+        self.touched.add(n)
+        return self.usage[n]
+
+    def add(self, n: int, usage: Mapping[FlavorResource, int]) -> None:
+        for fr, value in usage.items():
+            add_usage(self.tree, self, n, fr, value)
+
+    def remove(self, n: int, usage: Mapping[FlavorResource, int]) -> None:
+        for fr, value in usage.items():
+            remove_usage(self.tree, self, n, fr, value)
+        while n != NO_PARENT:
+            used = self.usage[n]
+            for fr in [fr for fr in usage if used.get(fr) == 0]:
+                del used[fr]
+            n = self.tree.nodes[n].parent

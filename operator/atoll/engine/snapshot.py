@@ -3,12 +3,17 @@
 Mirrors Kueue's pkg/cache/scheduler/snapshot.go and the tree accumulation of
 resource_node.go (`updateCohortResourceNode`, `accumulateFromChild`). Built once from plain
 model objects; cycles and what-ifs layer their changes on top (overlay.py), never copy it.
+
+Two parts: the `Structure` (flavors, queues, cohorts, the quota tree, inactive queues),
+which only changes with a queue object, and what is admitted at this instant (the usage
+charged to the tree). `build_snapshot` builds both from scratch; a caller that keeps the
+structure and the usage up to date between cycles (the cache) joins them with `assemble`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from atoll.engine.model import (
     AdmittedWorkload,
@@ -48,6 +53,19 @@ class Snapshot:
     group_of: Mapping[ClusterQueueName, Mapping[ResourceName, ResourceGroup]]
     over_nominal: Mapping[tuple[int, FlavorResource], tuple[int, ...]]
     """Per cohort node and flavor/resource: its children using more than their own quota."""
+    draining: bool = False
+    """Some ClusterQueue or LocalQueue is set to HoldAndDrain."""
+    deactivated: tuple[WorkloadKey, ...] = ()
+    """Admitted workloads that are deactivated (`active: false`), sorted."""
+    evicted: frozenset[WorkloadKey] = frozenset()
+    """Admitted workloads marked `evicted`."""
+    cq_memo: Mapping[ClusterQueueName, dict[object, object]] = field(
+        default_factory=dict, compare=False
+    )
+    """Per ClusterQueue with admitted workloads, a memo of data derived from them alone
+    (their entries in `admitted` and `workload_usage`): a cache hands the same dict to the
+    snapshots that follow while the queue's workloads stay the same, so that such data is
+    computed once, not once per cycle."""
 
 
 class _ListWriter:
@@ -211,27 +229,86 @@ def _charge(
     """Usage per tree node (bubbled up as Kueue does) and per workload (`known` holds the
     caller's memo of `admission_usage` for some). Bubbling a queue's total at once gives the
     same usage as charging its workloads one by one."""
-    usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
     per_workload: dict[WorkloadKey, Mapping[FlavorResource, int]] = {}
-    per_cq: dict[int, dict[FlavorResource, int]] = {}
+    per_cq: dict[ClusterQueueName, dict[FlavorResource, int]] = {}
     for key, a in admitted.items():
         memo = known.get(key)
         per_workload[key] = wl_usage = memo if memo is not None else admission_usage(a)
-        node = tree.cluster_queues.get(a.cluster_queue)
-        if node is not None:
-            total = per_cq.setdefault(node, {})
-            for fr, value in wl_usage.items():
-                total[fr] = total.get(fr, 0) + value
+        total = per_cq.setdefault(a.cluster_queue, {})
+        for fr, value in wl_usage.items():
+            total[fr] = total.get(fr, 0) + value
+    return charge_tree(tree, per_cq), per_workload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Structure:
+    """The part of a snapshot that depends only on the queue objects."""
+
+    flavors: Mapping[FlavorName, ResourceFlavor]
+    cluster_queues: Mapping[ClusterQueueName, ClusterQueue]
+    cohorts: Mapping[CohortName, Cohort]
+    local_queues: Mapping[LocalQueueKey, LocalQueue]
+    tree: QuotaTree
+    inactive: Mapping[ClusterQueueName, str]
+    group_of: Mapping[ClusterQueueName, Mapping[ResourceName, ResourceGroup]]
+    draining: bool
+    """Some ClusterQueue or LocalQueue is set to HoldAndDrain (see cycle.drain)."""
+
+
+def build_structure(
+    *,
+    flavors: Iterable[ResourceFlavor] = (),
+    cluster_queues: Iterable[ClusterQueue] = (),
+    cohorts: Iterable[Cohort] = (),
+    local_queues: Iterable[LocalQueue] = (),
+) -> Structure:
+    flavor_map = {f.name: f for f in flavors}
+    cq_map = {cq.name: cq for cq in cluster_queues}
+    lq_map = {lq.key: lq for lq in local_queues}
+    cohort_map, broken = _resolve_cohorts(cohorts, cq_map.values())
+    inactive = {
+        name: reason
+        for name, cq in cq_map.items()
+        if (reason := _inactive_reason(cq, flavor_map, broken)) is not None
+    }
+    tree_cqs = {n: cq for n, cq in cq_map.items() if cq.cohort not in broken}
+    tree = _build_tree({n: c for n, c in cohort_map.items() if n not in broken}, tree_cqs)
+    draining = any(cq.stop_policy is StopPolicy.HOLD_AND_DRAIN for cq in cq_map.values()) or any(
+        lq.stop_policy is StopPolicy.HOLD_AND_DRAIN for lq in lq_map.values()
+    )
+    return Structure(
+        flavors=flavor_map,
+        cluster_queues=cq_map,
+        cohorts=cohort_map,
+        local_queues=lq_map,
+        tree=tree,
+        inactive=inactive,
+        group_of={
+            name: {r: g for g in cq.resource_groups for r in g.covered_resources}
+            for name, cq in cq_map.items()
+        },
+        draining=draining,
+    )
+
+
+def charge_tree(
+    tree: QuotaTree, per_cq: Mapping[ClusterQueueName, Mapping[FlavorResource, int]]
+) -> list[dict[FlavorResource, int]]:
+    """Usage per tree node from the total usage of each ClusterQueue (queues not in the
+    tree are skipped), bubbled up as Kueue does."""
+    usage: list[dict[FlavorResource, int]] = [{} for _ in tree.nodes]
     writer = _ListWriter(usage)
-    for node in sorted(per_cq):
-        for fr, value in per_cq[node].items():
+    nodes = sorted((n, cq) for cq in per_cq if (n := tree.cluster_queues.get(cq)) is not None)
+    for node, cq in nodes:
+        for fr, value in per_cq[cq].items():
             add_usage(tree, writer, node, fr, value)
-    return usage, per_workload
+    return usage
 
 
-def _over_nominal(
-    tree: QuotaTree, usage: list[dict[FlavorResource, int]]
+def over_nominal(
+    tree: QuotaTree, usage: Sequence[Mapping[FlavorResource, int]]
 ) -> dict[tuple[int, FlavorResource], tuple[int, ...]]:
+    """Per cohort node and flavor/resource: its children using more than their own quota."""
     over: dict[tuple[int, FlavorResource], list[int]] = {}
     for n, node in enumerate(tree.nodes):
         if node.parent != NO_PARENT:
@@ -239,6 +316,45 @@ def _over_nominal(
                 if used > node.subtree_quota.get(fr, 0):
                     over.setdefault((node.parent, fr), []).append(n)
     return {k: tuple(v) for k, v in over.items()}
+
+
+def assemble(
+    structure: Structure,
+    *,
+    admitted: Mapping[WorkloadKey, AdmittedWorkload],
+    workload_usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
+    usage: tuple[Mapping[FlavorResource, int], ...],
+    workloads_by_cq: Mapping[ClusterQueueName, tuple[WorkloadKey, ...]],
+    deactivated: tuple[WorkloadKey, ...],
+    evicted: frozenset[WorkloadKey],
+    fair_sharing: FairSharing | None,
+    over: Mapping[tuple[int, FlavorResource], tuple[int, ...]] | None = None,
+    cq_memo: Mapping[ClusterQueueName, dict[object, object]] | None = None,
+) -> Snapshot:
+    """A snapshot of a structure and the admitted workloads charged to its tree (`usage`:
+    per node, `workload_usage`: per workload, as `build_snapshot` computes them; `over`:
+    `over_nominal(structure.tree, usage)` when the caller has it; `cq_memo`: see Snapshot,
+    fresh memos when not given). The caller must not change any of these mappings
+    afterwards."""
+    return Snapshot(
+        flavors=structure.flavors,
+        cluster_queues=structure.cluster_queues,
+        cohorts=structure.cohorts,
+        local_queues=structure.local_queues,
+        admitted=admitted,
+        fair_sharing=fair_sharing,
+        tree=structure.tree,
+        base_usage=usage,
+        workload_usage=workload_usage,
+        workloads_by_cq=workloads_by_cq,
+        inactive=structure.inactive,
+        group_of=structure.group_of,
+        over_nominal=over_nominal(structure.tree, usage) if over is None else over,
+        draining=structure.draining,
+        deactivated=deactivated,
+        evicted=evicted,
+        cq_memo={cq: {} for cq in workloads_by_cq} if cq_memo is None else cq_memo,
+    )
 
 
 def build_snapshot(
@@ -253,36 +369,21 @@ def build_snapshot(
 ) -> Snapshot:
     """The engine's view of one instant. `usage_of` may give `admission_usage` of admitted
     workloads already computed (a memo of the caller's; it must agree with their admission)."""
-    flavor_map = {f.name: f for f in flavors}
-    cq_map = {cq.name: cq for cq in cluster_queues}
-    cohort_map, broken = _resolve_cohorts(cohorts, cq_map.values())
-    inactive = {
-        name: reason
-        for name, cq in cq_map.items()
-        if (reason := _inactive_reason(cq, flavor_map, broken)) is not None
-    }
-    tree_cqs = {n: cq for n, cq in cq_map.items() if cq.cohort not in broken}
-    tree = _build_tree({n: c for n, c in cohort_map.items() if n not in broken}, tree_cqs)
+    structure = build_structure(
+        flavors=flavors, cluster_queues=cluster_queues, cohorts=cohorts, local_queues=local_queues
+    )
     admitted_map = {a.key: a for a in admitted}
-    usage, workload_usage = _charge(tree, admitted_map, usage_of or {})
+    usage, workload_usage = _charge(structure.tree, admitted_map, usage_of or {})
     by_cq: dict[ClusterQueueName, list[WorkloadKey]] = {}
     for key in sorted(admitted_map):
         by_cq.setdefault(admitted_map[key].cluster_queue, []).append(key)
-    return Snapshot(
-        flavors=flavor_map,
-        cluster_queues=cq_map,
-        cohorts=cohort_map,
-        local_queues={lq.key: lq for lq in local_queues},
+    return assemble(
+        structure,
         admitted=admitted_map,
-        fair_sharing=fair_sharing,
-        tree=tree,
-        base_usage=tuple(usage),
         workload_usage=workload_usage,
+        usage=tuple(usage),
         workloads_by_cq={k: tuple(v) for k, v in by_cq.items()},
-        inactive=inactive,
-        group_of={
-            name: {r: g for g in cq.resource_groups for r in g.covered_resources}
-            for name, cq in cq_map.items()
-        },
-        over_nominal=_over_nominal(tree, usage),
+        deactivated=tuple(sorted(k for k, a in admitted_map.items() if not a.workload.active)),
+        evicted=frozenset(k for k, a in admitted_map.items() if a.evicted),
+        fair_sharing=fair_sharing,
     )

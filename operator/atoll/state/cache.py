@@ -9,8 +9,9 @@ status (QuotaReserved + admission); a decision taken but not yet seen in a Workl
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +24,16 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.engine import model as m
-from atoll.engine.snapshot import Snapshot, admission_usage, build_snapshot
+from atoll.engine.quota import NO_PARENT, LiveUsage, QuotaTree
+from atoll.engine.snapshot import (
+    Snapshot,
+    Structure,
+    admission_usage,
+    assemble,
+    build_structure,
+    charge_tree,
+    over_nominal,
+)
 from atoll.state import convert, devicequota
 from atoll.state import workloads as wls
 from atoll.state.inventory import ClusterInventory
@@ -81,12 +91,20 @@ class Cache:
     _waiting: dict[str, None] = field(default_factory=dict)
     """Keys of Workloads without quota in their status that have not finished (ordered)."""
     _engine_workloads: dict[str, m.Workload] = field(default_factory=dict)
-    _admitted: dict[str, m.AdmittedWorkload] = field(default_factory=dict)
-    """The engine form of each holding workload, reused while it is the same."""
-    _usage: dict[str, tuple[m.Admission, dict[tuple[m.FlavorName, m.ResourceName], int]]] = field(
+    _structure: Structure | None = None
+    """The queue-object part of the snapshot; None after a queue object changed."""
+    _ledger: _Ledger | None = None
+    """The admitted part of the snapshot, kept up to date between snapshots."""
+    _dirty: set[str] = field(default_factory=set)
+    """Workloads whose part in the ledger may have changed since the last snapshot."""
+    _queues_version: int = 0
+    """Bumped with every change of a queue object the snapshot reads (see `_structure`)."""
+    _waiting_memo: dict[str, tuple[Workload, int, bool, str | None, float | None]] = field(
         default_factory=dict
     )
-    """`admission_usage` of each holding workload, with the admission it was computed for."""
+    """Per waiting Workload version: what `pending_by_queue` reads from it that does not
+    depend on the time or the assumptions (the Workload, `_queues_version`, whether it is
+    queued at all, its ClusterQueue if known, its requeueAt)."""
     _evicted_status: dict[str, bool] = field(default_factory=dict)
     """`Evicted=True` in the status of each holding Workload version."""
     _admissions: dict[str, m.Admission | None] = field(default_factory=dict)
@@ -101,9 +119,14 @@ class Cache:
         self.epoch += 1
         self.parked.clear()
 
+    def _queues_changed(self) -> None:
+        self._structure = None
+        self._queues_version += 1
+
     def set_flavor(self, obj: ResourceFlavor) -> None:
         self.flavors[obj.name] = obj
         self._e_flavors[obj.name] = convert.flavor(obj)
+        self._queues_changed()
         self.bump()
 
     def set_cluster_queue(self, obj: ClusterQueue) -> None:
@@ -115,6 +138,7 @@ class Cache:
             or old.metadata.deletion_timestamp != (obj.metadata.deletion_timestamp)
         ):
             self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
+            self._queues_changed()
             self.bump()
 
     def set_cohort(self, obj: Cohort) -> None:
@@ -122,6 +146,7 @@ class Cache:
         self.cohorts[obj.name] = obj
         if old is None or old.spec != obj.spec:
             self._e_cohorts[obj.name] = convert.cohort(obj)
+            self._queues_changed()
             self.bump()
 
     def set_local_queue(self, obj: LocalQueue) -> None:
@@ -130,6 +155,7 @@ class Cache:
         self.local_queues[key] = obj
         if old is None or old.spec != obj.spec:
             self._e_local_queues[key] = convert.local_queue(obj)
+            self._queues_changed()
             self.bump()
 
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
@@ -137,6 +163,7 @@ class Cache:
             self.namespaces[name] = labels
             for key in [k for k in self._engine_workloads if k.startswith(f"{name}/")]:
                 del self._engine_workloads[key]
+                self._dirty.add(key)
             self.bump()
 
     def set_workload_class(self, obj: WorkloadPriorityClass) -> None:
@@ -158,6 +185,7 @@ class Cache:
         }
         for table in tables[kind]:
             table.pop(key, None)
+        self._queues_changed()
         self.bump()
 
     # -- workloads and jobs ---------------------------------------------------------------
@@ -193,8 +221,8 @@ class Cache:
 
     def _forget_engine_form(self, key: str) -> None:
         self._engine_workloads.pop(key, None)
-        self._admitted.pop(key, None)
-        self._usage.pop(key, None)
+        self._waiting_memo.pop(key, None)
+        self._dirty.add(key)
         self._evicted_status.pop(key, None)
 
     def _index(self, key: str, wl: Workload) -> None:
@@ -239,6 +267,7 @@ class Cache:
         for key, wl in self.workloads.items():
             if wl.namespace == namespace and devicequota.uses_template(wl, template):
                 self._engine_workloads.pop(key, None)
+                self._dirty.add(key)
         self.bump()
 
     def _devices(self, wl: Workload) -> tuple[dict[str, dict[str, int]], str | None]:
@@ -329,16 +358,29 @@ class Cache:
         for key in self._holding:
             if key in self.assumed:
                 continue
-            if key not in self._admissions:
-                wl = self.workloads[key]
-                self._admissions[key] = convert.admission(wl)
-                self._evicted_status[key] = wls.is_evicted(wl)
-            adm = self._admissions[key]
-            if adm is not None:
-                yield key, adm, self._evicted_status[key] or key in self.evicting
-        for key, adm in self.assumed.items():
-            if key in self.workloads:
-                yield key, adm, key in self.evicting
+            held = self._held(key)
+            if held is not None:
+                yield key, *held
+        for key in self.assumed:
+            held = self._held(key)
+            if held is not None:
+                yield key, *held
+
+    def _held(self, key: str) -> tuple[m.Admission, bool] | None:
+        """(admission, evicted) of `key` if it holds quota (an assumed admission first)."""
+        assumed = self.assumed.get(key)
+        if assumed is not None:
+            return (assumed, key in self.evicting) if key in self.workloads else None
+        if key not in self._holding:
+            return None
+        if key not in self._admissions or key not in self._evicted_status:
+            wl = self.workloads[key]
+            self._admissions[key] = convert.admission(wl)
+            self._evicted_status[key] = wls.is_evicted(wl)
+        adm = self._admissions[key]
+        if adm is None:
+            return None
+        return adm, self._evicted_status[key] or key in self.evicting
 
     def is_pending(self, wl: Workload, now: float) -> bool:
         key = wls.wl_key(wl)
@@ -366,22 +408,35 @@ class Cache:
         groups: dict[m.ClusterQueueName, list[m.Workload]] = {}
         for key in self._waiting:
             wl = self.workloads[key]
-            if not self.is_pending(wl, now):
+            memo = self._waiting_memo.get(key)
+            if memo is None or memo[0] is not wl or memo[1] != self._queues_version:
+                memo = self._waiting_memo[key] = self._waiting_facts(wl)
+            _, _, queued, cq, at = memo
+            # is_pending(wl, now), with the parts that depend on `wl` alone memoized
+            if not queued or key in self.assumed or (at is not None and at > now):
                 continue
             ew = self.engine_workload(key)
             if ew is None:
                 continue
-            lq = self.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name or ""))
-            cq = lq.spec.cluster_queue if lq is not None else None
-            group = (
-                cq
-                if cq and cq in self.cluster_queues
-                else f"{UNKNOWN_QUEUE_PREFIX}{ew.local_queue}"
-            )
+            group = cq if cq is not None else f"{UNKNOWN_QUEUE_PREFIX}{ew.local_queue}"
             if self.preemptors.get(group) == key:
                 ew = replace(ew, sticky=True)
             groups.setdefault(m.ClusterQueueName(group), []).append(ew)
         return groups
+
+    def _waiting_facts(self, wl: Workload) -> tuple[Workload, int, bool, str | None, float | None]:
+        queued = not (
+            wls.is_finished(wl)
+            or wls.has_quota(wl)
+            or wls.is_deleting(wl)
+            or not wl.spec.queue_name
+            or not wl.spec.active
+            or wls.is_false(wl, wls.REQUEUED)
+        )
+        lq = self.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name or ""))
+        cq = lq.spec.cluster_queue if lq is not None else None
+        known = cq if cq and cq in self.cluster_queues else None
+        return wl, self._queues_version, queued, known, wls.requeue_at(wl)
 
     def parked_keys(self) -> frozenset[m.WorkloadKey]:
         return frozenset(m.WorkloadKey(k) for k, e in self.parked.items() if e == self.epoch)
@@ -395,34 +450,260 @@ class Cache:
         return cond.last_transition_time.timestamp() if cond is not None else 0.0
 
     def snapshot(self, fair_sharing: m.FairSharing | None = None) -> Snapshot:
-        admitted = []
-        usage: dict[m.WorkloadKey, dict[tuple[m.FlavorName, m.ResourceName], int]] = {}
-        for key, adm, evicted in self.holding():
-            ew = self.engine_workload(key)
-            if ew is None:
-                continue
-            memo = self._admitted.get(key)
-            if (
-                memo is None
-                or memo.workload is not ew
-                or memo.admission is not adm
-                or memo.evicted != evicted
-            ):
-                memo = m.AdmittedWorkload(
-                    workload=ew, admission=adm, evicted=evicted, reserved_at=self._reserved_at(key)
-                )
-                self._admitted[key] = memo
-            charged = self._usage.get(key)
-            if charged is None or charged[0] is not adm:
-                charged = self._usage[key] = (adm, admission_usage(memo))
-            usage[m.WorkloadKey(key)] = charged[1]
-            admitted.append(memo)
-        return build_snapshot(
-            flavors=self._e_flavors.values(),
-            cluster_queues=self._e_cluster_queues.values(),
-            cohorts=self._e_cohorts.values(),
-            local_queues=self._e_local_queues.values(),
-            admitted=admitted,
-            fair_sharing=fair_sharing,
-            usage_of=usage,
+        """The engine's view of now. Its structure is rebuilt only after a queue object
+        changed, and its admitted part is updated from the workloads changed since the last
+        snapshot (`_dirty`, and the `assumed` and `evicting` tables compared with what the
+        last snapshot saw): the cost of a cycle does not grow with the admitted workloads."""
+        structure = self._structure
+        if structure is None:
+            structure = self._structure = build_structure(
+                flavors=self._e_flavors.values(),
+                cluster_queues=self._e_cluster_queues.values(),
+                cohorts=self._e_cohorts.values(),
+                local_queues=self._e_local_queues.values(),
+            )
+        ledger = self._ledger
+        if ledger is None or ledger.owner is not self:  # new, or copied from another cache
+            ledger = self._ledger = _Ledger(self, structure.tree)
+            dirty: set[str] = {*self._holding, *self.assumed}
+        else:
+            dirty = self._dirty
+            ledger.changed_since(self.assumed, self.evicting, dirty)
+        self._dirty = set()
+        ledger.saw(self.assumed, self.evicting)
+        if ledger.tree is not structure.tree:
+            ledger.rebase(structure.tree)
+        for key in sorted(dirty):  # the same history in every process (no hash order)
+            ledger.update(m.WorkloadKey(key), self._admitted_now(key, ledger))
+        return ledger.publish(structure, fair_sharing)
+
+    def _admitted_now(self, key: str, ledger: _Ledger) -> m.AdmittedWorkload | None:
+        """The engine form of `key` as an admitted workload, None if it holds no quota; the
+        ledger's entry when nothing it says changed."""
+        held = self._held(key)
+        if held is None:
+            return None
+        adm, evicted = held
+        ew = self.engine_workload(key)
+        if ew is None:
+            return None
+        memo = ledger.entries.get(m.WorkloadKey(key))
+        if (
+            memo is not None
+            and memo.workload is ew
+            and memo.admission is adm
+            and memo.evicted == evicted
+        ):
+            return memo
+        return m.AdmittedWorkload(
+            workload=ew, admission=adm, evicted=evicted, reserved_at=self._reserved_at(key)
         )
+
+
+_Usage = dict[m.FlavorResource, int]
+
+
+class _Ledger:
+    """The admitted workloads of a cache as the snapshot shows them, with their usage
+    charged to the quota tree, updated one workload at a time (`update`). `publish` hands
+    out copies of what changed since the previous snapshot, never the live tables."""
+
+    __slots__ = (
+        "_assumed",
+        "_by_cq",
+        "_changed",
+        "_deactivated",
+        "_evicted",
+        "_evicting",
+        "_last",
+        "_memos",
+        "_negative",
+        "_over",
+        "_over_of",
+        "_published",
+        "_sorted",
+        "_stale",
+        "entries",
+        "live",
+        "owner",
+        "usage_of",
+    )
+
+    def __init__(self, owner: Cache, tree: QuotaTree) -> None:
+        self.owner = owner
+        self.entries: dict[m.WorkloadKey, m.AdmittedWorkload] = {}
+        self.usage_of: dict[m.WorkloadKey, _Usage] = {}
+        self.live = LiveUsage(tree, [{} for _ in tree.nodes])
+        """Per tree node; `touched`: nodes changed since the last snapshot."""
+        self._by_cq: dict[m.ClusterQueueName, list[m.WorkloadKey]] = {}
+        """Keys of each queue's workloads, sorted."""
+        self._changed: set[m.ClusterQueueName] = set()
+        """ClusterQueues whose workloads changed since the last snapshot."""
+        self._deactivated: set[m.WorkloadKey] = set()
+        self._evicted: set[m.WorkloadKey] = set()
+        self._negative = 0
+        """Entries with a negative usage (never, from valid admissions)."""
+        self._stale = False
+        """`live` must be charged again from scratch (see `_charge`)."""
+        # What the last snapshot got; each is replaced, never changed, once handed out.
+        self._last: tuple[Structure, Snapshot] | None = None
+        self._published: list[Mapping[m.FlavorResource, int]] = []
+        self._over: dict[tuple[int, m.FlavorResource], tuple[int, ...]] = {}
+        self._over_of: dict[tuple[int, m.FlavorResource], set[int]] = {}
+        """`_over` as sets (kept up to date for the touched nodes)."""
+        self._sorted: dict[m.ClusterQueueName, tuple[m.WorkloadKey, ...]] = {}
+        self._memos: dict[m.ClusterQueueName, dict[object, object]] = {}
+        self._assumed: dict[str, m.Admission] = {}
+        self._evicting: set[str] = set()
+
+    def changed_since(
+        self, assumed: Mapping[str, m.Admission], evicting: set[str], dirty: set[str]
+    ) -> None:
+        """Add to `dirty` the keys whose assumption or eviction mark changed since `saw`."""
+        for key, adm in self._assumed.items():
+            if assumed.get(key) is not adm:
+                dirty.add(key)
+        dirty.update(k for k in assumed if k not in self._assumed)
+        dirty.update(self._evicting.symmetric_difference(evicting))
+
+    def saw(self, assumed: Mapping[str, m.Admission], evicting: set[str]) -> None:
+        self._assumed = dict(assumed)
+        self._evicting = set(evicting)
+
+    @property
+    def tree(self) -> QuotaTree:
+        return self.live.tree
+
+    def rebase(self, tree: QuotaTree) -> None:
+        """Charge everything again, to a new tree when a queue object changed."""
+        per_cq: dict[m.ClusterQueueName, _Usage] = {}
+        for key, a in self.entries.items():
+            total = per_cq.setdefault(a.cluster_queue, {})
+            for fr, value in self.usage_of[key].items():
+                total[fr] = total.get(fr, 0) + value
+        self.live = LiveUsage(tree, charge_tree(tree, per_cq))
+        self._published = []
+        self._last = None
+        self._stale = False
+
+    def _charge(self, cq: m.ClusterQueueName, usage: _Usage, sign: int) -> None:
+        """Add (sign 1) or remove (-1) a workload's usage: exact for positive usage (see
+        LiveUsage); with a negative one, charge everything again before publishing."""
+        negative = any(v < 0 for v in usage.values())
+        if negative:
+            self._negative += sign
+        if negative or self._negative or self._stale:
+            self._stale = True
+            return
+        n = self.tree.cluster_queues.get(cq)
+        if n is not None:
+            if sign > 0:
+                self.live.add(n, usage)
+            else:
+                self.live.remove(n, usage)
+
+    def update(self, key: m.WorkloadKey, new: m.AdmittedWorkload | None) -> None:
+        old = self.entries.get(key)
+        if old is new:
+            return
+        self._last = None
+        if old is not None:
+            self._changed.add(old.cluster_queue)
+            self._deactivated.discard(key)
+            self._evicted.discard(key)
+            if new is not None and old.admission is new.admission:
+                self.entries[key] = new  # same queue, same usage
+                self._mark(key, new)
+                return
+            del self.entries[key]
+            keys = self._by_cq[old.cluster_queue]
+            del keys[bisect.bisect_left(keys, key)]
+            self._charge(old.cluster_queue, self.usage_of.pop(key), -1)
+        if new is not None:
+            self._changed.add(new.cluster_queue)
+            self.entries[key] = new
+            usage = self.usage_of[key] = admission_usage(new)
+            bisect.insort(self._by_cq.setdefault(new.cluster_queue, []), key)
+            self._mark(key, new)
+            self._charge(new.cluster_queue, usage, 1)
+
+    def _mark(self, key: m.WorkloadKey, a: m.AdmittedWorkload) -> None:
+        if not a.workload.active:
+            self._deactivated.add(key)
+        if a.evicted:
+            self._evicted.add(key)
+
+    def _publish_usage(self) -> None:
+        """Copy the usage of the nodes changed since the last snapshot, and update which
+        children use more than their quota (`over_nominal`) for those nodes."""
+        live = self.live
+        tree = live.tree
+        if len(self._published) != len(live.usage):
+            self._published = [dict(u) for u in live.usage]
+            self._over = over_nominal(tree, self._published)
+            self._over_of = {k: set(v) for k, v in self._over.items()}
+            live.touched = set()
+            return
+        if not live.touched:
+            return
+        changed: set[tuple[int, m.FlavorResource]] = set()
+        for n in live.touched:
+            before, after = self._published[n], dict(live.usage[n])
+            self._published[n] = after
+            node = tree.nodes[n]
+            if node.parent == NO_PARENT:
+                continue
+            for fr in before.keys() | after.keys():
+                k = (node.parent, fr)
+                over = after.get(fr, 0) > node.subtree_quota.get(fr, 0)
+                children = self._over_of.get(k)
+                if over and (children is None or n not in children):
+                    self._over_of.setdefault(k, set()).add(n)
+                    changed.add(k)
+                elif not over and children is not None and n in children:
+                    children.discard(n)
+                    changed.add(k)
+        live.touched = set()
+        if changed:
+            self._over = dict(self._over)
+            for k in changed:
+                children = self._over_of.get(k)
+                if children:
+                    self._over[k] = tuple(sorted(children))
+                else:
+                    self._over.pop(k, None)
+                    self._over_of.pop(k, None)
+
+    def publish(self, structure: Structure, fair_sharing: m.FairSharing | None) -> Snapshot:
+        if self._stale:
+            self.rebase(self.tree)
+        if self._last is not None:
+            built_from, last = self._last
+            if built_from is structure and last.fair_sharing == fair_sharing:
+                return last  # nothing changed since
+        self._publish_usage()
+        if self._changed:
+            by_cq, memos = dict(self._sorted), dict(self._memos)
+            for cq in self._changed:
+                keys = self._by_cq.get(cq)
+                if keys:
+                    by_cq[cq], memos[cq] = tuple(keys), {}
+                else:
+                    by_cq.pop(cq, None)
+                    memos.pop(cq, None)
+            self._sorted, self._memos = by_cq, memos
+            self._changed = set()
+        snapshot = assemble(
+            structure,
+            admitted=dict(self.entries),
+            workload_usage=dict(self.usage_of),
+            usage=tuple(self._published),
+            workloads_by_cq=self._sorted,
+            deactivated=tuple(sorted(self._deactivated)),
+            evicted=frozenset(self._evicted),
+            fair_sharing=fair_sharing,
+            over=self._over,
+            cq_memo=self._memos,
+        )
+        self._last = (structure, snapshot)
+        return snapshot

@@ -57,7 +57,7 @@ class Decider:
         snapshot = cache.snapshot(self.fair_sharing)
         heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         self.checker.prune()
-        evicting = {str(k) for k, a in snapshot.admitted.items() if a.evicted}
+        evicting = {str(k) for k in snapshot.evicted}
         placed: list[d.Decision] = []
         phantom = False
         retry: set[str] = set()
