@@ -148,3 +148,26 @@ def dgx_topology(ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
     rf = flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
     rf["spec"]["topologyName"] = f"topo-{ns}"
     return topo, rf
+
+
+def island_claim_template(ns: str, name: str = "pair", count: int = 2) -> dict[str, Any]:
+    """A ResourceClaimTemplate for `count` GPUs of the sandbox's DeviceClass, all in one
+    NVLink island (`matchAttribute` on the island attribute)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {"deviceClassName": "gpu.atoll.dev", "count": count},
+                        }
+                    ],
+                    "constraints": [{"matchAttribute": "gpu.atoll.dev/island"}],
+                }
+            }
+        },
+    }

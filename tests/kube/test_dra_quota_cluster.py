@@ -50,27 +50,6 @@ def dra_operator(
         operator.start()
 
 
-def _pair_template(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": "gpu.atoll.dev", "count": 2},
-                        }
-                    ],
-                    "constraints": [{"matchAttribute": "gpu.atoll.dev/island"}],
-                }
-            }
-        },
-    }
-
-
 def _queue(cluster: KubeCluster, namespace: str, *, devices: int) -> str:
     rf, cq = f"rf-{namespace}", f"cq-{namespace}"
     spec = {
@@ -139,7 +118,7 @@ def test_quota_of_four_devices_admits_two_pair_jobs_and_holds_the_third(
     cluster: KubeCluster, dra_operator: OperatorProcess, namespace: str
 ) -> None:
     cq = _queue(cluster, namespace, devices=4)
-    apply(cluster, _pair_template("pair", namespace))
+    apply(cluster, b.island_claim_template(namespace, "pair"))
     # Created one by one, so queue order (creation time) is a, b, c.
     for name in ("a", "b", "c"):
         _create(cluster, _pair_job(name, namespace, "pair", run="120s"))
@@ -188,7 +167,7 @@ def test_a_job_whose_template_comes_later_waits_misconfigured_then_is_admitted(
         "spec for ResourceClaimTemplate late-pair in podset main: "
         'resourceclaimtemplates.resource.k8s.io "late-pair" not found'
     )
-    apply(cluster, _pair_template("late-pair", namespace))
+    apply(cluster, b.island_claim_template(namespace, "late-pair"))
     cluster.wait_for(
         "admitted once the template exists",
         lambda: is_true(workload_of(cluster, namespace, "late"), "Admitted"),

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from atoll.sandbox.shapes import DRA_DRIVER, ISLAND_ATTRIBUTE
+from atoll.sandbox.shapes import DRA_DRIVER
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
@@ -65,25 +65,6 @@ def pcie(cluster: KubeCluster) -> list[str]:
 
 
 # --- manifests -----------------------------------------------------------------------------
-
-
-def _template(ns: str, name: str, count: int) -> dict[str, Any]:
-    """`count` GPUs of the sandbox's DeviceClass, all in one NVLink island."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": count}}
-                    ],
-                    "constraints": [{"matchAttribute": ISLAND_ATTRIBUTE}],
-                }
-            }
-        },
-    }
 
 
 def _claim_job(name: str, ns: str, *, pods: int, template: str, run: str) -> dict[str, Any]:
@@ -235,7 +216,12 @@ def test_dgx_eight_gpu_gangs_each_take_one_node_and_the_extra_wait_whole(
     rack_nodes = sorted(rack & set(dgx))
     assert len(rack_nodes) == 4
     _wait_idle(cluster, rack_nodes)
-    _queue(cluster, namespace, {GROUP: "dgx", RACK: "rack-3"}, _template(namespace, "eight", 8))
+    _queue(
+        cluster,
+        namespace,
+        {GROUP: "dgx", RACK: "rack-3"},
+        b.island_claim_template(namespace, "eight", 8),
+    )
     jobs = [f"g{i}" for i in range(6)]
     _create(cluster, *[_claim_job(j, namespace, pods=1, template="eight", run="12s") for j in jobs])
 
@@ -358,7 +344,7 @@ def test_lab_two_gpu_job_lands_on_the_bridged_pair(
     """The lab's one node has one NVLink-bridged pair: a 2-GPU job gets exactly it; a second
     one waits whole until the first finishes."""
     _wait_idle(cluster, lab)
-    _queue(cluster, namespace, {GROUP: "lab"}, _template(namespace, "pair", 2))
+    _queue(cluster, namespace, {GROUP: "lab"}, b.island_claim_template(namespace, "pair", 2))
     _create(cluster, _claim_job("duo", namespace, pods=1, template="pair", run="8s"))
 
     def allocated() -> list[tuple[str, str]]:
@@ -401,7 +387,7 @@ def test_pairs_are_admitted_while_earlier_gangs_run(
     """16 bridged pairs: 4 gangs of 2 pair-pods run (8 pairs); 4 more gangs submitted then
     are all admitted at once, without waiting for the first ones, and every pod gets a pair."""
     _wait_idle(cluster, pcie)
-    _queue(cluster, namespace, {GROUP: "pcie"}, _template(namespace, "pair", 2))
+    _queue(cluster, namespace, {GROUP: "pcie"}, b.island_claim_template(namespace, "pair", 2))
     first = [f"a{i}" for i in range(4)]
     _create(cluster, *[_claim_job(j, namespace, pods=2, template="pair", run="60s") for j in first])
 

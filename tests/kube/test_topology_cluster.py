@@ -16,7 +16,7 @@ from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
 
 pytestmark = pytest.mark.cluster
-RACK = "topology.atoll.dev/rack"
+RACK = b.RACK
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +25,7 @@ def dgx(cluster: KubeCluster) -> list[str]:
 
 
 def _tas_queue(cluster: KubeCluster, ns: str) -> None:
-    topo = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": f"topo-{ns}"},
-        "spec": {
-            "levels": [
-                {"nodeLabel": "topology.atoll.dev/block"},
-                {"nodeLabel": RACK},
-                {"nodeLabel": "kubernetes.io/hostname"},
-            ]
-        },
-    }
-    rf = b.flavor(f"rf-{ns}", node_labels={"atoll.dev/node-group": "dgx"})
-    rf["spec"]["topologyName"] = f"topo-{ns}"
+    topo, rf = b.dgx_topology(ns)
     apply(
         cluster,
         topo,
@@ -116,24 +103,7 @@ def _pair_job(name: str, ns: str) -> dict[str, Any]:
 def test_pair_claims_are_admitted_only_while_free_pairs_exist(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "pair", "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": "gpu.atoll.dev", "count": 2},
-                        }
-                    ],
-                    "constraints": [{"matchAttribute": "gpu.atoll.dev/island"}],
-                }
-            }
-        },
-    }
+    template = b.island_claim_template(namespace)
     rf, cq = f"rf-{namespace}", f"cq-{namespace}"
     apply(
         cluster,
