@@ -58,47 +58,42 @@ class DomainPreemption:
     """Where the gang goes once the victims are gone."""
 
 
-def _release_node(
-    node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
+def _shift_node(
+    node: NodeInventory,
+    pods: list[tuple[tuple[str, int], ...]],
+    devices: set[DeviceId],
+    *,
+    release: bool,
 ) -> NodeInventory:
+    """The node with these pods' requests and devices given back (`release`) or taken."""
+    sign = 1 if release else -1
     free = dict(node.free)
     for requests in pods:
         for r, q in requests:
-            free[r] = free.get(r, 0) + q
+            free[r] = free.get(r, 0) + sign * q
     d = node.devices
-    busy = d.busy - devices
-    back = (
-        NodeDevices(
-            free=tuple(x for x in d.all if x.id not in busy),
-            busy=busy,
-            all=d.all,
-            incomplete=d.incomplete,
-        )
-        if devices
-        else d
+    if not devices:
+        return replace(node, free=free)
+    busy = d.busy - devices if release else d.busy | {x.id for x in d.all if x.id in devices}
+    shifted = NodeDevices(
+        free=tuple(x for x in d.all if x.id not in busy),
+        busy=busy,
+        all=d.all,
+        incomplete=d.incomplete,
     )
-    return replace(node, free=free, devices=back)
+    return replace(node, free=free, devices=shifted)
+
+
+def _release_node(
+    node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
+) -> NodeInventory:
+    return _shift_node(node, pods, devices, release=True)
 
 
 def _take_node(
     node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
 ) -> NodeInventory:
-    free = dict(node.free)
-    for requests in pods:
-        for r, q in requests:
-            free[r] = free.get(r, 0) - q
-    d = node.devices
-    taken = (
-        NodeDevices(
-            free=tuple(x for x in d.free if x.id not in devices),
-            busy=d.busy | {x.id for x in d.all if x.id in devices},
-            all=d.all,
-            incomplete=d.incomplete,
-        )
-        if devices
-        else d
-    )
-    return replace(node, free=free, devices=taken)
+    return _shift_node(node, pods, devices, release=False)
 
 
 def _by_node(
