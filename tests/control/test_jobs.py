@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from atoll.api.core import Job
 from atoll.control import admission
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
@@ -37,8 +39,10 @@ def _sync(ctl: JobController, fake: FakeCluster) -> None:
         ctl.cache.set_workload(wl)
 
 
-async def _admitted(ctl: JobController, fake: FakeCluster, name: str = "a") -> str:
-    fake.jobs[f"ns/{name}"] = job(name)
+async def _admitted(
+    ctl: JobController, fake: FakeCluster, name: str = "a", the_job: Job | None = None
+) -> str:
+    fake.jobs[f"ns/{name}"] = the_job or job(name)
     _sync(ctl, fake)
     await ctl.reconcile(f"ns/{name}")
     _sync(ctl, fake)
@@ -164,3 +168,64 @@ async def test_pods_not_ready_in_time_evict_the_gang_with_backoff() -> None:
     assert wl.status.requeue_state.count == 1
     assert wls.requeue_at(wl) == clock.now + 10
     assert wls.is_false(wl, wls.REQUEUED)
+
+
+def _limited(name: str, seconds: int) -> Job:
+    raw = job(name).to_dict()
+    raw["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = str(seconds)
+    return Job.from_dict(raw)
+
+
+async def test_maximum_execution_time_deactivates_then_evicts_with_the_cause() -> None:
+    ctl, fake, clock = _setup(timeout=600)
+    key = await _admitted(ctl, fake, the_job=_limited("a", 60))
+    assert fake.workloads[key].spec.maximum_execution_time_seconds == 60
+    await ctl.reconcile("ns/a")  # starts the Job
+    _sync(ctl, fake)
+    clock.now += 15
+    wait = await ctl.reconcile("ns/a")
+    assert wait == 45  # the budget left comes before the PodsReady timeout
+    clock.now += 46
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    wl = fake.workloads[key]
+    target = wls.condition(wl, wls.DEACTIVATION_TARGET)
+    assert target is not None
+    assert (target.reason, target.message) == (
+        "MaximumExecutionTimeExceeded",
+        "exceeding the maximum execution time",
+    )
+    assert wl.spec.active is False
+    assert (
+        f"Workload/{key}",
+        "MaximumExecutionTimeExceeded",
+        "The maximum execution time (60s) exceeded",
+    ) in fake.events
+    _sync(ctl, fake)
+    sched = Scheduler(cache=ctl.cache, store=fake, emit=fake.emit, clock=clock)
+    await sched.run_once()
+    wl = fake.workloads[key]
+    evicted = wls.condition(wl, wls.EVICTED)
+    assert evicted is not None
+    assert (evicted.reason, evicted.message) == (
+        "DeactivatedDueToMaximumExecutionTimeExceeded",
+        "The workload is deactivated due to exceeding the maximum execution time",
+    )
+    assert wls.condition(wl, wls.DEACTIVATION_TARGET) is None
+
+
+async def test_time_admitted_accumulates_across_evictions() -> None:
+    ctl, fake, clock = _setup(timeout=600)
+    key = await _admitted(ctl, fake, the_job=_limited("a", 60))
+    await ctl.reconcile("ns/a")
+    clock.now += 20
+    at = dt.datetime.fromtimestamp(clock.now, dt.UTC)
+    fake.workloads[key] = fake.workloads[key].model_copy(
+        update={"status": admission.evict("Preempted", "by b", at)(fake.workloads[key])}
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # stops the Job; no pod is active: quota released
+    wl = fake.workloads[key]
+    assert not wls.has_quota(wl)
+    assert wl.status.accumulated_past_execution_time_seconds == 20
+    assert wl.spec.active is True

@@ -175,6 +175,9 @@ def evict(
             message=message,
             now=now,
         )
+        if reason.startswith("DeactivatedDueTo"):
+            # the deactivation is applied: Kueue removes its transient target condition
+            conds = tuple(c for c in conds if c.type != wls.DEACTIVATION_TARGET)
         if preempted_reason is not None:
             conds = wls.with_condition(
                 conds,

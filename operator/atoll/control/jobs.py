@@ -19,12 +19,13 @@ import structlog
 
 from atoll.api import labels as keys
 from atoll.api.core import Job
-from atoll.api.meta import LabelSelector
+from atoll.api.meta import Condition, LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
 from atoll.control.admission import without_reservation
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
+from atoll.control.scheduler import workload_ref
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -142,7 +143,11 @@ class JobController:
         if not wls.is_admitted(wl):
             await self._stop(job, wl, "Not admitted by cluster queue")
             return None
-        return await self._pods_ready(job, wl)
+        budget = await self._execution_time_left(wl)
+        if budget is not None and budget <= 0:
+            return None  # deactivated: the scheduler evicts it
+        ready = await self._pods_ready(job, wl)
+        return min((t for t in (budget, ready) if t is not None), default=None)
 
     @staticmethod
     def _owner_uid(wl: Workload) -> str | None:
@@ -318,7 +323,11 @@ class JobController:
                 message=evicted.message if evicted else "",
                 now=now,
             )
-            changes: dict[str, object] = {"conditions": conds, "admission": None}
+            changes: dict[str, object] = {
+                "conditions": conds,
+                "admission": None,
+                "accumulated_past_execution_time_seconds": _execution_time(w, evicted, reason),
+            }
             if backoff is not None:
                 changes["requeue_state"] = backoff
             return wls.status_with(w, **changes)
@@ -349,7 +358,9 @@ class JobController:
         count = (wl.status.requeue_state.count if wl.status.requeue_state else None) or 0
         limit = settings.backoff_limit_count
         if limit is not None and count > limit and wl.spec.active:
-            await self.workloads.deactivate_workload(wls.wl_key(wl))
+            await self._deactivate(
+                wl, "RequeuingLimitExceeded", "exceeding the maximum number of re-queuing retries"
+            )
             return None
         at = wls.requeue_at(wl)
         if at is not None and at > self.clock():
@@ -376,6 +387,51 @@ class JobController:
 
         await self._set_status(wl, requeue)
         return None
+
+    async def _execution_time_left(self, wl: Workload) -> float | None:
+        """`spec.maximumExecutionTimeSeconds`: the seconds left of it (time admitted, summed
+        over earlier admissions), or None without a limit; at zero the Workload is
+        deactivated, as Kueue does (DeactivationTarget, then `spec.active: false`)."""
+        limit = wl.spec.maximum_execution_time_seconds
+        admitted = wls.condition(wl, wls.ADMITTED)
+        if limit is None or admitted is None or admitted.status.value != "True":
+            return None
+        past = wl.status.accumulated_past_execution_time_seconds or 0
+        left = limit - past - (self.clock() - admitted.last_transition_time.timestamp())
+        if left > 0:
+            return left
+        if wl.spec.active:
+            await self.emit(
+                workload_ref(wl),
+                "Warning",
+                "MaximumExecutionTimeExceeded",
+                f"The maximum execution time ({limit}s) exceeded",
+            )
+            await self._deactivate(
+                wl, "MaximumExecutionTimeExceeded", "exceeding the maximum execution time"
+            )
+        return 0.0
+
+    async def _deactivate(self, wl: Workload, reason: str, message: str) -> None:
+        """DeactivationTarget=True with the cause, then `spec.active: false`; the scheduler
+        evicts the Workload with reason `DeactivatedDueTo<cause>`."""
+        now = self._now()
+        await self._set_status(
+            wl,
+            lambda w: wls.status_with(
+                w,
+                conditions=wls.with_condition(
+                    w.status.conditions or (),
+                    wls.DEACTIVATION_TARGET,
+                    status=True,
+                    reason=reason,
+                    message=message,
+                    now=now,
+                ),
+            ),
+        )
+        log.info("workload deactivated", workload=wls.wl_key(wl), reason=reason)
+        await self.workloads.deactivate_workload(wls.wl_key(wl))
 
     async def _pods_ready(self, job: Job, wl: Workload) -> float | None:
         settings = self.settings.pods_ready
@@ -457,3 +513,21 @@ class JobController:
                 ),
             ),
         )
+
+
+def _execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
+    """`accumulatedPastExecutionTimeSeconds` once the quota is released: the time admitted
+    is added, unless the Workload was deactivated (a reactivated Workload starts afresh)."""
+    past = wl.status.accumulated_past_execution_time_seconds
+    if reason.startswith("Deactivated") or reason == "InactiveWorkload":
+        return None
+    admitted = wls.condition(wl, wls.ADMITTED)
+    if (
+        wl.spec.maximum_execution_time_seconds is None
+        or admitted is None
+        or admitted.status.value != "True"
+    ):
+        return past
+    end = evicted.last_transition_time if evicted is not None else admitted.last_transition_time
+    ran = max(0, int((end - admitted.last_transition_time).total_seconds()))
+    return (past or 0) + ran

@@ -130,12 +130,11 @@ class Scheduler:
                     writes.extend(self._preempt(dec, now, result))
                 case d.Evict():
                     result.evicted += 1
+                    reason, message = self._eviction_cause(dec)
                     if self.metrics is not None:
-                        self.metrics.workload_evicted(str(dec.cluster_queue), dec.reason.value)
+                        self.metrics.workload_evicted(str(dec.cluster_queue), reason)
                     writes.append(
-                        self._write(
-                            dec.workload, adm.evict(dec.reason.value, dec.message, now), result
-                        )
+                        self._write(dec.workload, adm.evict(reason, message, now), result)
                     )
                 case d.Pending():
                     result.pending += 1
@@ -149,6 +148,17 @@ class Scheduler:
         if self.on_cycle is not None:
             self.on_cycle(result, time.perf_counter() - started)
         return result
+
+    def _eviction_cause(self, dec: d.Evict) -> tuple[str, str]:
+        """A deactivation with a cause (the Workload's DeactivationTarget condition: the
+        requeuing limit, the maximum execution time) is reported as Kueue does:
+        `DeactivatedDueTo<cause>`, "The workload is deactivated due to <message>"."""
+        if dec.reason is d.EvictionReason.DEACTIVATED:
+            wl = self.cache.workloads.get(str(dec.workload))
+            cause = wls.condition(wl, wls.DEACTIVATION_TARGET) if wl is not None else None
+            if cause is not None and cause.status.value == "True":
+                return f"DeactivatedDueTo{cause.reason}", f"{dec.message} due to {cause.message}"
+        return dec.reason.value, dec.message
 
     async def _write(
         self, key: str, mutate: StatusMutation, result: CycleResult

@@ -16,6 +16,7 @@ from atoll.api.workload import Workload, WorkloadConditionType, WorkloadStatus
 QUOTA_RESERVED = WorkloadConditionType.QUOTA_RESERVED.value
 ADMITTED = WorkloadConditionType.ADMITTED.value
 EVICTED = WorkloadConditionType.EVICTED.value
+DEACTIVATION_TARGET = WorkloadConditionType.DEACTIVATION_TARGET.value
 PREEMPTED = WorkloadConditionType.PREEMPTED.value
 REQUEUED = WorkloadConditionType.REQUEUED.value
 PODS_READY = WorkloadConditionType.PODS_READY.value
