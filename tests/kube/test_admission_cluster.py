@@ -277,3 +277,40 @@ def test_queueing_strategy_head_of_line(
         time.sleep(3)  # give the scheduler several cycles to (wrongly) admit it
         assert not is_true(workload_of(cluster, namespace, "small"), "QuotaReserved")
     assert not is_true(workload_of(cluster, namespace, "big"), "QuotaReserved")
+
+
+def test_maximum_execution_time_deactivates_the_workload(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    _queues(cluster, namespace, gpus=8)
+    job = b.job("bounded", namespace, queue="q", pods=2, run="300s")
+    job["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = "5"
+    _create(cluster, job)
+    cluster.wait_for(
+        "the Workload admitted",
+        lambda: is_true(workload_of(cluster, namespace, "bounded"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "bounded")
+    assert wl is not None
+    assert wl["spec"]["maximumExecutionTimeSeconds"] == 5
+
+    def evicted() -> dict[str, object] | None:
+        return condition(workload_of(cluster, namespace, "bounded"), "Evicted")
+
+    cluster.wait_for("the eviction after 5 s", lambda: evicted() is not None, timeout=60)
+    cond = evicted()
+    assert cond is not None
+    assert cond["reason"] == "DeactivatedDueToMaximumExecutionTimeExceeded"
+    cluster.wait_for(
+        "the Job suspended and the quota released",
+        lambda: (
+            get_json(cluster, "get", "job", "bounded", "-n", namespace)["spec"]["suspend"] is True
+            and not is_true(workload_of(cluster, namespace, "bounded"), "QuotaReserved")
+        ),
+        timeout=60,
+    )
+    wl = workload_of(cluster, namespace, "bounded")
+    assert wl is not None
+    assert wl["spec"]["active"] is False
+    events = get_json(cluster, "get", "events", "-n", namespace)["items"]
+    assert any(e["reason"] == "MaximumExecutionTimeExceeded" for e in events)
