@@ -415,20 +415,8 @@ class JobController:
     async def _deactivate(self, wl: Workload, reason: str, message: str) -> None:
         """DeactivationTarget=True with the cause, then `spec.active: false`; the scheduler
         evicts the Workload with reason `DeactivatedDueTo<cause>`."""
-        now = self._now()
-        await self._set_status(
-            wl,
-            lambda w: wls.status_with(
-                w,
-                conditions=wls.with_condition(
-                    w.status.conditions or (),
-                    wls.DEACTIVATION_TARGET,
-                    status=True,
-                    reason=reason,
-                    message=message,
-                    now=now,
-                ),
-            ),
+        await self._set_condition(
+            wl, wls.DEACTIVATION_TARGET, True, reason, message, now=self._now()
         )
         log.info("workload deactivated", workload=wls.wl_key(wl), reason=reason)
         await self.workloads.deactivate_workload(wls.wl_key(wl))
@@ -499,13 +487,25 @@ class JobController:
     async def _pods_ready_condition(
         self, wl: Workload, status: bool, reason: str, message: str, now: dt.datetime
     ) -> Workload | None:
+        return await self._set_condition(wl, wls.PODS_READY, status, reason, message, now=now)
+
+    async def _set_condition(
+        self,
+        wl: Workload,
+        type_: str,
+        status: bool,
+        reason: str,
+        message: str,
+        *,
+        now: dt.datetime,
+    ) -> Workload | None:
         return await self._set_status(
             wl,
             lambda w: wls.status_with(
                 w,
                 conditions=wls.with_condition(
                     w.status.conditions or (),
-                    wls.PODS_READY,
+                    type_,
                     status=status,
                     reason=reason,
                     message=message,
