@@ -34,7 +34,6 @@ from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
 from atoll.sandbox.shapes import DRA_DRIVER, ISLAND_ATTRIBUTE, load_shape
-from sandboxed import start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
@@ -249,7 +248,7 @@ def run(jobs: int, pods: int, duration: str, timeout: float) -> list[RunResult]:
             plain = _measure(
                 sb, "plain", jobs=jobs, pods=pods, run=duration, queued=False, timeout=timeout
             )
-            start_operator(sb)
+            sb.start_operator()
             gated = _measure(
                 sb, "atoll", jobs=jobs, pods=pods, run=duration, queued=True, timeout=timeout
             )

@@ -28,7 +28,6 @@ from rich.console import Console
 from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
-from sandboxed import start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "bench"
@@ -157,7 +156,7 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
         try:
             sb.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
             sb.kubectl("wait", "--for=condition=Established", "--all", "crd", "--timeout=60s")
-            pid = start_operator(sb)
+            pid = sb.start_operator().pid
             sb.kubectl(
                 "apply",
                 "--server-side",

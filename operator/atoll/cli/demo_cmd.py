@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,10 @@ from rich.table import Table
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.processes import StartError, free_port
+from atoll.sandbox.processes import StartError
 from atoll.sandbox.shapes import GPU_RESOURCE, ShapeError, load_shape
 
 NAMESPACE = "atoll-demo"
-OPERATOR = "atoll-operator"
 TOPOLOGY_LABELS = ("topology.atoll.dev/block", "topology.atoll.dev/rack", "nvidia.com/gpu.clique")
 
 
@@ -140,39 +138,6 @@ def _workloads(sandbox: Sandbox) -> str:
     return sandbox.kubectl("get", "workloads", "-n", NAMESPACE).stdout.rstrip()
 
 
-def _start_operator(sandbox: Sandbox, err: Console) -> int:
-    health = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "atoll",
-        "run",
-        "--kubeconfig",
-        str(sandbox.kubeconfig),
-        "--set",
-        "namespace=kube-system",
-        "--no-leader-elect",
-        "--metrics-bind-address",
-        f"127.0.0.1:{free_port()}",
-        "--health-bind-address",
-        f"127.0.0.1:{health}",
-        "--webhook-bind-address",
-        f"127.0.0.1:{free_port()}",
-    ]
-    sandbox.add_process(OPERATOR, argv)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    err.print("atoll operator ready")
-                    return health
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise StartError(f"the operator did not become ready; see {sandbox.root}/logs/{OPERATOR}.log")
-
-
 def _wait(sandbox: Sandbox, what: str, check: Any, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -247,7 +212,8 @@ def _run(args: argparse.Namespace) -> int:
         names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in crds]
         sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         err.print(f"applied {len(crds)} CRDs from {args.crds}")
-        _start_operator(sandbox, err)
+        sandbox.start_operator("--set", "namespace=kube-system", timeout=90)
+        err.print("atoll operator ready")
         console.print(_nodes_table(sandbox))
         _story(sandbox, console, args.quota)
     except (ShapeError, StartError, binaries.BuildError) as e:

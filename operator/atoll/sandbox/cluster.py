@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,8 @@ from atoll.sandbox.processes import (
     wait_until,
 )
 
+OPERATOR = "atoll-operator"
+"""Name of the operator's process in the sandbox (`start_operator`)."""
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KCM_CONTROLLERS = (
     "job-controller",
@@ -143,6 +146,31 @@ class Sandbox:
             stop(proc)
             state.procs.remove(proc)
         return self._launch(state, name, argv)
+
+    def start_operator(self, *extra: str, timeout: float = 120) -> Proc:
+        """`atoll run` against this sandbox as one of its processes (no leader election,
+        free loopback ports, `extra` arguments appended), once its /readyz answers."""
+        health = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "atoll",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--no-leader-elect",
+            "--metrics-bind-address",
+            f"127.0.0.1:{free_port()}",
+            "--health-bind-address",
+            f"127.0.0.1:{health}",
+            "--webhook-bind-address",
+            f"127.0.0.1:{free_port()}",
+            *extra,
+        ]
+        proc = self.add_process(OPERATOR, argv)
+        ready = f"http://127.0.0.1:{health}/readyz"
+        wait_until(proc, lambda: http_ok(ready), timeout=timeout, what="/readyz")
+        return proc
 
     # -- kubectl -------------------------------------------------------------------------
     def kubectl(
