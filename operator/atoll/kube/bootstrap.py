@@ -29,7 +29,9 @@ K = TypeVar("K", bound=KubeObject)
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 
 
-def _each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> int:
+def each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> int:
+    """Parse and store each listed object; one that cannot be parsed is logged and skipped
+    (as the watch handlers do); returns how many were stored."""
     n = 0
     for raw in items:
         try:
@@ -60,7 +62,7 @@ async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
 
     async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
         raw = await custom.list_cluster_custom_object(GROUP, VERSION, plural)
-        counts[plural] = _each(model, raw.get("items", []), store)
+        counts[plural] = each(model, raw.get("items", []), store)
 
     await kueue("resourceflavors", ResourceFlavor, cache.set_flavor)
     await kueue("cohorts", Cohort, cache.set_cohort)
@@ -70,7 +72,7 @@ async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
     await kueue("workloads", Workload, cache.set_workload)
     sched = client.SchedulingV1Api(api)
     pcs = api.sanitize_for_serialization(await sched.list_priority_class())
-    counts["priorityclasses"] = _each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
+    counts["priorityclasses"] = each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
     core = client.CoreV1Api(api)
     nss = api.sanitize_for_serialization(await core.list_namespace())
     for ns in nss.get("items", []):
@@ -79,7 +81,7 @@ async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
     counts["namespaces"] = len(nss.get("items", []))
     batch = client.BatchV1Api(api)
     jobs = api.sanitize_for_serialization(await batch.list_job_for_all_namespaces())
-    counts["jobs"] = _each(Job, jobs.get("items", []), cache.set_job)
+    counts["jobs"] = each(Job, jobs.get("items", []), cache.set_job)
     counts["resourceclaimtemplates"] = await _claim_templates(api, cache)
     return counts
 
@@ -95,4 +97,4 @@ async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
         if e.status == 404:
             return 0
         raise
-    return _each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)
+    return each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)

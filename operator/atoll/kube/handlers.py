@@ -182,9 +182,67 @@ def _watch(
         after(obj, deleted)
 
 
+@dataclass(frozen=True, slots=True)
+class InventoryKind:
+    """A kind placement reads: where it is served and how the cache stores it."""
+
+    resource: tuple[str, str, str]
+    """(group, version, plural)."""
+    model: type[KubeObject]
+    upsert: Callable[[Any], None]
+    delete: Callable[[Any], None]
+
+
+def inventory_kinds(cache: Cache) -> tuple[InventoryKind, ...]:
+    """Nodes, pods, Topologies and the DRA objects, in the order they are best read (the
+    operator watches them; `atoll explain` lists them once)."""
+    inv = cache.inventory
+    dra = ("resource.k8s.io", "v1")
+    return (
+        InventoryKind(
+            ("", "v1", "nodes"), Node, inv.upsert_node, lambda o: inv.delete_node(o.name)
+        ),
+        InventoryKind(
+            ("", "v1", "pods"),
+            Pod,
+            inv.upsert_pod,
+            lambda o: inv.delete_pod(o.namespace or "", o.name),
+        ),
+        InventoryKind(
+            (*KUEUE, "topologies"),
+            Topology,
+            inv.upsert_topology,
+            lambda o: inv.delete_topology(o.name),
+        ),
+        InventoryKind(
+            (*dra, "deviceclasses"),
+            DeviceClass,
+            inv.upsert_device_class,
+            lambda o: inv.delete_device_class(o.name),
+        ),
+        InventoryKind(
+            (*dra, "resourceslices"),
+            ResourceSlice,
+            inv.upsert_slice,
+            lambda o: inv.delete_slice(o.name),
+        ),
+        InventoryKind(
+            (*dra, "resourceclaims"),
+            ResourceClaim,
+            inv.upsert_claim,
+            lambda o: inv.delete_claim(o.namespace or "", o.name),
+        ),
+        InventoryKind(
+            (*dra, "resourceclaimtemplates"),
+            ResourceClaimTemplate,
+            cache.set_claim_template,
+            lambda o: cache.delete_claim_template(o.namespace or "", o.name),
+        ),
+    )
+
+
 def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
     """Nodes, pods, Topologies and DRA objects: what placement reads, and the gated pods."""
-    inv = w.cache.inventory
 
     def wake(_obj: object, _deleted: bool) -> None:
         w.cache.bump()  # capacity or topology changed: parked workloads may fit now
@@ -197,60 +255,8 @@ def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         if deleted or pod.status.phase in ("Succeeded", "Failed"):
             wake(pod, deleted)  # its node has room again
 
-    _watch(
-        registry,
-        ("", "v1", "nodes"),
-        Node,
-        upsert=inv.upsert_node,
-        delete=lambda o: inv.delete_node(o.name),
-        after=wake,
-    )
-    _watch(
-        registry,
-        ("", "v1", "pods"),
-        Pod,
-        upsert=inv.upsert_pod,
-        delete=lambda o: inv.delete_pod(o.namespace or "", o.name),
-        after=pod_seen,
-    )
-    _watch(
-        registry,
-        (*KUEUE, "topologies"),
-        Topology,
-        upsert=inv.upsert_topology,
-        delete=lambda o: inv.delete_topology(o.name),
-        after=wake,
-    )
-    dra = ("resource.k8s.io", "v1")
-    _watch(
-        registry,
-        (*dra, "deviceclasses"),
-        DeviceClass,
-        upsert=inv.upsert_device_class,
-        delete=lambda o: inv.delete_device_class(o.name),
-        after=wake,
-    )
-    _watch(
-        registry,
-        (*dra, "resourceslices"),
-        ResourceSlice,
-        upsert=inv.upsert_slice,
-        delete=lambda o: inv.delete_slice(o.name),
-        after=wake,
-    )
-    _watch(
-        registry,
-        (*dra, "resourceclaims"),
-        ResourceClaim,
-        upsert=inv.upsert_claim,
-        delete=lambda o: inv.delete_claim(o.namespace or "", o.name),
-        after=wake,
-    )
-    _watch(
-        registry,
-        (*dra, "resourceclaimtemplates"),
-        ResourceClaimTemplate,
-        upsert=w.cache.set_claim_template,
-        delete=lambda o: w.cache.delete_claim_template(o.namespace or "", o.name),
-        after=wake,
-    )
+    for kind in inventory_kinds(w.cache):
+        after: Callable[[Any, bool], None] = pod_seen if kind.model is Pod else wake
+        _watch(
+            registry, kind.resource, kind.model, upsert=kind.upsert, delete=kind.delete, after=after
+        )

@@ -11,39 +11,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
-from pydantic import ValidationError
 
-from atoll.api.core import Node, Pod
-from atoll.api.meta import KubeObject
-from atoll.api.resource import DeviceClass, ResourceClaim, ResourceSlice
-from atoll.api.topology import Topology
+from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap
+from atoll.kube.handlers import inventory_kinds
 from atoll.state.cache import Cache
-
-K = TypeVar("K", bound=KubeObject)
-DRA = ("resource.k8s.io", "v1")
 
 
 class ClusterReadError(RuntimeError):
     """The cluster could not be read (no kubeconfig, unreachable, forbidden)."""
 
 
-def _each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> None:
-    for raw in items:
-        try:
-            store(model.from_dict(raw))
-        except ValidationError:
-            continue  # the operator logs and ignores what it cannot parse; so do we
-
-
-async def _optional(call: Callable[[], Any]) -> list[dict[str, Any]]:
+async def _optional(custom: client.CustomObjectsApi, *resource: str) -> list[dict[str, Any]]:
     """Items of a LIST of a kind the cluster may not serve (DRA, Kueue's Topology): none."""
     try:
-        raw = await call()
+        raw = await custom.list_cluster_custom_object(*resource)
     except ApiException as e:
         if e.status == 404:
             return []
@@ -53,23 +39,23 @@ async def _optional(call: Callable[[], Any]) -> list[dict[str, Any]]:
 
 
 async def _inventory(api: client.ApiClient, cache: Cache) -> None:
-    inv = cache.inventory
+    """One LIST of each kind the operator watches for placement (`handlers.inventory_kinds`);
+    ResourceClaimTemplates come with `bootstrap.load`."""
     core = client.CoreV1Api(api)
-    nodes = api.sanitize_for_serialization(await core.list_node())
-    _each(Node, nodes.get("items", []), inv.upsert_node)
-    pods = api.sanitize_for_serialization(await core.list_pod_for_all_namespaces())
-    _each(Pod, pods.get("items", []), inv.upsert_pod)
     custom = client.CustomObjectsApi(api)
-    kueue = (bootstrap.GROUP, bootstrap.VERSION)
-    topologies = await _optional(lambda: custom.list_cluster_custom_object(*kueue, "topologies"))
-    _each(Topology, topologies, inv.upsert_topology)
-
-    def dra(plural: str) -> Callable[[], Any]:
-        return lambda: custom.list_cluster_custom_object(*DRA, plural)
-
-    _each(DeviceClass, await _optional(dra("deviceclasses")), inv.upsert_device_class)
-    _each(ResourceSlice, await _optional(dra("resourceslices")), inv.upsert_slice)
-    _each(ResourceClaim, await _optional(dra("resourceclaims")), inv.upsert_claim)
+    core_lists: dict[str, Callable[[], Any]] = {
+        "nodes": core.list_node,
+        "pods": core.list_pod_for_all_namespaces,
+    }
+    for kind in inventory_kinds(cache):
+        if kind.model is ResourceClaimTemplate:
+            continue
+        group, _, plural = kind.resource
+        if group:
+            items = await _optional(custom, *kind.resource)
+        else:
+            items = api.sanitize_for_serialization(await core_lists[plural]()).get("items", [])
+        bootstrap.each(kind.model, items, kind.upsert)
 
 
 async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cache, float]:
