@@ -84,18 +84,6 @@ def _shift_node(
     return replace(node, free=free, devices=shifted)
 
 
-def _release_node(
-    node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
-) -> NodeInventory:
-    return _shift_node(node, pods, devices, release=True)
-
-
-def _take_node(
-    node: NodeInventory, pods: list[tuple[tuple[str, int], ...]], devices: set[DeviceId]
-) -> NodeInventory:
-    return _shift_node(node, pods, devices, release=False)
-
-
 def _by_node(
     placements: Iterable[Placement],
 ) -> tuple[dict[str, list[tuple[tuple[str, int], ...]]], dict[str, set[DeviceId]]]:
@@ -110,33 +98,28 @@ def _by_node(
     return pods, devices
 
 
-def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
-    """The inventory with these placements' pods and devices given back."""
+def _shift(inventory: Inventory, placements: Iterable[Placement], *, release: bool) -> Inventory:
     pods, devices = _by_node(placements)
     if not pods:
         return inventory
     nodes = tuple(
-        _release_node(n, pods[n.name], devices[n.name]) if n.name in pods else n
+        _shift_node(n, pods[n.name], devices[n.name], release=release) if n.name in pods else n
         for n in inventory.nodes
     )
     return Inventory(
         nodes=nodes, topologies=inventory.topologies, island_attribute=inventory.island_attribute
     )
+
+
+def release(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
+    """The inventory with these placements' pods and devices given back."""
+    return _shift(inventory, placements, release=True)
 
 
 def reserve(inventory: Inventory, placements: Iterable[Placement]) -> Inventory:
     """The inventory with these placements' pods and devices taken (a domain promised to a
     preemptor while its victims leave: free amounts may go negative while both count)."""
-    pods, devices = _by_node(placements)
-    if not pods:
-        return inventory
-    nodes = tuple(
-        _take_node(n, pods[n.name], devices[n.name]) if n.name in pods else n
-        for n in inventory.nodes
-    )
-    return Inventory(
-        nodes=nodes, topologies=inventory.topologies, island_attribute=inventory.island_attribute
-    )
+    return _shift(inventory, placements, release=False)
 
 
 def required_level(inventory: Inventory, gang: Gang) -> tuple[str, tuple[str, ...]] | None:

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from atoll.api import topology as t
 from atoll.api.core import PodTemplateSpec
 from atoll.api.workload import PodSetTopologyRequest
 
-REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
-UNCONSTRAINED: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
-SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
-SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
 JOB_COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
 
 
@@ -24,19 +20,29 @@ class TopologyAnnotationError(ValueError):
 def podset_topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
     """The topology request of the pods of `template`, None when it asks for none."""
     ann = (template.metadata.annotations if template.metadata else None) or {}
-    given = [k for k in (REQUIRED, PREFERRED, UNCONSTRAINED) if k in ann]
+    given = [
+        k
+        for k in (
+            t.PODSET_REQUIRED_TOPOLOGY,
+            t.PODSET_PREFERRED_TOPOLOGY,
+            t.PODSET_UNCONSTRAINED_TOPOLOGY,
+        )
+        if k in ann
+    ]
     if len(given) > 1:
         raise TopologyAnnotationError(
             f"pod template annotations {', '.join(given)}: at most one may be set"
         )
-    if not given and SLICE_REQUIRED not in ann:
+    if not given and t.PODSET_SLICE_REQUIRED_TOPOLOGY not in ann:
         return None
-    slice_size = ann.get(SLICE_SIZE)
+    slice_size = ann.get(t.PODSET_SLICE_SIZE)
     return PodSetTopologyRequest(
-        required=ann.get(REQUIRED),
-        preferred=ann.get(PREFERRED),
-        unconstrained=(ann.get(UNCONSTRAINED) == "true") if UNCONSTRAINED in ann else None,
+        required=ann.get(t.PODSET_REQUIRED_TOPOLOGY),
+        preferred=ann.get(t.PODSET_PREFERRED_TOPOLOGY),
+        unconstrained=(ann.get(t.PODSET_UNCONSTRAINED_TOPOLOGY) == "true")
+        if t.PODSET_UNCONSTRAINED_TOPOLOGY in ann
+        else None,
         pod_index_label=JOB_COMPLETION_INDEX_LABEL,
-        pod_set_slice_required_topology=ann.get(SLICE_REQUIRED),
+        pod_set_slice_required_topology=ann.get(t.PODSET_SLICE_REQUIRED_TOPOLOGY),
         pod_set_slice_size=int(slice_size) if slice_size and slice_size.isdigit() else None,
     )
