@@ -91,6 +91,7 @@ def job(
     priority: str | None = None,
     node_selector: dict[str, str] | None = None,
     allreduce_seconds: float | None = None,
+    required_topology: str | None = None,
 ) -> dict[str, Any]:
     labels: dict[str, str] = {}
     if queue:
@@ -98,6 +99,8 @@ def job(
     if priority:
         labels["kueue.x-k8s.io/priority-class"] = priority
     annotations = {"atoll.dev/run-duration": run}
+    if required_topology is not None:
+        annotations[REQUIRED_TOPOLOGY] = required_topology
     if allreduce_seconds is not None:
         annotations["atoll.dev/allreduce-seconds"] = str(allreduce_seconds)
         annotations["atoll.dev/gang-size"] = str(pods)

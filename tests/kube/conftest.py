@@ -150,3 +150,9 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
     c = condition(obj, type_)
     return c is not None and c["status"] == "True"
+
+
+@pytest.fixture(scope="module")
+def dgx(cluster: KubeCluster) -> list[str]:
+    """The dgx-h100 shape's nodes (16 x 8 GPUs, racks of 4), added to the session cluster."""
+    return cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")

@@ -156,30 +156,38 @@ def _tas_queue(cluster: KubeCluster, ns: str) -> None:
     apply(cluster, b.local_queue("q", ns, f"cq-{ns}"))
 
 
-def _rack_job(name: str, ns: str, pods: int) -> dict[str, Any]:
-    job = b.job(name, ns, queue="q", pods=pods, run="20s")
-    job["spec"]["template"]["metadata"]["annotations"][
-        "kueue.x-k8s.io/podset-required-topology"
-    ] = RACK
-    return job
-
-
 def test_topology_what_if_and_preferred_counterfactual(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")
     _tas_queue(cluster, namespace)
     # a rack holds 4 nodes x 8 GPUs: 16 one-GPU pods fit in one rack, 40 never do
-    fits = _atoll(cluster, "what-if", _job_file(tmp_path, _rack_job("ring", namespace, 16)))
+    fits = _atoll(
+        cluster,
+        "what-if",
+        _job_file(
+            tmp_path,
+            b.job("ring", namespace, queue="q", pods=16, run="20s", required_topology=RACK),
+        ),
+    )
     assert fits["decision"]["kind"] == "Admit"
     (where,) = fits["domains"]
     assert where.startswith(f"main: {RACK}=")
-    wide = _atoll(cluster, "what-if", _job_file(tmp_path, _rack_job("wide", namespace, 40)))
+    wide = _atoll(
+        cluster,
+        "what-if",
+        _job_file(
+            tmp_path,
+            b.job("wide", namespace, queue="q", pods=40, run="20s", required_topology=RACK),
+        ),
+    )
     assert wide["decision"]["kind"] == "Pending"
     assert wide["decision"]["reason"] == "TopologyPlacementFailed"
     assert wide["domains"] == []
 
-    _create(cluster, _rack_job("wide", namespace, 40))
+    _create(
+        cluster, b.job("wide", namespace, queue="q", pods=40, run="20s", required_topology=RACK)
+    )
     _pending(cluster, namespace, "wide")
     ex = _atoll(cluster, "explain", f"{namespace}/wide")
     assert ex["decision"]["reason"] == "TopologyPlacementFailed"

@@ -119,7 +119,7 @@ def _job_of(pod: dict[str, Any]) -> str:
 
 def _reserving(cluster: KubeCluster, ns: str) -> set[str]:
     """Jobs whose Workload holds a reservation and is not finished."""
-    out = set()
+    out: set[str] = set()
     for wl in get_json(cluster, "get", "workloads", "-n", ns)["items"]:
         if is_true(wl, "QuotaReserved") and not is_true(wl, "Finished"):
             out.update(r["name"] for r in wl["metadata"].get("ownerReferences") or [])
@@ -280,11 +280,7 @@ def _clique_queue(cluster: KubeCluster, ns: str) -> None:
 
 
 def _clique_job(name: str, ns: str, pods: int) -> dict[str, Any]:
-    job = b.job(name, ns, queue="q", pods=pods, gpus=4, run="10s")
-    job["spec"]["template"]["metadata"]["annotations"][
-        "kueue.x-k8s.io/podset-required-topology"
-    ] = CLIQUE
-    return job
+    return b.job(name, ns, queue="q", pods=pods, gpus=4, run="10s", required_topology=CLIQUE)
 
 
 def test_gb200_clique_required_gang_lands_inside_one_clique(

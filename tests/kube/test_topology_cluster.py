@@ -11,17 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, KubeCluster
+from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
 
 pytestmark = pytest.mark.cluster
 RACK = b.RACK
-
-
-@pytest.fixture(scope="module")
-def dgx(cluster: KubeCluster) -> list[str]:
-    return cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")
 
 
 def _tas_queue(cluster: KubeCluster, ns: str) -> None:
@@ -35,19 +30,18 @@ def _tas_queue(cluster: KubeCluster, ns: str) -> None:
     )
 
 
-def _rack_job(name: str, ns: str, pods: int) -> dict[str, Any]:
-    job = b.job(name, ns, queue="q", pods=pods, run="20s")
-    job["spec"]["template"]["metadata"]["annotations"][
-        "kueue.x-k8s.io/podset-required-topology"
-    ] = RACK
-    return job
-
-
 def test_rack_required_gang_lands_inside_one_rack(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
 ) -> None:
     _tas_queue(cluster, namespace)
-    cluster.kubectl("create", "-f", "-", input=json.dumps(_rack_job("ring", namespace, 16)))
+    cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(
+            b.job("ring", namespace, queue="q", pods=16, run="20s", required_topology=RACK)
+        ),
+    )
     cluster.wait_for(
         "admitted", lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted")
     )
@@ -74,7 +68,14 @@ def test_gang_larger_than_any_rack_waits_with_the_numbers(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
 ) -> None:
     _tas_queue(cluster, namespace)
-    cluster.kubectl("create", "-f", "-", input=json.dumps(_rack_job("huge", namespace, 40)))
+    cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(
+            b.job("huge", namespace, queue="q", pods=40, run="20s", required_topology=RACK)
+        ),
+    )
     cluster.wait_for(
         "a placement reason",
         lambda: (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, KubeCluster
+from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
@@ -23,12 +23,6 @@ from tests.kube.conftest import (
 
 pytestmark = pytest.mark.cluster
 RACK = b.RACK
-REQUIRED = b.REQUIRED_TOPOLOGY
-
-
-@pytest.fixture(scope="module")
-def dgx(cluster: KubeCluster) -> list[str]:
-    return cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")
 
 
 def _queue(cluster: KubeCluster, ns: str) -> None:
@@ -47,9 +41,16 @@ def _queue(cluster: KubeCluster, ns: str) -> None:
 
 
 def _rack_job(name: str, ns: str, pods: int, priority: str) -> dict[str, Any]:
-    job = b.job(name, ns, queue="q", pods=pods, gpus=8, run="900s", priority=priority)
-    job["spec"]["template"]["metadata"]["annotations"][REQUIRED] = RACK
-    return job
+    return b.job(
+        name,
+        ns,
+        queue="q",
+        pods=pods,
+        gpus=8,
+        run="900s",
+        priority=priority,
+        required_topology=RACK,
+    )
 
 
 def _pods_by_job(cluster: KubeCluster, ns: str) -> dict[str, list[str]]:
