@@ -10,7 +10,7 @@ from pathlib import Path
 from atoll.cli.simulate_cmd import read_scenario
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
-from atoll.sim.results import JobState, SimResult
+from atoll.sim.results import JobRecord, JobState, SimResult
 from tests.sim import builders as b
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,3 +122,14 @@ def test_the_racks_example_scenario() -> None:
     )
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(during))
     assert result.notes == []
+
+
+def test_pods_atoll_did_not_place_hold_their_cpu_not_a_thousand_times_it() -> None:
+    # 16 pods of 4 CPUs and 1 GPU spread one per node; each node keeps 60 CPUs and 7 GPUs, so
+    # a rack gang of 24 one-GPU pods fits any rack (the inventory once read 4 CPUs as 4000)
+    plain = b.job("plain", pods=16, gpus=1, queue="plain-q", duration="1h")
+    plain["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4"
+    result = _run(plain, _rack_job("ring", 24, arrival=60))
+    ring = _jobs(result)["ring"]
+    assert isinstance(ring, JobRecord)
+    assert (ring.admitted, ring.started, ring.reason) == (60.0, 60.0, None)

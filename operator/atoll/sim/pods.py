@@ -15,6 +15,7 @@ from atoll.api.core import Pod
 from atoll.engine import model as m
 from atoll.engine.inventory import Placement
 from atoll.sim.nodes import GPU, NodePool, Signature
+from atoll.state import convert
 
 
 def signature(ps: m.PodSet, flavors: Iterable[m.ResourceFlavor] = ()) -> Signature:
@@ -108,7 +109,7 @@ def domain_text(placement: Placement) -> str:
 
 def sim_pod(namespace: str, name: str, node: str, req: Mapping[str, int]) -> Pod:
     """A running pod bound to `node` asking for `req` (what the inventory reads of a pod)."""
-    requests = {k: str(v) for k, v in req.items() if k != m.PODS and v}
+    requests = {k: str(convert.quantity(k, v)) for k, v in req.items() if k != m.PODS and v}
     return Pod.from_dict(
         {
             "metadata": {"name": name, "namespace": namespace},

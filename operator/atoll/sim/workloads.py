@@ -18,7 +18,6 @@ from atoll.api import labels as keys
 from atoll.api.core import Job, PriorityClass
 from atoll.api.meta import ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
-from atoll.api.quantity import Quantity
 from atoll.api.workload import (
     MAIN_POD_SET,
     Admission,
@@ -30,7 +29,7 @@ from atoll.api.workload import (
     WorkloadSpec,
 )
 from atoll.engine import decisions as d
-from atoll.state import tas
+from atoll.state import convert, tas
 from atoll.state import workloads as wls
 
 EPOCH = 1_767_225_600.0
@@ -108,10 +107,6 @@ def build_workload(job: Job, *, value: int, created: float) -> Workload:
     )
 
 
-def _quantity(resource: str, amount: int) -> Quantity:
-    return Quantity.from_milli(amount) if resource == "cpu" else Quantity.from_units(amount)
-
-
 def admitted(wl: Workload, decision: d.Admit, t: float) -> Workload:
     """QuotaReserved and Admitted (no admission checks), with the admission."""
     now = at(t)
@@ -138,7 +133,7 @@ def admitted(wl: Workload, decision: d.Admit, t: float) -> Workload:
             PodSetAssignment(
                 name=ps.name,
                 flavors={str(r): str(f) for r, f in ps.flavors},
-                resource_usage={str(r): _quantity(r, v) for r, v in ps.resource_usage},
+                resource_usage={str(r): convert.quantity(r, v) for r, v in ps.resource_usage},
                 count=ps.count,
             )
             for ps in decision.pod_sets

@@ -25,6 +25,11 @@ def amount(resource: str, quantity: Quantity) -> int:
     return quantity.milli if resource == "cpu" else quantity.value
 
 
+def quantity(resource: str, value: int) -> Quantity:
+    """The inverse of `amount`: the engine's integer (milli-cpu, else units) as a quantity."""
+    return Quantity.from_milli(value) if resource == "cpu" else Quantity.from_units(value)
+
+
 def _effect(raw: str | None) -> m.TaintEffect | None:
     return m.TaintEffect(raw) if raw else None
 
