@@ -7,6 +7,7 @@ import json
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobState, SimResult
 from atoll.sim.scenario import Scenario
+from atoll.state import workloads as wls
 from tests.sim.builders import cluster_queue, flavor, job, local_queue, nodes, scenario, six_gpus
 
 PREEMPTING = {"preemption": {"withinClusterQueue": "LowerPriority"}}
@@ -106,3 +107,28 @@ def test_backoff_limit_deactivates_the_workload() -> None:
     assert wide.reason == "Deactivated"
     assert result.end == 660.0
     assert result.timeline.series["pending/cq"][-1] == 0
+
+
+def test_a_gang_that_never_fits_a_node_ends_the_run_with_a_note() -> None:
+    # a pod asking 4 GPUs fits no 2-GPU node: without a backoff limit Kueue retries forever;
+    # the backoff stops doubling at its cap (2^1024 once overflowed) and the run ends
+    scn = six_gpus(job("wide", pods=1, gpus=4), job("ok", pods=2, arrival=10))
+    result = _run(scn, timeout=1.0, backoff_base=1.0, backoff_max=2.0)
+    wide, ok = result.jobs
+    assert ok.state is JobState.FINISHED
+    assert (wide.started, wide.finished) == (None, None)
+    assert wide.evictions > 1
+    assert result.end < 620 + 2 * 2 * (1.0 + 2.0) + 10
+    assert result.notes[-1].startswith(f"t={result.end:g}s: stopped: nothing runs")
+    assert "default/wide keep timing out" in result.notes[-1]
+
+
+def test_backoff_delay_doubles_up_to_its_cap_without_overflow() -> None:
+    assert [wls.backoff_delay(n, 60.0, 3600.0) for n in (1, 2, 3, 7, 8)] == [
+        60.0,
+        120.0,
+        240.0,
+        3600.0,
+        3600.0,
+    ]
+    assert wls.backoff_delay(5000, 60.0, 3600.0) == 3600.0

@@ -345,8 +345,8 @@ class JobController:
 
     def _backoff(self, wl: Workload) -> RequeueState:
         settings = self.settings.pods_ready
-        count = ((wl.status.requeue_state.count if wl.status.requeue_state else None) or 0) + 1
-        delay = min(settings.backoff_base * 2 ** (count - 1), settings.backoff_max)
+        count = wls.requeue_count(wl)
+        delay = wls.backoff_delay(count, settings.backoff_base, settings.backoff_max)
         at = dt.datetime.fromtimestamp(self.clock() + delay, dt.UTC).replace(microsecond=0)
         return RequeueState(count=count, requeue_at=at)
 

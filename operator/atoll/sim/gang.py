@@ -153,6 +153,10 @@ class GangSimulator:
     _pending: dict[str, int] = field(default_factory=dict)
     _busy: int = 0
     _finished: int = 0
+    _arrived: int = 0
+    _quiet_since: float = 0.0
+    """When a Job last arrived, started or finished, or a gang was evicted other than by a
+    PodsReady timeout at the backoff cap: after that only capped retries happened."""
     _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _drains: bool = False
     _topology: bool = False
@@ -203,6 +207,8 @@ class GangSimulator:
             run.record.pods = ps.count
             run.record.gpus = ps.count * dict(ps.requests).get(m.ResourceName(GPU), 0)
         self._pending[run.cq] += 1
+        self._arrived += 1
+        self._quiet_since = t
 
     def _admit(self, dec: d.Admit, t: float) -> None:
         run = self._runs[dec.workload]
@@ -250,6 +256,8 @@ class GangSimulator:
         run.record.state = JobState.PENDING
         s = self.settings
         rs = sw.next_backoff(wl, t, s.backoff_base, s.backoff_max) if backoff else None
+        if rs is None or rs.requeue_at is None or rs.requeue_at < sw.at(t + s.backoff_max):
+            self._quiet_since = t
         released = sw.released(wl, reason, message, t, backoff=rs)
         if rs is not None and s.backoff_limit is not None and (rs.count or 0) > s.backoff_limit:
             released = released.model_copy(
@@ -297,6 +305,7 @@ class GangSimulator:
         run.record.finished = t
         run.record.state = JobState.FINISHED
         self._finished += 1
+        self._quiet_since = t
         self.cache.delete_workload(key)  # as if its Job were deleted after finishing
 
     def _handle(self, kind: Kind, key: str, gen: int, t: float) -> bool:
@@ -349,6 +358,7 @@ class GangSimulator:
             if run.gang.complete:
                 run.running = True
                 run.record.started = t
+                self._quiet_since = t
                 self._busy += run.gang.size * run.gang.gpus_per_pod
                 self.clock.at(t + run.sj.duration, Kind.COMPLETE, run.key, run.gen)
             else:
@@ -388,6 +398,24 @@ class GangSimulator:
         if self.nodes is not None:
             self.nodes.add(t, self.pool.gpus_bound())
 
+    def _only_retries_left(self, t: float) -> bool:
+        """No Job runs or is still to arrive, and for two whole retry periods (PodsReady
+        timeout + the backoff cap) the only thing that happened was gangs timing out waiting
+        for their pods at the backoff cap: the run would repeat that forever (Kueue retries
+        without end unless `backoffLimitCount` is set), so it ends here, with a note."""
+        s = self.settings
+        if not s.pods_ready or self._busy or self._arrived < len(self._runs):
+            return False
+        if t - self._quiet_since <= 2 * (s.timeout + s.backoff_max):
+            return False
+        stuck = sorted(r.sj.key for r in self._runs.values() if r.record.finished is None)
+        self.notes.append(
+            f"t={t:g}s: stopped: nothing runs or arrives any more and {', '.join(stuck)} "
+            "keep timing out waiting for their pods to be placed (set waitForPodsReady "
+            "requeuingStrategy.backoffLimitCount to deactivate them instead)"
+        )
+        return True
+
     def run(self) -> SimResult:
         until = self.settings.until
         end = 0.0
@@ -400,6 +428,8 @@ class GangSimulator:
             self._sample(nxt)
             if self.progress is not None:
                 self.progress(self._finished, len(self._runs), nxt)
+            if self._only_retries_left(nxt):
+                break
         return SimResult(
             scenario=self.scenario.name,
             mode=Mode.GANG,

@@ -200,8 +200,8 @@ def backoff_finished(wl: Workload, t: float) -> Workload:
 
 
 def next_backoff(wl: Workload, t: float, base: float, cap: float) -> RequeueState:
-    """Kueue's requeue backoff after the n-th PodsReady timeout: base·2^(n−1), capped
-    (without Kueue's random jitter, so that runs are deterministic)."""
-    count = ((wl.status.requeue_state.count if wl.status.requeue_state else None) or 0) + 1
-    delay = min(base * 2 ** (count - 1), cap)
+    """Kueue's requeue backoff after the n-th PodsReady timeout (`wls.backoff_delay`; no
+    random jitter, so that runs are deterministic)."""
+    count = wls.requeue_count(wl)
+    delay = wls.backoff_delay(count, base, cap)
     return RequeueState(count=count, requeue_at=at(t + delay))

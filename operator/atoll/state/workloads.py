@@ -147,3 +147,20 @@ def dt_now() -> dt.datetime:
 
 def status_with(wl: Workload, **changes: object) -> WorkloadStatus:
     return wl.status.model_copy(update=changes)
+
+
+def requeue_count(wl: Workload) -> int:
+    """How many times the Workload was requeued after a PodsReady timeout, this one included."""
+    return ((wl.status.requeue_state.count if wl.status.requeue_state else None) or 0) + 1
+
+
+def backoff_delay(count: int, base: float, cap: float) -> float:
+    """Kueue's requeue backoff after the `count`-th PodsReady timeout: base·2^(count−1),
+    capped (without Kueue's random jitter). The doubling stops once the cap is reached, so
+    that a gang that times out forever never overflows a float."""
+    delay = base
+    for _ in range(count - 1):
+        if delay >= cap:
+            break
+        delay *= 2
+    return min(delay, cap)
