@@ -34,6 +34,11 @@ def test_preemption_evicts_the_whole_gang_and_requeues_it() -> None:
     assert tl.series["busy"][at_preemption] == 4  # high's 4 GPUs; none of low's left behind
     assert tl.series["bound/g"][at_preemption] == 4
     assert max(tl.series["partial"]) == 0
+    # low ran 60 s on 4 GPUs before it was preempted: that work was thrown away
+    summary = result.summary()
+    assert summary["gpuHoursLostToEviction"] == 4 * 60 / 3600
+    assert summary["gpuHoursUseful"] == (4 * 600 + 4 * 1800) / 3600
+    assert summary["gpuHoursProgressing"] == summary["gpuHoursUseful"] + 4 * 60 / 3600
 
 
 def test_equal_priority_does_not_preempt() -> None:

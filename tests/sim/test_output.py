@@ -56,6 +56,25 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert greedy["timeline"]["times"][-1] == gang["end"] == 1200.0
 
 
+def test_until_stops_both_runs_and_their_totals_there(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = (str(EXAMPLES / "mixed.yaml"), "--compare", "--until", "30m", "--json")
+    assert _simulate(*args) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["mode"] for r in runs] == ["gang", "greedy"]
+    for run in runs:
+        assert run["end"] <= 1800.0
+        assert run["timeline"]["times"][-1] == 1800.0
+        assert all(j["finished"] is None or j["finished"] <= 1800.0 for j in run["jobs"])
+        assert all(j["started"] is None or j["started"] <= 1800.0 for j in run["jobs"])
+        assert run["deadlock"] is None  # stopped early: no verdict
+        summary = run["summary"]
+        held = summary["gpuHoursProgressing"] + summary["gpuHoursHeldIdle"]
+        assert 0 < held <= 64 * 0.5  # 64 GPUs for half an hour at the most
+        assert summary["unfinished"] > 0
+
+
 def test_out_dir_gets_plots_and_results(tmp_path: Path) -> None:
     assert _simulate(str(EXAMPLES / "mixed.yaml"), "--compare", "--out", str(tmp_path)) == 0
     names = ("gpu-occupancy.png", "queue-length.png", "cq-usage.png", "wait-times.png")

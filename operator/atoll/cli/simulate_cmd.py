@@ -84,8 +84,8 @@ def run_all(
     if compare:
         bar, update = _progress(console, "pod-by-pod greedy")
         with bar:
-            results.append(GreedySimulator(scn, update).run())
-        align_ends(results)
+            results.append(GreedySimulator(scn, update, until).run())
+    align_ends(results, until)
     return results
 
 

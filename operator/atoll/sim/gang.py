@@ -152,6 +152,8 @@ class GangSimulator:
     _usage: dict[str, int] = field(default_factory=dict)
     _pending: dict[str, int] = field(default_factory=dict)
     _busy: int = 0
+    _lost: float = 0.0
+    """GPU-seconds of progress evictions threw away."""
     _finished: int = 0
     _arrived: int = 0
     _quiet_since: float = 0.0
@@ -243,8 +245,10 @@ class GangSimulator:
         run, wl = self._runs[key], self.cache.workloads[key]
         if run.gang is not None:
             self._usage[run.cq] -= run.gang.size * run.gang.gpus_per_pod
-            if run.running:
-                self._busy -= run.gang.size * run.gang.gpus_per_pod
+            if run.running and run.record.started is not None:
+                gpus = run.gang.size * run.gang.gpus_per_pod
+                self._busy -= gpus
+                self._lost += gpus * (t - run.record.started)
             self._release(run)
             if run in self._waiting:
                 self._waiting.remove(run)
@@ -439,5 +443,6 @@ class GangSimulator:
             gpu_capacity=self.pool.groups(),
             end=end,
             cycles=self.cycles,
+            lost_gpu_seconds=self._lost,
             notes=self.notes,
         )

@@ -73,6 +73,8 @@ def _pod_set(sj: SimJob, scn: Scenario) -> m.PodSet:
 class GreedySimulator:
     scenario: Scenario
     progress: Progress | None = None
+    until: float | None = None
+    """Stop the simulation at this time (default: when no event is left)."""
     pool: NodePool = field(init=False)
     clock: Clock = field(default_factory=Clock)
     timeline: Timeline = field(default_factory=Timeline)
@@ -172,7 +174,8 @@ class GreedySimulator:
             self.nodes.add(t, self.pool.gpus_bound())
 
     def run(self) -> SimResult:
-        while self.clock.next_time() is not None:
+        until = self.until
+        while (nxt := self.clock.next_time()) is not None and (until is None or nxt <= until):
             for ev in self.clock.pop_instant():
                 job = self._jobs[ev.key]
                 if ev.kind is Kind.COMPLETE:
@@ -183,7 +186,8 @@ class GreedySimulator:
             self._sample(self.clock.now)
             if self.progress is not None:
                 self.progress(self._finished, len(self._jobs), self.clock.now)
-        deadlock = self._deadlock()
+        # cut short by `until`, a Job still waiting may yet get its pods: no verdict then
+        deadlock = self._deadlock() if self.clock.next_time() is None else None
         return SimResult(
             scenario=self.scenario.name,
             mode=Mode.GREEDY,

@@ -177,9 +177,11 @@ class Deadlock:
         }
 
 
-def align_ends(results: list[SimResult]) -> None:
-    """Extend every run's timeline to the latest end among them, so plots compare."""
-    end = max((r.end for r in results), default=0.0)
+def align_ends(results: list[SimResult], until: float | None = None) -> None:
+    """Extend every run's timeline to `until` (a run stopped there holds its state up to
+    it), else to the latest end among them (a deadlocked run holds its GPUs forever), so
+    that plots and totals compare the same span."""
+    end = until if until is not None else max((r.end for r in results), default=0.0)
     for r in results:
         r.timeline.extend_to(end)
 
@@ -227,6 +229,9 @@ class SimResult:
     end: float
     cycles: int = 0
     """Engine cycles run (gang mode)."""
+    lost_gpu_seconds: float = 0.0
+    """GPU-seconds of progress thrown away: the run time of gangs evicted (preempted)
+    while running, which restart from scratch."""
     deadlock: Deadlock | None = None
     notes: list[str] = field(default_factory=list)
     nodes: NodeTimeline | None = None
@@ -249,6 +254,8 @@ class SimResult:
             "maxWait": max(waits, default=None),
             "evictions": sum(j.evictions for j in self.jobs),
             "gpuHoursProgressing": busy / 3600,
+            "gpuHoursUseful": (busy - self.lost_gpu_seconds) / 3600,
+            "gpuHoursLostToEviction": self.lost_gpu_seconds / 3600,
             "gpuHoursHeldIdle": (bound - busy) / 3600,
             "deadlocked": self.deadlock is not None,
             "cycles": self.cycles,
