@@ -116,11 +116,27 @@ def test_report_names_jobs_and_the_deadlock() -> None:
     assert "wait-for cycle" in text
 
 
+def test_out_onto_a_file_fails_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = tmp_path / "results"
+    taken.write_text("mine")
+
+    def no_run(*args: object, **kw: object) -> None:
+        raise AssertionError("the simulation ran")
+
+    monkeypatch.setattr(simulate_cmd, "run_all", no_run)
+    assert _simulate(str(EXAMPLES / "deadlock.yaml"), "--out", str(taken)) == 2
+    assert f"--out {taken}: exists and is not a directory" in capsys.readouterr().err
+    assert taken.read_text() == "mine"
+
+
 def test_bad_scenario_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
-    assert _simulate(str(bad)) == 1
-    assert "no Nodes and no ClusterShape" in capsys.readouterr().err
+    assert _simulate(str(bad)) == 2
+    err = capsys.readouterr().err
+    assert f"atoll simulate: {bad}: no Nodes and no ClusterShape" in err
 
 
 def _cli(*argv: str) -> int:
@@ -144,10 +160,10 @@ def test_what_if_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "not both" in capsys.readouterr().err
     empty = tmp_path / "empty-kubeconfig"
     empty.write_text("")
-    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty)) == 1
-    assert "cannot load the kubeconfig" in capsys.readouterr().err
+    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty)) == 2
+    assert f"kubeconfig {empty}: no current-context set" in capsys.readouterr().err
     bad = ("--set", "waitForPodsReady.timeout=soon")
-    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty), *bad) == 1
+    assert _cli("what-if", str(job_file), "--kubeconfig", str(empty), *bad) == 2
     assert "waitForPodsReady.timeout" in capsys.readouterr().err
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from atoll.cli.simulate_cmd import read_scenario
 from atoll.sim.gang import Settings
 from atoll.sim.scenario import ScenarioError, parse_duration
-from tests.sim.builders import job, six_gpus
+from tests.sim.builders import cluster_queue, flavor, job, nodes, six_gpus
 
 
 @pytest.mark.parametrize(
@@ -84,3 +86,102 @@ def test_kueue_configuration_sets_the_simulator_settings() -> None:
 def test_unknown_kinds_are_listed_not_fatal() -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
     assert six_gpus(cm).ignored == ["ConfigMap/x"]
+
+
+def _cq(**spec: object) -> dict[str, object]:
+    cq = cluster_queue()
+    cq["spec"].update(spec)
+    return cq
+
+
+def _first_quota(cq: dict[str, Any], **fields: object) -> dict[str, Any]:
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1].update(fields)
+    return cq
+
+
+QUOTA = "spec.resourceGroups[0].flavors[0].resources[2]"
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        pytest.param(
+            {**_cq(cohort="team"), "apiVersion": "kueue.x-k8s.io/v1beta1"},
+            "document 1 (ClusterQueue cq): convert it to v1beta2: apiVersion: "
+            "kueue.x-k8s.io/v1beta1 → kueue.x-k8s.io/v1beta2; spec.cohort → spec.cohortName",
+            id="v1beta1-names-the-renamed-field",
+        ),
+        pytest.param(
+            {**flavor(), "apiVersion": "kueue.x-k8s.io/v1beta1"},
+            "document 1 (ResourceFlavor gpu): convert it to v1beta2: apiVersion: "
+            "kueue.x-k8s.io/v1beta1 → kueue.x-k8s.io/v1beta2; nothing else differs",
+            id="v1beta1-same-schema",
+        ),
+        pytest.param(
+            _cq(cohortname="team"),
+            "document 1 (ClusterQueue cq): invalid: spec.cohortname: unknown field",
+            id="unknown-field",
+        ),
+        pytest.param(
+            _first_quota(cluster_queue(), nominalQuota=-2),
+            f"invalid: {QUOTA}.nominalQuota: nominalQuota must be non-negative",
+            id="negative-quota",
+        ),
+        pytest.param(
+            _first_quota(cluster_queue(), borrowingLimit=2),
+            "invalid: spec.resourceGroups: borrowingLimit must be nil when cohort is empty",
+            id="borrowing-limit-without-cohort",
+        ),
+        pytest.param(
+            _cq(queueingStrategy="FIFO"),
+            "invalid: spec.queueingStrategy: Input should be 'StrictFIFO' or 'BestEffortFIFO'",
+            id="enum",
+        ),
+        pytest.param(
+            job("j", **{"atoll.dev/repeat": "100001"}),
+            "document 1 (Job j): metadata.annotations[atoll.dev/repeat]: 100,001 copies, at "
+            "most 100,000 are allowed",
+            id="repeat-bounded",
+        ),
+    ],
+)
+def test_objects_are_checked_as_the_api_server_checks_them(
+    tmp_path: Path, doc: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump_all([doc, *nodes(1, 2)]))
+    with pytest.raises(ScenarioError) as err:
+        read_scenario(path)
+    assert str(err.value).startswith(f"{path}: document 1 (")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_duplicate_names_are_rejected() -> None:
+    with pytest.raises(ScenarioError, match="two ClusterQueue objects named cq: names must"):
+        six_gpus(cluster_queue())
+    with pytest.raises(ScenarioError, match="two Job objects named default/a"):
+        six_gpus(job("a"), job("a"))
+    sweep = job("a", **{"atoll.dev/repeat": "2"})
+    with pytest.raises(ScenarioError, match="two Job objects named default/a-1"):
+        six_gpus(sweep, job("a-1"))
+
+
+def test_a_document_that_is_not_a_mapping_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ScenarioError) as err:
+        read_scenario(path)
+    assert str(err.value) == (
+        f"{path}: document 1: the top level is a list, not a Kubernetes object (a mapping "
+        "with apiVersion, kind and metadata)"
+    )
+
+
+def test_unknown_kinds_are_a_warning_naming_the_document() -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    scn = six_gpus(cm)
+    assert scn.warnings == [
+        "test: document 9 (ConfigMap x): apiVersion 'v1' kind 'ConfigMap' is not a kind the "
+        "simulator reads; ignored"
+    ]

@@ -35,7 +35,7 @@ def _dgx_scenario(*jobs: b.Doc) -> list[b.Doc]:
         },
     }
     tas = b.flavor("tas")
-    tas["spec"] = {"topologyName": "dgx"}
+    tas["spec"] = {"topologyName": "dgx", "nodeLabels": {"atoll.dev/node-group": "dgx"}}
     plain_cq = b.cluster_queue("plain", gpus=128, flavor_name="plain")
     plain_cq["spec"]["cohortName"] = "all"
     tas_cq = b.cluster_queue("cq", gpus=128, flavor_name="tas")

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from rich.console import Console
-
 from atoll.api.configuration import ConfigurationError
 from atoll.api.core import Job
 from atoll.api.workload import Workload
+from atoll.cli.errors import FAILED, USAGE, complain
+from atoll.cli.kubeconfig import KubeconfigError, check_kubeconfig
 from atoll.cli.run_cmd import add_configuration_options, configuration
 from atoll.control import jobframework as jf
 from atoll.control.explain import JobWhatIf, explain, what_if_workload
@@ -55,37 +55,41 @@ def _find_workload(cache: Cache, target: str) -> str | None:
 
 def read_cluster(args: argparse.Namespace) -> tuple[Cache, float, FairSharing | None]:
     """The live cluster in a cache set up by `--config`/`--set` (raises ConfigurationError
-    or ClusterReadError)."""
+    or KubeconfigError for bad input, ClusterReadError when the cluster cannot be read)."""
     cfg = configuration(args)
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    check_kubeconfig(kubeconfig)
     cache, now = asyncio.run(live.read(kubeconfig, new_cache(cfg)))
     return cache, now, fair_sharing(cfg)
 
 
 def _explain(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
     try:
         cache, now, fs = read_cluster(args)
-    except (live.ClusterReadError, ConfigurationError) as e:
-        err.print(f"atoll explain: {e}")
-        return 1
+    except (KubeconfigError, ConfigurationError) as e:
+        return complain("explain", e, USAGE)
+    except live.ClusterReadError as e:
+        return complain("explain", e, FAILED)
     key = _find_workload(cache, args.target)
     if key is None:
-        err.print(
-            f"atoll explain: no Workload for {args.target!r}: neither a Job with a Workload "
-            "nor a Workload of that name (is the Job labelled kueue.x-k8s.io/queue-name?)"
+        return complain(
+            "explain",
+            f"no Workload for {args.target!r}: neither a Job with a Workload nor a Workload "
+            "of that name (is the Job labelled kueue.x-k8s.io/queue-name?)",
+            FAILED,
         )
-        return 1
     print_answer(explain(cache, key, now, fair_sharing=fs), as_json=args.json)
     return 0
 
 
-def live_what_if(job: Job, args: argparse.Namespace) -> tuple[JobWhatIf | None, str | None]:
-    """The answer for `job` on the live cluster of `args`, or an error message."""
-    try:
-        cache, now, fs = read_cluster(args)
-    except (live.ClusterReadError, ConfigurationError) as e:
-        return None, str(e)
+class NotQueuedError(ValueError):
+    """The Job would not be queued by atoll at all."""
+
+
+def live_what_if(job: Job, args: argparse.Namespace) -> JobWhatIf:
+    """The answer for `job` on the live cluster of `args` (raises what `read_cluster` raises,
+    NotQueuedError, or jobframework.ComposeError)."""
+    cache, now, fs = read_cluster(args)
     meta = job.metadata.model_copy(
         update={
             "namespace": job.metadata.namespace or "default",
@@ -94,17 +98,16 @@ def live_what_if(job: Job, args: argparse.Namespace) -> tuple[JobWhatIf | None, 
     )
     job = job.model_copy(update={"metadata": meta})
     if jf.queue_name(job) is None:
-        return None, "the Job has no kueue.x-k8s.io/queue-name label: atoll would not queue it"
-    try:
-        priority = jf.resolve_priority(job, cache.workload_classes, cache.priority_classes)
-    except jf.ComposeError as e:
-        return None, str(e)
+        raise NotQueuedError(
+            "the Job has no kueue.x-k8s.io/queue-name label: atoll would not queue it"
+        )
+    priority = jf.resolve_priority(job, cache.workload_classes, cache.priority_classes)
     wl = jf.build_workload(job, priority)
     created = dt.datetime.fromtimestamp(now, dt.UTC).replace(microsecond=0)
     raw: dict[str, Any] = wl.to_dict()
     raw["metadata"]["creationTimestamp"] = created.isoformat().replace("+00:00", "Z")
     raw["metadata"]["uid"] = "what-if"
-    return what_if_workload(cache, Workload.from_dict(raw), now, fs), None
+    return what_if_workload(cache, Workload.from_dict(raw), now, fs)
 
 
 def register(sub: Any) -> None:

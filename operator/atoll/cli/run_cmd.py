@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ from atoll.api.configuration import (
     parse_bind_address,
     parse_override,
 )
+from atoll.cli.errors import complain
+from atoll.cli.kubeconfig import KubeconfigError, check_kubeconfig
 from atoll.kube.operator import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
 from atoll.kube.operator import RunOptions, configure_logging, run
 
@@ -54,25 +55,38 @@ def add_configuration_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def webhook_mode(args: argparse.Namespace, token: Path = IN_CLUSTER_TOKEN) -> str:
+    """`--webhook auto` (the default): `service` inside a cluster (a service-account token
+    and no --kubeconfig), else `url`."""
+    if args.webhook != "auto":
+        return str(args.webhook)
+    return "service" if token.exists() and not args.kubeconfig else "url"
+
+
+def webhook_service(args: argparse.Namespace, cfg: Configuration) -> str:
+    """`--webhook-service`, else the configuration's namespace and webhookServiceName."""
+    return str(
+        args.webhook_service
+        or f"{cfg.namespace}/{cfg.internal_cert_management.webhook_service_name}"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         cfg = configuration(args)
-    except ConfigurationError as e:
-        print(f"atoll run: {e}", file=sys.stderr)
-        return 2
+        kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+        check_kubeconfig(kubeconfig, in_cluster=IN_CLUSTER_TOKEN.exists())
+    except (ConfigurationError, KubeconfigError) as e:
+        return complain("run", e)
     configure_logging(cfg.atoll.log_format.value, cfg.atoll.log_level)
     metrics = _address(args.metrics_bind_address, cfg.metrics.bind_address, "metrics")
     health = _address(args.health_bind_address, cfg.health.health_probe_bind_address, "health")
     webhook_addr, _, webhook_port = (args.webhook_bind_address or "").rpartition(":")
-    mode = args.webhook
-    if mode == "auto":
-        mode = "service" if IN_CLUSTER_TOKEN.exists() and not args.kubeconfig else "url"
-    service = args.webhook_service or (
-        f"{cfg.namespace}/{cfg.internal_cert_management.webhook_service_name}"
-    )
+    mode = webhook_mode(args)
+    service = webhook_service(args, cfg)
     opts = RunOptions(
         configuration=cfg,
-        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        kubeconfig=kubeconfig,
         webhook=mode,
         webhook_host=args.webhook_host,
         webhook_addr=webhook_addr or ("127.0.0.1" if mode == "url" else "0.0.0.0"),
@@ -106,17 +120,18 @@ def register(sub: Any) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or in-cluster)")
     parser.add_argument(
         "--webhook",
-        choices=("url", "service", "off"),
-        default="url",
+        choices=("auto", "url", "service", "off"),
+        default="auto",
         help="how the API server reaches the Job webhook: url (https://HOST:PORT, e.g. the "
-        "sandbox), service (in a cluster) or off (default url)",
+        "sandbox), service (in a cluster), off, or auto: service when running in a cluster "
+        "(service-account token, no --kubeconfig), else url (default auto)",
     )
     parser.add_argument("--webhook-host", default="127.0.0.1", help="host in the webhook URL")
     parser.add_argument("--webhook-bind-address", help="HOST:PORT to serve the webhook on")
     parser.add_argument(
         "--webhook-service",
-        default="atoll-system/atoll-webhook",
-        help="NAMESPACE/NAME of the webhook Service (with --webhook service)",
+        help="NAMESPACE/NAME of the webhook Service (with --webhook service; default: the "
+        "configuration's namespace/internalCertManagement.webhookServiceName)",
     )
     parser.add_argument("--metrics-bind-address", help="HOST:PORT for /metrics ('0' disables)")
     parser.add_argument("--health-bind-address", help="HOST:PORT for /healthz and /readyz")

@@ -9,14 +9,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from atoll.api.configuration import ConfigurationError
 from atoll.api.core import Job
-from atoll.cli.explain_cmd import live_what_if, print_answer
+from atoll.cli.errors import FAILED, USAGE, complain
+from atoll.cli.explain_cmd import NotQueuedError, live_what_if, print_answer
+from atoll.cli.kubeconfig import KubeconfigError
 from atoll.cli.run_cmd import add_configuration_options
 from atoll.control.explain import JobWhatIf
+from atoll.control.jobframework import ComposeError
+from atoll.kube.live import ClusterReadError
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
@@ -27,6 +31,7 @@ from atoll.sim.scenario import (
     SHAPE_FILE,
     Scenario,
     ScenarioError,
+    load_job,
     load_scenario,
     parse_duration,
 )
@@ -97,22 +102,37 @@ def as_json(scn: Scenario, results: list[SimResult]) -> dict[str, Any]:
     }
 
 
-def _simulate(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+def _out_dir(raw: str | None) -> Path | None:
+    """The --out directory, created now so that a bad path fails before the run."""
+    if raw is None:
+        return None
+    out = Path(raw)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {raw}: exists and is not a directory")
     try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {raw}: cannot create the directory: {e.strerror}") from e
+    return out
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    try:
+        out = _out_dir(args.out)
         scn = read_scenario(Path(args.scenario))
         until = parse_duration(args.until) if args.until else None
     except (ScenarioError, ValueError) as e:
-        err.print(f"atoll simulate: {e}")
-        return 1
+        return complain("simulate", e)
+    for warning in scn.warnings:
+        complain("simulate", f"warning: {warning}")
+    err = Console(stderr=True)
     results = run_all(scn, compare=args.compare, until=until, console=err)
     doc = as_json(scn, results)
-    if args.out:
+    if out is not None:
         # matplotlib is imported only here: every `atoll` command (the operator too) builds
         # this parser, and would otherwise carry its ~40 MiB.
         from atoll.sim.plots import write_plots  # noqa: PLC0415
 
-        out = Path(args.out)
         for path in write_plots(results, out):
             err.print(f"wrote {path}")
         (out / "results.json").write_text(json.dumps(doc, indent=1))
@@ -125,17 +145,25 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _what_if(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
-    if args.kubeconfig and args.scenario:
-        err.print("atoll what-if: give either --scenario FILE or --kubeconfig FILE, not both")
-        return 2
+def _live_what_if(job: Job, args: argparse.Namespace) -> JobWhatIf | int:
+    """The live cluster's answer, or the exit code after saying what went wrong."""
     try:
-        raw = yaml.safe_load(Path(args.job).read_text())
-        job = Job.model_validate(raw)
-    except (ValueError, OSError, yaml.YAMLError) as e:
-        err.print(f"atoll what-if: {e}")
-        return 1
+        return live_what_if(job, args)
+    except (KubeconfigError, ConfigurationError, NotQueuedError, ComposeError) as e:
+        return complain("what-if", e, USAGE)
+    except ClusterReadError as e:
+        return complain("what-if", e, FAILED)
+
+
+def _what_if(args: argparse.Namespace) -> int:
+    if args.kubeconfig and args.scenario:
+        return complain("what-if", "give either --scenario FILE or --kubeconfig FILE, not both")
+    if args.at and not args.scenario:
+        return complain("what-if", "--at is for --scenario; a live cluster is asked now")
+    try:
+        job = load_job(Path(args.job))
+    except ScenarioError as e:
+        return complain("what-if", e)
     answer: WhatIf | JobWhatIf
     if args.scenario:
         try:
@@ -143,16 +171,11 @@ def _what_if(args: argparse.Namespace) -> int:
             at = parse_duration(args.at) if args.at else 0.0
             answer = what_if(scn, job, at=at)
         except (ScenarioError, ValueError) as e:
-            err.print(f"atoll what-if: {e}")
-            return 1
+            return complain("what-if", e)
     else:
-        if args.at:
-            err.print("atoll what-if: --at is for --scenario; a live cluster is asked now")
-            return 2
-        live, problem = live_what_if(job, args)
-        if live is None:
-            err.print(f"atoll what-if: {problem}")
-            return 1
+        live = _live_what_if(job, args)
+        if isinstance(live, int):
+            return live
         answer = live
     print_answer(answer, as_json=args.json)
     return 0

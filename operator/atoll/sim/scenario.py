@@ -25,20 +25,24 @@ from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.configuration import Configuration
 from atoll.api.core import Job, Namespace, Node, PriorityClass
-from atoll.api.kinds import UnknownKindError, parse_object
+from atoll.api.kinds import KUEUE_KINDS, MODELS
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
 from atoll.state import tas
+from atoll.state.apivalidation import Problem, check_object, model_problems
 
 ARRIVAL = "atoll.dev/arrival"
 """Seconds from the start of the simulation when the Job is created (default 0)."""
 RUN_DURATION = "atoll.dev/run-duration"
 """How long the Job runs once all its pods run, as a Go duration ("90s", "1h30m")."""
 REPEAT = "atoll.dev/repeat"
-"""Create this many copies of the Job, named `<name>-<k>` (default 1)."""
+"""Create this many copies of the Job, named `<name>-<k>` (default 1, at most
+`MAX_REPEAT`)."""
+MAX_REPEAT = 100_000
+"""The most copies one Job may ask for (the simulator's benchmark runs 100,000 Jobs)."""
 REPEAT_EVERY = "atoll.dev/repeat-every"
 """Arrival spacing of the copies, as a Go duration (default "0s")."""
 SHAPE_FILE = "atoll.dev/shape-file"
@@ -46,11 +50,22 @@ SHAPE_FILE = "atoll.dev/shape-file"
 SCENARIO_ANNOTATIONS = {
     ARRIVAL: "seconds from the start when the Job is created (default 0)",
     RUN_DURATION: "run time once all pods run, a Go duration such as 90s or 1h30m",
-    REPEAT: "number of copies of the Job, named <name>-<k> (default 1)",
+    REPEAT: f"number of copies of the Job, named <name>-<k> (default 1, at most {MAX_REPEAT:,})",
     REPEAT_EVERY: "arrival spacing of the copies, a Go duration (default 0s)",
 }
 SHAPE_KIND = ("atoll.dev/v1alpha1", "ClusterShape")
 CONFIG_KIND = ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+KUEUE_V1BETA1 = "kueue.x-k8s.io/v1beta1"
+V1BETA1_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "ClusterQueue": (
+        ("spec.cohort", "spec.cohortName"),
+        ("spec.admissionChecks", "spec.admissionChecksStrategy.admissionChecks[].name"),
+    ),
+}
+"""Fields of Kueue's v1beta1 kinds that v1beta2 names differently (Kueue's
+apis/kueue/v1beta1/*_conversion.go); the other kinds' specs are the same in both."""
+V1BETA1_VALUES = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}
+"""v1beta1's flavorFungibility values and their v1beta2 equivalent."""
 
 ShapeExpander = Callable[[Mapping[str, Any], Path], list[dict[str, Any]]]
 """(ClusterShape document, scenario directory) → Node objects."""
@@ -113,6 +128,8 @@ class Scenario:
     config: Configuration = field(default_factory=Configuration)
     ignored: list[str] = field(default_factory=list)
     """`Kind/name` of documents the simulator does not use."""
+    warnings: list[str] = field(default_factory=list)
+    """What the simulator ignored, each naming the file and the document."""
 
 
 def _job_copies(job: Job, where: str, seq: int) -> list[SimJob]:
@@ -129,11 +146,15 @@ def _job_copies(job: Job, where: str, seq: int) -> list[SimJob]:
         repeat = int(ann.get(REPEAT, "1"))
         every = parse_duration(ann.get(REPEAT_EVERY, "0s"))
     except ValueError as e:
-        raise ScenarioError(f"{where}: Job {job.name}: {e}") from e
+        raise ScenarioError(f"{where}: {e}") from e
     if arrival < 0 or duration <= 0 or repeat < 1 or every < 0:
         raise ScenarioError(
-            f"{where}: Job {job.name}: arrival and repeat-every must be >= 0, run-duration > 0, "
-            "repeat >= 1"
+            f"{where}: arrival and repeat-every must be >= 0, run-duration > 0, repeat >= 1"
+        )
+    if repeat > MAX_REPEAT:
+        raise ScenarioError(
+            f"{where}: metadata.annotations[{REPEAT}]: {repeat:,} copies, at most "
+            f"{MAX_REPEAT:,} are allowed"
         )
     if repeat == 1:
         return [SimJob(job=job, arrival=arrival, duration=duration, seq=seq)]
@@ -175,6 +196,56 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.ignored.append(f"{obj.KIND}/{obj.name}")
 
 
+def _v1beta1(raw: Mapping[str, Any], where: str) -> ScenarioError:
+    """What to change to turn a Kueue v1beta1 object into v1beta2."""
+    kind = str(raw.get("kind", ""))
+    spec = raw.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    changes = [f"apiVersion: {KUEUE_V1BETA1} → kueue.x-k8s.io/v1beta2"]
+    for old, new in V1BETA1_RENAMES.get(kind, ()):
+        if old.removeprefix("spec.") in spec:
+            changes.append(f"{old} → {new}")
+    fungibility = spec.get("flavorFungibility") or {}
+    for key, value in fungibility.items() if isinstance(fungibility, Mapping) else ():
+        if value in V1BETA1_VALUES:
+            changes.append(f"spec.flavorFungibility.{key}: {value} → {V1BETA1_VALUES[value]}")
+    if len(changes) == 1:
+        changes.append("nothing else differs for this object")
+    return ScenarioError(f"{where}: convert it to v1beta2: " + "; ".join(changes))
+
+
+def _invalid(where: str, problems: Iterable[Problem]) -> ScenarioError:
+    return ScenarioError(f"{where}: invalid: " + "; ".join(str(p) for p in problems))
+
+
+def parse_document(raw: Mapping[str, Any], where: str) -> KubeObject | None:
+    """One object of a scenario or Job file, checked as the API server would check it
+    (Kueue kinds: schema, unknown fields and CEL rules; other kinds: their model); None for
+    a kind atoll has no model for. Raises ScenarioError naming `where` and the field."""
+    api_version = str(raw.get("apiVersion", ""))
+    kind = str(raw.get("kind", ""))
+    if api_version == KUEUE_V1BETA1:
+        raise _v1beta1(raw, where)
+    model = MODELS.get((api_version, kind))
+    if model is None:
+        return None
+    if model in KUEUE_KINDS:
+        obj, problems = check_object(raw, model)
+        if problems or obj is None:
+            raise _invalid(where, problems)
+        return obj
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise _invalid(where, model_problems(e)) from e
+
+
+def _describe(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f"{raw.get('kind') or 'object without kind'} {name or '(no name)'}"
+
+
 def _add_raw(
     scn: Scenario, raw: Mapping[str, Any], where: str, base: Path, expand: ShapeExpander | None
 ) -> None:
@@ -186,47 +257,106 @@ def _add_raw(
             scn.nodes.append(Node.model_validate(node))
         return
     if kind == CONFIG_KIND:
-        scn.config = Configuration.model_validate(raw)
+        try:
+            scn.config = Configuration.model_validate(raw)
+        except ValidationError as e:
+            raise _invalid(where, model_problems(e)) from e
         return
-    try:
-        obj = parse_object(raw)
-    except UnknownKindError:
+    obj = parse_document(raw, where)
+    if obj is None:
         name = (raw.get("metadata") or {}).get("name", "?")
         scn.ignored.append(f"{kind[1]}/{name}")
+        scn.warnings.append(
+            f"{where}: apiVersion {kind[0]!r} kind {kind[1]!r} is not a kind the simulator "
+            "reads; ignored"
+        )
         return
     _add(scn, obj, where)
 
 
+def _duplicates(scn: Scenario, source: str) -> None:
+    """Two objects of one kind with the same name (in one namespace) are one object to the
+    API server: the second would replace the first. A scenario may not say both."""
+    seen: set[tuple[str, str, str]] = set()
+    groups: list[Iterable[KubeObject]] = [
+        scn.flavors, scn.cluster_queues, scn.cohorts, scn.local_queues, scn.workload_classes,
+        scn.priority_classes, scn.nodes, scn.topologies, [j.job for j in scn.jobs],
+    ]  # fmt: skip
+    for objects in groups:
+        for obj in objects:
+            key = (obj.KIND, obj.metadata.namespace or "", obj.name)
+            if key in seen:
+                where = f"{key[1]}/{key[2]}" if key[1] else key[2]
+                raise ScenarioError(
+                    f"{source}: two {obj.KIND} objects named {where}: names must be unique"
+                )
+            seen.add(key)
+
+
+def not_an_object(raw: object, where: str) -> ScenarioError:
+    return ScenarioError(
+        f"{where}: the top level is a {type(raw).__name__}, not a Kubernetes object (a "
+        "mapping with apiVersion, kind and metadata)"
+    )
+
+
 def from_documents(
-    docs: Iterable[Mapping[str, Any] | None],
+    docs: Iterable[object],
     *,
     name: str,
     base: Path,
     expand: ShapeExpander | None = None,
+    source: str | None = None,
 ) -> Scenario:
-    """A scenario from parsed YAML documents (None documents are skipped)."""
+    """A scenario from parsed YAML documents (empty documents are skipped); errors name
+    `source` (default `name`), the document and the field."""
     scn = Scenario(name=name)
     for i, raw in enumerate(docs):
-        if not raw:
+        if raw is None:
             continue
-        where = f"{name}: document {i + 1}"
-        try:
-            _add_raw(scn, raw, where, base, expand)
-        except ValidationError as e:
-            raise ScenarioError(f"{where}: {e}") from e
+        where = f"{source or name}: document {i + 1}"
+        if not isinstance(raw, Mapping):
+            raise not_an_object(raw, where)
+        where = f"{where} ({_describe(raw)})"
+        _add_raw(scn, raw, where, base, expand)
+    _duplicates(scn, source or name)
     for ns in {j.job.namespace or "default" for j in scn.jobs} | {
         q.namespace or "default" for q in scn.local_queues
     }:
         scn.namespaces.setdefault(ns, {"kubernetes.io/metadata.name": ns})
     scn.jobs.sort(key=lambda j: (j.arrival, j.seq))
     if not scn.nodes:
-        raise ScenarioError(f"{name}: no Nodes and no ClusterShape: the cluster is empty")
+        raise ScenarioError(f"{source or name}: no Nodes and no ClusterShape: the cluster is empty")
     return scn
+
+
+def _one_line(error: Exception) -> str:
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return " ".join(str(error).split())
 
 
 def load_scenario(path: Path, expand: ShapeExpander | None = None) -> Scenario:
     try:
         docs = list(yaml.safe_load_all(path.read_text()))
     except (OSError, yaml.YAMLError) as e:
-        raise ScenarioError(f"{path}: cannot read scenario: {e}") from e
-    return from_documents(docs, name=path.stem, base=path.parent, expand=expand)
+        raise ScenarioError(f"{path}: cannot read the scenario: {_one_line(e)}") from e
+    return from_documents(docs, name=path.stem, base=path.parent, expand=expand, source=str(path))
+
+
+def load_job(path: Path) -> Job:
+    """The one batch/v1 Job of a manifest file (for what-if), checked like a scenario's."""
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        raise ScenarioError(f"{path}: cannot read the Job: {_one_line(e)}") from e
+    if len(docs) != 1:
+        raise ScenarioError(f"{path}: expected one batch/v1 Job, found {len(docs)} documents")
+    where = f"{path}: document 1"
+    if not isinstance(docs[0], Mapping):
+        raise not_an_object(docs[0], where)
+    where = f"{where} ({_describe(docs[0])})"
+    job = parse_document(docs[0], where)
+    if not isinstance(job, Job):
+        raise ScenarioError(f"{where}: not a batch/v1 Job")
+    return job
