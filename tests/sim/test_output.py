@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 
 from atoll.cli import simulate_cmd
+from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
 from atoll.sim.plots import write_plots
 from atoll.sim.render import report
@@ -41,7 +42,7 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert gang["gpuCapacity"] == {"six": 6}
     assert set(gang["jobs"][0]) == {
         "name", "arrival", "pods", "gpus", "clusterQueue", "admitted", "started",
-        "finished", "wait", "flavor", "domain", "evictions", "reason", "state",
+        "finished", "wait", "flavor", "domain", "evictions", "reason", "message", "state",
     }  # fmt: skip
     tl = gang["timeline"]
     assert all(len(col) == len(tl["times"]) for col in tl["series"].values())
@@ -129,6 +130,25 @@ def test_out_onto_a_file_fails_before_the_run(
     assert _simulate(str(EXAMPLES / "deadlock.yaml"), "--out", str(taken)) == 2
     assert f"--out {taken}: exists and is not a directory" in capsys.readouterr().err
     assert taken.read_text() == "mine"
+
+
+def test_the_jobs_table_reads_at_80_columns_and_says_why_jobs_wait() -> None:
+    scn = simulate_cmd.read_scenario(EXAMPLES / "racks.yaml")
+    result = GangSimulator(scn, Settings.of(scn.config)).run()
+    console = Console(record=True, width=80)
+    console.print(report([result]))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(" train-")}
+    assert len(rows) == 6  # whole names, one row each
+    assert "3×8" in rows["train-0"]
+    assert "Finished" in rows["train-0"]
+    assert "Jobs (namespace default)" in text
+    message = " ".join(text.split())  # the message wraps at 80 columns
+    assert (
+        "too-wide pending: TopologyPlacementFailed: pod set main needs 40 pods in one "
+        "topology.atoll.dev/rack; the largest has room for 32"
+    ) in message
 
 
 def test_bad_scenario_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

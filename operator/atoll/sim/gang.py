@@ -233,7 +233,7 @@ class GangSimulator:
         run.record.admitted = t
         run.record.flavor = ",".join(names)
         run.record.cluster_queue = str(dec.cluster_queue)
-        run.record.reason = None
+        run.record.reason = run.record.message = None
         run.record.state = JobState.RUNNING
         self._usage[run.cq] += adm.count * run.gang.gpus_per_pod
         self._pending[run.cq] -= 1
@@ -256,7 +256,7 @@ class GangSimulator:
         run.gen += 1
         run.record.evictions += 1
         run.record.started = None
-        run.record.reason = reason
+        run.record.reason, run.record.message = reason, message
         run.record.state = JobState.PENDING
         s = self.settings
         rs = sw.next_backoff(wl, t, s.backoff_base, s.backoff_max) if backoff else None
@@ -268,6 +268,9 @@ class GangSimulator:
                 update={"spec": released.spec.model_copy(update={"active": False})}
             )
             run.record.reason = "Deactivated"
+            run.record.message = (
+                f"{rs.count} PodsReady timeouts, more than backoffLimitCount {s.backoff_limit}"
+            )
         else:
             self._pending[run.cq] += 1
             if rs is not None and rs.requeue_at is not None:
@@ -340,9 +343,10 @@ class GangSimulator:
                     for v in dec.victims:
                         message = f"Preempted to accommodate {dec.workload} ({v.reason.value})"
                         self._evict(v.workload, "Preempted", message, t, backoff=False)
-                    self._runs[
-                        dec.workload
-                    ].record.reason = d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
+                    record = self._runs[dec.workload].record
+                    record.reason = d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
+                    victims = ", ".join(sorted(v.workload for v in dec.victims))
+                    record.message = f"waiting for {victims} to be evicted"
                     progress = True
                 case d.Evict():
                     self._evict(dec.workload, dec.reason.value, dec.message, t, backoff=False)
@@ -351,6 +355,7 @@ class GangSimulator:
                     run = self._runs.get(dec.workload)
                     if run is not None:
                         run.record.reason = dec.reason.value
+                        run.record.message = dec.message
         return progress
 
     def _place_waiting(self, t: float) -> None:

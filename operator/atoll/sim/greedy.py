@@ -227,6 +227,9 @@ class GreedySimulator:
         for j in stuck.values():
             j.record.state = JobState.PENDING
             j.record.reason = "Unschedulable"
+            j.record.message = (
+                f"{len(j.gang.placed)} of {j.gang.size} pods bound; no node has room for the others"
+            )
         graph = {k: self._holder(j) for k, j in stuck.items() if j.gang.placed}
         cycle = find_cycle({k: [w for w in h.waits_for if w in graph] for k, h in graph.items()})
         if not cycle:
@@ -235,7 +238,11 @@ class GreedySimulator:
         free = sum(self.pool.free[i].get(GPU, 0) for i in nodes)
         for k in cycle:
             stuck[k].record.state = JobState.DEADLOCKED
-            stuck[k].record.reason = "Deadlock: " + ", ".join(graph[k].waits_for)
+            stuck[k].record.reason = "Deadlock"
+            stuck[k].record.message = (
+                f"holds {sum(graph[k].holds.values())} GPUs and waits for "
+                f"{graph[k].waits_for_gpus} more held by {', '.join(graph[k].waits_for)}"
+            )
         return Deadlock(
             since=max(stuck[k].last_bound for k in cycle),
             cycle=tuple(graph[k] for k in cycle),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from atoll.sim.results import JobState, SimResult
+from atoll.sim.results import JobRecord, JobState, SimResult
 
 MAX_ROWS = 200
 """Longer Job tables show the first and last rows only (use --json for all)."""
@@ -32,34 +33,76 @@ _STYLE = {
 }
 
 
+def _short_names(jobs: Sequence[JobRecord]) -> tuple[str, dict[str, str]]:
+    """Job names without their namespace when all share one (said in the title)."""
+    namespaces = {j.name.partition("/")[0] for j in jobs}
+    if len(namespaces) != 1:
+        return "", {j.name: j.name for j in jobs}
+    return f" (namespace {next(iter(namespaces))})", {
+        j.name: j.name.partition("/")[2] for j in jobs
+    }
+
+
 def jobs_table(result: SimResult) -> Table:
-    table = Table(title=f"{result.scenario} — {result.mode.value}: Jobs", title_justify="left")
-    for col in ("job", "queue", "pods", "GPUs", "arrival", "admitted", "started", "finished"):
-        table.add_column(col, justify="right" if col not in ("job", "queue") else "left")
-    for col in ("wait", "flavor", "domain", "evictions", "state"):
-        table.add_column(col, justify="right" if col in ("wait", "evictions") else "left")
+    """One row per Job, readable at 80 columns: numbers never wrap, names and places fold;
+    the queue and evictions columns only when they say something."""
+    ns, names = _short_names(result.jobs)
     jobs = result.jobs
+    queues = len({j.cluster_queue for j in jobs}) > 1
+    evictions = any(j.evictions for j in jobs)
+    table = Table(
+        title=f"{result.scenario} — {result.mode.value}: Jobs{ns}",
+        title_justify="left",
+        caption="GPUs: pods × GPUs per pod; times from the start"
+        + ("; ev: evictions" if evictions else ""),
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+    )
+    table.add_column("job", overflow="fold", ratio=2, min_width=8)
+    if queues:
+        table.add_column("queue", overflow="fold", ratio=1, min_width=6)
+    for col in ("GPUs", "arrive", "start", "end", "wait"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("placed", overflow="fold", ratio=3, min_width=10)
+    if evictions:
+        table.add_column("ev", justify="right", no_wrap=True)
+    table.add_column("state", overflow="fold", min_width=8)
     shown = jobs if len(jobs) <= MAX_ROWS else jobs[: MAX_ROWS // 2] + jobs[-MAX_ROWS // 2 :]
     for i, j in enumerate(shown):
         if len(jobs) > MAX_ROWS and i == MAX_ROWS // 2:
-            table.add_row(f"… {len(jobs) - MAX_ROWS} more", *[""] * 12)
-        state = j.state.value if j.reason is None else f"{j.state.value} ({j.reason})"
-        table.add_row(
-            j.name,
-            j.cluster_queue or "-",
-            str(j.pods),
-            str(j.gpus),
+            table.add_row(f"… {len(jobs) - MAX_ROWS} more", *[""] * (len(table.columns) - 1))
+        per_pod = j.gpus // j.pods if j.pods else 0
+        cells: list[RenderableType] = [names[j.name]]
+        if queues:
+            cells.append(j.cluster_queue or "-")
+        cells += [
+            f"{j.pods}×{per_pod}" if j.pods else "-",
             _t(j.arrival),
-            _t(j.admitted),
             _t(j.started),
             _t(j.finished),
             _t(j.wait),
-            j.flavor or "-",
-            j.domain or "-",
-            str(j.evictions),
-            Text(state, style=_STYLE[j.state]),
-        )
+            " ".join(p for p in (j.flavor, j.domain) if p) or "-",
+        ]
+        if evictions:
+            cells.append(str(j.evictions))
+        cells.append(Text(j.state.value, style=_STYLE[j.state]))
+        table.add_row(*cells)
     return table
+
+
+def waiting_lines(result: SimResult) -> list[Text]:
+    """Why each Job that never finished is (or was last) waiting, in Kueue's words."""
+    ns, names = _short_names(result.jobs)
+    out = []
+    for j in result.jobs:
+        if j.finished is not None or j.reason is None:
+            continue
+        why = f"{j.reason}: {j.message}" if j.message else j.reason
+        out.append(Text.assemble((names[j.name], "bold"), f" {j.state.value.lower()}: {why}"))
+    if out:
+        out.insert(0, Text(f"{result.mode.value}: why Jobs{ns} did not finish", style="bold"))
+    return out
 
 
 def usage_table(result: SimResult) -> Table:
@@ -127,6 +170,7 @@ def report(results: Sequence[SimResult], *, jobs: bool = True) -> RenderableType
     for r in results:
         if jobs:
             parts.append(jobs_table(r))
+            parts.extend(waiting_lines(r))
         parts.append(usage_table(r))
         if r.deadlock is not None:
             parts.append(Text("DEADLOCK: " + r.deadlock.describe(), style="bold red"))

@@ -52,6 +52,8 @@ class JobRecord:
     evictions: int = 0
     reason: str | None = None
     """Why it is (or was last) waiting, in Kueue's words."""
+    message: str | None = None
+    """The message that goes with `reason` (the Workload condition's message)."""
     state: JobState = JobState.PENDING
 
     @property
@@ -74,6 +76,7 @@ class JobRecord:
             "domain": self.domain,
             "evictions": self.evictions,
             "reason": self.reason,
+            "message": self.message,
             "state": self.state.value,
         }
 
