@@ -433,7 +433,9 @@ class Metrics:
         )
         self._partial_gangs = _GaugeFamily(
             "atoll_gangs_partially_running",
-            "Admitted gangs with some but not all pods running (should stay 0 after start-up).",
+            "Admitted gangs whose pods are not all ready yet (Workload PodsReady=False): "
+            "starting, or waiting to recover; a gang stuck here is evicted after the "
+            "waitForPodsReady timeout.",
             (),
             None,
         )
@@ -773,7 +775,7 @@ class Metrics:
             self._api_duration.labels(verb).observe(max(seconds, 0.0))
 
     def set_gangs_partially_running(self, count: int) -> None:
-        """Admitted gangs that have some, but not all, of their pods running."""
+        """Admitted gangs whose pods are not all ready (PodsReady=False)."""
         self._partial_gangs.set((), count)
 
 

@@ -132,7 +132,13 @@ class Operator:
         self.job_queue = WorkQueue("jobs")
         self.pod_queue = WorkQueue("pods")
         self.ungater = Ungater(self.cache, self.writer)
-        self.queues = QueueStatusReporter(self.cache, self.writer, time.time, self.metrics)
+        self.queues = QueueStatusReporter(
+            self.cache,
+            self.writer,
+            time.time,
+            self.metrics,
+            fair_sharing=cfg.fair_sharing is not None,
+        )
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
         self.leading = False
