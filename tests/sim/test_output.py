@@ -18,7 +18,15 @@ from atoll.sim.greedy import GreedySimulator
 from atoll.sim.plots import write_plots
 from atoll.sim.render import report
 from atoll.sim.results import align_ends
-from tests.sim.builders import job, six_gpus
+from tests.sim.builders import (
+    cluster_queue,
+    flavor,
+    job,
+    local_queue,
+    nodes,
+    scenario,
+    six_gpus,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -196,3 +204,43 @@ def test_the_cli_parser_does_not_load_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_plot_panels_share_the_x_range_and_show_the_quota() -> None:
+    from atoll.sim import plots  # noqa: PLC0415 - matplotlib only where plots are tested
+
+    scn = simulate_cmd.read_scenario(EXAMPLES / "mixed.yaml")
+    results = simulate_cmd.run_all(scn, compare=True, until=None, console=Console(quiet=True))
+    end = max(r.end for r in results) / 60.0
+    for kind, (draw, height) in plots.PANELS.items():
+        fig = plots.panels(results, draw, height)
+        for ax in fig.axes:
+            assert ax.get_xlim() == (0.0, end), kind
+            ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+            assert all(float(t).is_integer() for t in ticks), kind
+            legend = ax.get_legend()
+            assert legend is not None
+            box = legend.get_window_extent(fig.canvas.get_renderer())
+            assert box.y1 <= ax.get_window_extent().y0, kind  # below the axes, not on them
+
+
+def test_the_usage_plot_draws_nominal_quota_and_borrowing_limit() -> None:
+    from atoll.sim import plots  # noqa: PLC0415 - matplotlib only where plots are tested
+
+    borrower = cluster_queue("cq", gpus=4, cohortName="co")
+    borrower["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["borrowingLimit"] = 2
+    lender = cluster_queue("lender", gpus=2, cohortName="co")
+    scn = scenario(nodes(3, 2), flavor(), borrower, lender, local_queue(), job("a", pods=6))
+    result = GangSimulator(scn, Settings.of(scn.config)).run()
+    assert result.gpu_quota == {"cq": (4, 2), "lender": (2, None)}  # None: no limit
+    ax = plots.panels([result], *plots.PANELS["cq-usage"]).axes[0]
+
+    def levels(style: str) -> set[float]:
+        return {
+            float(line.get_ydata()[0])
+            for line in ax.lines
+            if line.get_linestyle() == style and len(line.get_ydata())
+        }
+
+    assert levels("--") == {4.0}  # nominal quota of each ClusterQueue with Jobs
+    assert levels(":") == {6.0}  # cq: nominal + borrowingLimit; lender has no limit

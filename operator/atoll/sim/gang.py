@@ -100,6 +100,26 @@ def queue_of(scn: Scenario) -> Callable[[SimJob], str | None]:
     return of
 
 
+def gpu_quota(scn: Scenario) -> dict[str, tuple[int, int | None]]:
+    """Per ClusterQueue: its nominal GPU quota and its GPU borrowingLimit (None: unlimited
+    in a cohort; 0: no cohort to borrow from), summed over flavors."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for cq in scn.cluster_queues:
+        nominal = 0
+        limits: list[int | None] = []
+        for group in cq.spec.resource_groups:
+            for fq in group.flavors:
+                for r in fq.resources:
+                    if r.name == GPU:
+                        nominal += r.nominal_quota.value
+                        limits.append(r.borrowing_limit.value if r.borrowing_limit else None)
+        borrowing: int | None = 0
+        if cq.spec.cohort_name:
+            borrowing = None if None in limits else sum(x for x in limits if x is not None)
+        out[cq.name] = (nominal, borrowing)
+    return out
+
+
 def fill_cache(scn: Scenario) -> Cache:
     """A Cache holding the scenario's queue objects, as the operator's handlers fill it."""
     cache = Cache()
@@ -446,6 +466,7 @@ class GangSimulator:
             timeline=self.timeline,
             nodes=self.nodes,
             gpu_capacity=self.pool.groups(),
+            gpu_quota=gpu_quota(self.scenario),
             end=end,
             cycles=self.cycles,
             lost_gpu_seconds=self._lost,

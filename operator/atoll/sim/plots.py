@@ -5,15 +5,19 @@
   actually making progress (a partly placed Job holds GPUs but does nothing);
 - `queue-length.png`: Jobs waiting per ClusterQueue over time;
 - `cq-usage.png`: GPUs held per ClusterQueue over time (admitted quota; bound GPUs in the
-  greedy run, which has no quota);
+  greedy run, which has no quota), with each ClusterQueue's nominal GPU quota (dashed) and
+  nominal + borrowingLimit (dotted) in its colour;
 - `wait-times.png`: the distribution of waiting times (arrival to start);
 - `gpu-nodes.png`: GPUs bound on each node over time, one row per node (clusters of at most
   `MAX_NODE_ROWS` nodes), where fragmentation and half-placed gangs show.
+
+Panels of one figure share their x range (0 to the latest end), counts have integer ticks,
+and legends sit below the axes so that they never hide a curve.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from atoll.sim.results import SimResult
 
@@ -39,7 +44,27 @@ def _minutes(result: SimResult, idx: range) -> list[float]:
     return [result.timeline.times[i] / 60.0 for i in idx]
 
 
-def _occupancy(ax: Axes, result: SimResult) -> None:
+def _legend(ax: Axes) -> None:
+    """Below the axes, in as many columns as fit, never over the data."""
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(4, len(handles)),
+            fontsize="small", frameon=False,
+        )  # fmt: skip
+
+
+def _axes(ax: Axes, title: str, ylabel: str, end: float) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("minutes")
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(0, max(end, 1.0) / 60.0)
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(ax)
+
+
+def _occupancy(ax: Axes, result: SimResult, end: float) -> None:
     tl = result.timeline
     idx = _thin(len(tl.times))
     xs = _minutes(result, idx)
@@ -51,34 +76,35 @@ def _occupancy(ax: Axes, result: SimResult) -> None:
         busy = tl.series["busy"]
         ax.step(xs, [busy[i] for i in idx], where="post", color="black", label="making progress")
     ax.axhline(sum(result.gpu_capacity.values()), color="grey", linestyle=":", label="capacity")
-    ax.set_title(f"{result.mode.value}: GPUs over time")
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("GPUs")
-    ax.legend(loc="lower left", fontsize="x-small")
+    _axes(ax, f"{result.mode.value}: GPUs over time", "GPUs", end)
 
 
-def _queues(ax: Axes, result: SimResult) -> None:
+def _queues(ax: Axes, result: SimResult, end: float) -> None:
     tl = result.timeline
     idx = _thin(len(tl.times))
     xs = _minutes(result, idx)
     for cq, col in sorted(tl.column("pending").items()):
         ax.step(xs, [col[i] for i in idx], where="post", label=cq)
-    ax.set_title(f"{result.mode.value}: Jobs waiting")
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("Jobs")
-    ax.legend(loc="lower left", fontsize="x-small")
+    _axes(ax, f"{result.mode.value}: Jobs waiting", "Jobs", end)
 
 
-def _usage(ax: Axes, result: SimResult) -> None:
+def _usage(ax: Axes, result: SimResult, end: float) -> None:
     tl = result.timeline
     idx = _thin(len(tl.times))
     xs = _minutes(result, idx)
     for cq, col in sorted(tl.column("usage").items()):
-        ax.step(xs, [col[i] for i in idx], where="post", label=cq)
-    ax.set_title(f"{result.mode.value}: GPUs held per ClusterQueue")
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("GPUs")
-    ax.legend(loc="lower left", fontsize="x-small")
+        (line,) = ax.step(xs, [col[i] for i in idx], where="post", label=cq)
+        quota = result.gpu_quota.get(cq)
+        if quota is None:
+            continue
+        nominal, borrowing = quota
+        ax.axhline(nominal, color=line.get_color(), linestyle="--", linewidth=1)
+        if borrowing is not None and borrowing > 0:
+            ax.axhline(nominal + borrowing, color=line.get_color(), linestyle=":", linewidth=1)
+    if result.gpu_quota:
+        ax.plot([], [], color="grey", linestyle="--", label="nominal quota")
+        ax.plot([], [], color="grey", linestyle=":", label="+ borrowingLimit")
+    _axes(ax, f"{result.mode.value}: GPUs held per ClusterQueue", "GPUs", end)
 
 
 def _waits(ax: Axes, results: Sequence[SimResult]) -> None:
@@ -93,13 +119,14 @@ def _waits(ax: Axes, results: Sequence[SimResult]) -> None:
     ax.set_title("waiting time (arrival to start)")
     ax.set_xlabel("minutes")
     ax.set_ylabel("Jobs")
-    ax.legend(loc="lower left", fontsize="x-small")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(ax)
 
 
-def _nodes(ax: Axes, result: SimResult) -> None:
+def _nodes(ax: Axes, result: SimResult, end: float) -> None:
     nt = result.nodes
     assert nt is not None
-    end = max(result.end, nt.times[-1] if nt.times else 0.0) or 1.0
+    end = max(end, nt.times[-1] if nt.times else 0.0) or 1.0
     edges = [t / 60.0 for t in nt.times] + [end / 60.0 + 1e-9]
     grid = [[row[n] for row in nt.bound] for n in range(len(nt.names))]
     mesh = ax.pcolormesh(
@@ -109,6 +136,7 @@ def _nodes(ax: Axes, result: SimResult) -> None:
     if len(nt.names) <= 40:
         ax.set_yticks([i + 0.5 for i in range(len(nt.names))], nt.names, fontsize="x-small")
     ax.invert_yaxis()
+    ax.set_xlim(0, end / 60.0)
     ax.set_title(f"{result.mode.value}: GPUs bound per node")
     ax.set_xlabel("minutes")
     ax.figure.colorbar(mesh, ax=ax, label="GPUs")
@@ -121,33 +149,48 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def panels(
+    results: Sequence[SimResult], draw: Callable[[Axes, SimResult, float], None], height: float
+) -> Figure:
+    """One panel per run, side by side, sharing the x range (0 to the latest end)."""
+    end = max((r.end for r in results), default=0.0)
+    end = max([end, *(r.timeline.times[-1] for r in results if len(r.timeline.times))])
+    fig, axes = plt.subplots(
+        1, len(results), figsize=(6 * len(results), height), squeeze=False, sharex=True,
+        sharey=True,
+    )  # fmt: skip
+    for ax, r in zip(axes[0], results, strict=True):
+        draw(ax, r, end)
+    return fig
+
+
+Draw = Callable[[Axes, SimResult, float], None]
+PANELS: dict[str, tuple[Draw, float]] = {
+    "gpu-occupancy": (_occupancy, 4.2),
+    "queue-length": (_queues, 3.8),
+    "cq-usage": (_usage, 3.8),
+}
+"""The figures with one panel per run: how each panel is drawn, and the figure height."""
+
+
 def write_plots(results: Sequence[SimResult], out: Path, prefix: str = "") -> list[Path]:
     """One figure per kind, one panel per run, named `<prefix><kind>.png`; returns the
     files written."""
     out.mkdir(parents=True, exist_ok=True)
-    n = len(results)
-    written = []
-    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.6), squeeze=False, sharey=True)
-    for ax, r in zip(axes[0], results, strict=True):
-        _occupancy(ax, r)
-    written.append(_save(fig, out / f"{prefix}gpu-occupancy.png"))
-    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.2), squeeze=False, sharey=True)
-    for ax, r in zip(axes[0], results, strict=True):
-        _queues(ax, r)
-    written.append(_save(fig, out / f"{prefix}queue-length.png"))
-    fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.2), squeeze=False, sharey=True)
-    for ax, r in zip(axes[0], results, strict=True):
-        _usage(ax, r)
-    written.append(_save(fig, out / f"{prefix}cq-usage.png"))
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    written = [
+        _save(panels(results, draw, height), out / f"{prefix}{kind}.png")
+        for kind, (draw, height) in PANELS.items()
+    ]
+    fig, ax = plt.subplots(figsize=(6, 3.8))
     _waits(ax, results)
     written.append(_save(fig, out / f"{prefix}wait-times.png"))
     with_nodes = [r for r in results if r.nodes is not None and r.nodes.times]
     if with_nodes:
+        end = max(r.end for r in results)
         rows = max(len(r.nodes.names) for r in with_nodes if r.nodes is not None)
         height = min(12.0, 1.5 + 0.18 * rows)
-        fig, axes = plt.subplots(1, len(with_nodes), figsize=(6.5 * len(with_nodes), height))
+        fig, _ = plt.subplots(1, len(with_nodes), figsize=(6.5 * len(with_nodes), height))
         for ax, r in zip(fig.axes[: len(with_nodes)], with_nodes, strict=True):
-            _nodes(ax, r)
+            _nodes(ax, r, end)
         written.append(_save(fig, out / f"{prefix}gpu-nodes.png"))
     return written

@@ -239,6 +239,9 @@ class SimResult:
     notes: list[str] = field(default_factory=list)
     nodes: NodeTimeline | None = None
     """Per-node GPU occupancy (small clusters only)."""
+    gpu_quota: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    """ClusterQueue → (nominal GPU quota, borrowingLimit of GPUs: None when unlimited in a
+    cohort, 0 without a cohort), summed over its flavors (gang mode)."""
 
     def summary(self) -> dict[str, Any]:
         waits = [w for j in self.jobs if (w := j.wait) is not None]
