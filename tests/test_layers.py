@@ -1,4 +1,5 @@
-"""The layer contract of DESIGN.md §4, checked on every module's imports (an `ast` walk)."""
+"""The layer contract of docs/architecture.md ("Layers"), checked on every module's imports
+(an `ast` walk)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Plays the part of controller-gen for Kueue's apis/kueue/v1beta2 markers: pydantic's JSON
 schema of each kind is turned into a structural openAPIV3Schema ($refs inlined, Optional
 unions collapsed, titles dropped, quantities as int-or-string), and the names, scope, status
-subresource, printer columns and short names are Kueue's (reference/kueue-compat.md §1).
+subresource, printer columns and short names are Kueue's (docs/architecture.md, "Compatibility
+with Kueue").
 """
 
 from __future__ import annotations

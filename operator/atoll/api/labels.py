@@ -1,7 +1,7 @@
 """Kueue's label, annotation, finalizer and scheduling-gate keys on Jobs, pods and Workloads.
 
-Mirrors pkg/controller/constants/constants.go and apis/kueue/v1beta2/constants.go (see
-reference/kueue-compat.md §2).
+Mirrors pkg/controller/constants/constants.go and apis/kueue/v1beta2/constants.go (which key is
+read and which is written: docs/architecture.md, "Compatibility with Kueue").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Read models of the DRA objects (resource.k8s.io/v1): DeviceClass, ResourceSlice,
 ResourceClaim and ResourceClaimTemplate.
 
-Field names as in k8s.io/api/resource/v1 (see reference/dra-cel.md Part 1). Only what atoll's
-device matching reads is typed; unknown fields are ignored.
+Field names as in k8s.io/api/resource/v1 (its types.go). Only what atoll's device matching
+reads is typed; unknown fields are ignored.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 stopped. Pure functions over `atoll.api` models.
 
 Mirrors Kueue's pkg/controller/jobframework (workload_names.go, reconciler.go) and
-pkg/controller/jobs/job/job_controller.go, as summarised in reference/kueue-compat.md §3.
+pkg/controller/jobs/job/job_controller.go (docs/architecture.md, "The admission protocol").
 """
 
 from __future__ import annotations

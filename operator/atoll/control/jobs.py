@@ -1,11 +1,11 @@
 """The Job reconciler: keeps each labelled batch/v1 Job and its Workload in step.
 
-Mirrors Kueue's pkg/controller/jobframework/reconciler.go (`ReconcileGenericJob`, the order of
-§3.4 in reference/kueue-compat.md): finished Workloads lose their finalizer, finished Jobs
-finish their Workload, a Job without a Workload gets one (and is kept suspended), an evicted
-Workload stops its Job and releases quota only when no pod is active, an admitted Workload
-starts its Job, and a running Job that is not admitted is stopped. waitForPodsReady watches
-that an admitted gang becomes ready in time.
+Mirrors Kueue's pkg/controller/jobframework/reconciler.go (`ReconcileGenericJob`, in its order,
+described in docs/architecture.md, "The admission protocol"): finished Workloads lose their
+finalizer, finished Jobs finish their Workload, a Job without a Workload gets one (and is
+kept suspended), an evicted Workload stops its Job and releases quota only when no pod is
+active, an admitted Workload starts its Job, and a running Job that is not admitted is
+stopped. waitForPodsReady watches that an admitted gang becomes ready in time.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 conditions change. Pure functions over `atoll.api` models.
 
 Mirrors Kueue's pkg/workload (workload.go `Status`, conditions.go, admissionchecks.go
-`SyncAdmittedCondition`) and reference/kueue-compat.md §4.
+`SyncAdmittedCondition`); the conditions are listed in docs/architecture.md.
 """
 
 from __future__ import annotations
