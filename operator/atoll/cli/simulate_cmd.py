@@ -213,6 +213,9 @@ def register(sub: Any) -> None:
         description=(
             "Discrete-event simulation of a scenario file (Kueue objects, a ClusterShape or "
             "Nodes, batch/v1 Jobs) with the same cache, queues and engine as the operator. "
+            "Kueue objects are checked as the API server checks them (schema, CEL rules, "
+            "unknown fields; v1beta1 is refused with what to change); a wrong object or "
+            "option ends the command with one line naming it and exit code 2. "
             f"Job annotations: {annotations}."
         ),
     )
@@ -222,7 +225,13 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also run pod-by-pod greedy placement (kube-scheduler alone) and compare",
     )
-    p.add_argument("--out", metavar="DIR", help="write PNG plots and results.json here")
+    p.add_argument(
+        "--out", metavar="DIR", help="write PNG plots and results.json here (created if missing)"
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--until", metavar="DURATION", help="stop the simulation at this time")
+    p.add_argument(
+        "--until",
+        metavar="DURATION",
+        help="stop the simulation (both runs, with --compare) at this time, e.g. 30m",
+    )
     p.set_defaults(func=_simulate)
