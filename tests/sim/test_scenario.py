@@ -180,8 +180,16 @@ def test_a_document_that_is_not_a_mapping_is_named(tmp_path: Path) -> None:
 
 def test_unknown_kinds_are_a_warning_naming_the_document() -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
-    scn = six_gpus(cm)
+    check = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "ac"},
+        "spec": {"controllerName": "example.com/check"},
+    }
+    scn = six_gpus(cm, check)
     assert scn.warnings == [
         "test: document 9 (ConfigMap x): apiVersion 'v1' kind 'ConfigMap' is not a kind the "
-        "simulator reads; ignored"
+        "simulator reads; ignored",
+        "test: document 10 (AdmissionCheck ac): the simulator does not use AdmissionCheck "
+        "objects; ignored",
     ]

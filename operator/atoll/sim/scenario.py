@@ -194,6 +194,7 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.namespaces[obj.name] = dict(obj.metadata.labels or {})
         case _:
             scn.ignored.append(f"{obj.KIND}/{obj.name}")
+            scn.warnings.append(f"{where}: the simulator does not use {obj.KIND} objects; ignored")
 
 
 def _v1beta1(raw: Mapping[str, Any], where: str) -> ScenarioError:
