@@ -7,10 +7,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from atoll.api.core import Job
 from atoll.cli.simulate_cmd import read_scenario
+from atoll.engine import decisions as d
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobRecord, JobState, SimResult
+from atoll.sim.whatif import what_if
 from tests.sim import builders as b
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +136,14 @@ def test_pods_atoll_did_not_place_hold_their_cpu_not_a_thousand_times_it() -> No
     ring = _jobs(result)["ring"]
     assert isinstance(ring, JobRecord)
     assert (ring.admitted, ring.started, ring.reason) == (60.0, 60.0, None)
+
+
+def test_what_if_sees_the_free_gpus_of_racks_with_inference_pods() -> None:
+    # at 90 s, inference holds 2 GPUs on each of 12 nodes (three racks keep 24 free GPUs
+    # each) and train-0 one rack: 24 one-GPU pods required in one rack fit now
+    scn = read_scenario(REPO / "examples" / "scenarios" / "racks.yaml")
+    probe = _rack_job("probe", 24)
+    probe["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "training"
+    del probe["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    answer = what_if(scn, Job.model_validate(probe), at=90)
+    assert isinstance(answer.decision, d.Admit), answer.describe()
