@@ -18,7 +18,8 @@ from atoll.api.configuration import (
     parse_bind_address,
     parse_override,
 )
-from atoll.kube.operator import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
+from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
+from atoll.kube.connection import KubeconfigError
 from atoll.kube.operator import RunOptions, configure_logging, run
 
 
@@ -89,6 +90,9 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(run(opts))
     except KeyboardInterrupt:
         return 130
+    except KubeconfigError as e:
+        print(f"atoll run: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -99,7 +103,8 @@ def register(sub: Any) -> None:
         description=(
             "Run atoll's operator against the cluster of KUBECONFIG (or in-cluster). It watches "
             "Kueue's queue objects and labelled batch/v1 Jobs, creates their Workloads and "
-            "admits whole gangs."
+            "admits whole gangs. It waits for an unreachable API server and retries transient "
+            "API errors; a missing or unreadable kubeconfig exits with status 2."
         ),
     )
     add_configuration_options(parser)

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 import structlog
 from aiohttp import web
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -30,7 +30,8 @@ from atoll.control.scheduler import Scheduler
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
-from atoll.kube import bootstrap, handlers, webhook
+from atoll.kube import bootstrap, connection, handlers, retry, webhook
+from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
 from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.writers import KubeWriter
@@ -38,7 +39,7 @@ from atoll.state.cache import Cache
 from atoll.state.devicequota import class_resources
 
 log = structlog.get_logger("atoll.operator")
-SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+__all__ = ["SERVICE_ACCOUNT_TOKEN", "Operator", "RunOptions", "configure_logging", "run"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +138,38 @@ class Operator:
         self.synced = asyncio.Event()
         self.leading = False
         self._shared_cert: webhook.SharedCert | None = None
+        self._url_server = (
+            webhook.make_url_server(
+                addr=opts.webhook_addr, port=opts.webhook_port, host=opts.webhook_host
+            )
+            if opts.webhook == "url"
+            else None
+        )
+        self._kopf = self._kopf_registry()
+        self.elector = self._elector() if opts.leader_elect else None
+
+    def _elector(self) -> LeaderElector:
+        cfg = self.opts.configuration.leader_election
+        return LeaderElector(
+            self.api,
+            LeaseSettings(
+                namespace=cfg.resource_namespace or self.opts.configuration.namespace,
+                name=cfg.resource_name,
+                identity=self.opts.identity,
+                lease_duration=cfg.lease_duration,
+                renew_deadline=cfg.renew_deadline,
+                retry_period=cfg.retry_period,
+            ),
+        )
+
+    def not_ready(self) -> str | None:
+        """Why `/readyz` is not ok (None: ready): the initial listing is not done, or (with
+        leader election) this replica neither leads nor can read the Lease."""
+        if not self.synced.is_set():
+            return "initial sync not done"
+        if self.elector is not None and not self.elector.healthy():
+            return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
+        return None
 
     def _kopf_registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
@@ -173,6 +206,10 @@ class Operator:
         settings.posting.enabled = False
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
+        # kopf's requests and watches retry API errors with our policy, endlessly: a watch
+        # must outlive any outage of the API server.
+        settings.networking.error_backoffs = retry.DEFAULT
+        settings.networking.enforce_retry_after = True
         settings.watching.client_timeout = 330
         # kopf waits this long for more events of one object before handling the latest;
         # its 0.1 s default would add to every admission's latency.
@@ -183,11 +220,8 @@ class Operator:
         )
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
         o = self.opts
-        if o.webhook == "url":
-            settings.admission.server = webhook.make_url_server(
-                addr=o.webhook_addr, port=o.webhook_port, host=o.webhook_host
-            )
-            settings.admission.managed = o.configuration.atoll.webhook_configuration_name
+        if self._url_server is not None:
+            settings.admission.server = self._url_server.server
         elif o.webhook == "service" and self._shared_cert is not None:
             settings.admission.server = webhook.make_service_server(
                 addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
@@ -206,6 +240,31 @@ class Operator:
                 self._queues_dirty.set()
                 await asyncio.sleep(2)
 
+    async def _own_webhook(self) -> None:
+        """`url` mode: once this replica's webhook server listens, point the configuration
+        at it (it admits, so Jobs are suspended by the replica that will start them)."""
+        if self._url_server is None:
+            return
+        while True:
+            try:
+                _, writer = await asyncio.open_connection(
+                    self.opts.webhook_addr, self.opts.webhook_port
+                )
+            except OSError:
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            break
+        hooks = webhook.url_webhooks(
+            self._kopf,
+            url=self._url_server.url,
+            ca=self._url_server.ca,
+            skip_namespaces=("kube-system", self.opts.configuration.namespace),
+        )
+        name = self.opts.configuration.atoll.webhook_configuration_name
+        await webhook.own_url_configuration(self.api, name, hooks)
+        log.info("webhook configuration points here", name=name, url=self._url_server.url)
+
     async def _lead(self) -> None:
         self.leading = True
         if self.opts.leader_elect:
@@ -216,13 +275,23 @@ class Operator:
             self.pod_queue.add(key)
         self.scheduler.wake()
         self._queues_dirty.set()
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.scheduler.run())
-            tg.create_task(self._queue_status_loop())
-            for _ in range(self.opts.workers):
-                tg.create_task(self.job_queue.work(self.jobs.reconcile))
-            tg.create_task(self.pod_queue.work(self.ungater.reconcile))
-            tg.create_task(self.writer.send_events())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._own_webhook())
+                tg.create_task(self.scheduler.run())
+                tg.create_task(self._queue_status_loop())
+                for _ in range(self.opts.workers):
+                    tg.create_task(self.job_queue.work(self.jobs.reconcile))
+                tg.create_task(self.pod_queue.work(self.ungater.reconcile))
+                tg.create_task(self.writer.send_events())
+        finally:
+            # Leadership lost (or shutdown): admissions assumed but not written are dropped,
+            # so that a later term starts from the Workload statuses alone.
+            self.leading = False
+            if self.opts.leader_elect:
+                self.metrics.set_role(ReplicaRole.FOLLOWER)
+            for key in list(self.cache.assumed):
+                self.cache.forget(key)
 
     async def _http(self) -> None:
         async def metrics(_: web.Request) -> web.Response:
@@ -234,9 +303,8 @@ class Operator:
             return web.Response(text="ok")
 
         async def readyz(_: web.Request) -> web.Response:
-            if not self.synced.is_set():
-                return web.Response(status=503, text="initial sync not done")
-            return web.Response(text="ok")
+            why = self.not_ready()
+            return web.Response(text="ok") if why is None else web.Response(status=503, text=why)
 
         apps = []
         m_app = web.Application()
@@ -276,6 +344,7 @@ class Operator:
         )
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        await connection.wait_for_server(self.api)
         await self._prepare_webhook()
         counts = await bootstrap.load(self.api, self.cache)
         log.info("initial sync done", **counts)
@@ -283,7 +352,7 @@ class Operator:
         stop = stop or asyncio.Event()
         work: list[Coroutine[Any, Any, None]] = [
             kopf.operator(
-                registry=self._kopf_registry(),
+                registry=self._kopf,
                 settings=self._kopf_settings(),
                 clusterwide=True,
                 standalone=True,
@@ -291,20 +360,8 @@ class Operator:
             ),
             self._http(),
         ]
-        elector: LeaderElector | None = None
-        if self.opts.leader_elect:
-            cfg = self.opts.configuration.leader_election
-            elector = LeaderElector(
-                self.api,
-                LeaseSettings(
-                    namespace=cfg.resource_namespace or self.opts.configuration.namespace,
-                    name=cfg.resource_name,
-                    identity=self.opts.identity,
-                    lease_duration=cfg.lease_duration,
-                    renew_deadline=cfg.renew_deadline,
-                    retry_period=cfg.retry_period,
-                ),
-            )
+        elector = self.elector
+        if elector is not None:
             work.append(elector.lead(self._lead))
         else:
             work.append(self._lead())
@@ -360,14 +417,12 @@ def no_env_session(api: client.ApiClient) -> None:
 
 
 async def run(opts: RunOptions) -> None:
+    """Run one replica until SIGTERM or SIGINT (raises `connection.KubeconfigError` when
+    there are no usable credentials)."""
     in_cluster = await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists)
     if opts.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(opts.kubeconfig)
-        await config.load_kube_config(config_file=str(opts.kubeconfig))
-    elif in_cluster:
-        config.load_incluster_config()
-    else:
-        await config.load_kube_config()
+    await connection.load(opts.kubeconfig, in_cluster=in_cluster)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
