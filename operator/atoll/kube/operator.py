@@ -255,13 +255,14 @@ class Operator:
                 continue
             writer.close()
             break
+        name = self.opts.configuration.atoll.webhook_configuration_name
         hooks = webhook.url_webhooks(
             self._kopf,
+            configuration=name,
             url=self._url_server.url,
             ca=self._url_server.ca,
             skip_namespaces=("kube-system", self.opts.configuration.namespace),
         )
-        name = self.opts.configuration.atoll.webhook_configuration_name
         await webhook.own_url_configuration(self.api, name, hooks)
         log.info("webhook configuration points here", name=name, url=self._url_server.url)
 

@@ -101,17 +101,23 @@ def _object_selector(labels: Any) -> dict[str, Any] | None:
 
 
 def url_webhooks(
-    registry: kopf.OperatorRegistry, *, url: str, ca: bytes, skip_namespaces: tuple[str, ...]
+    registry: kopf.OperatorRegistry,
+    *,
+    configuration: str,
+    url: str,
+    ca: bytes,
+    skip_namespaces: tuple[str, ...],
 ) -> list[dict[str, Any]]:
-    """The configuration's webhooks for the mutating handlers of `registry`, called at `url`
-    (the same shape as deploy/webhook.yaml, with a URL instead of a Service)."""
+    """The webhooks of the configuration `configuration` for the mutating handlers of
+    `registry` (named `<handler id>.<configuration>`), called at `url`: the same shape as
+    deploy/webhook.yaml, with a URL instead of a Service."""
     hooks = []
     for handler in registry._webhooks.get_all_handlers():
         if str(handler.reason) != "mutating":
             continue
         hooks.append(
             {
-                "name": f"{handler.id}.atoll.dev",
+                "name": f"{handler.id}.{configuration}",
                 "admissionReviewVersions": ["v1"],
                 "clientConfig": {
                     "url": f"{url}/{urllib.parse.quote(handler.id)}",

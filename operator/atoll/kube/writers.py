@@ -233,19 +233,6 @@ class KubeWriter:
                     raise
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
 
-    async def delete_workload(self, key: str) -> None:
-        ns, name = _split(key)
-        try:
-            await self._call(
-                "delete",
-                lambda: self.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", name
-                ),
-            )
-        except ApiError as e:
-            if e.status != 404:
-                raise
-
     async def deactivate_workload(self, key: str) -> None:
         await self._patch_workload(key, {"spec": {"active": False}})
 
