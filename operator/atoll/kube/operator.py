@@ -274,9 +274,10 @@ class Operator:
             self.job_queue.add(key)
         for key in list(self.ungater.gated):
             self.pod_queue.add(key)
-        self.scheduler.wake()
         self._queues_dirty.set()
         try:
+            await self.scheduler.evict_untrusted()
+            self.scheduler.wake()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._own_webhook())
                 tg.create_task(self.scheduler.run())
