@@ -136,6 +136,7 @@ class Operator:
         self.queues = QueueStatusReporter(self.cache, self.writer, time.time, self.metrics)
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
+        self.webhook_checked = asyncio.Event()
         self.leading = False
         self._shared_cert: webhook.SharedCert | None = None
         self._url_server = (
@@ -167,6 +168,8 @@ class Operator:
         leader election) this replica neither leads nor can read the Lease."""
         if not self.synced.is_set():
             return "initial sync not done"
+        if self._url_server is not None and not self.webhook_checked.is_set():
+            return "webhook configuration not checked yet"
         if self.elector is not None and not self.elector.healthy():
             return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
         return None
@@ -240,31 +243,38 @@ class Operator:
                 self._queues_dirty.set()
                 await asyncio.sleep(2)
 
-    async def _own_webhook(self) -> None:
-        """`url` mode: once this replica's webhook server listens, point the configuration
-        at it (it admits, so Jobs are suspended by the replica that will start them)."""
-        if self._url_server is None:
+    async def _keep_webhook(self) -> None:
+        """`url` mode, on every replica: keep the configuration pointing at a replica whose
+        server listens. Once this replica's server listens, it takes the configuration over
+        when it is missing or names a URL where nothing listens (a replica that stopped);
+        checked every second. `/readyz` waits for the first check."""
+        server = self._url_server
+        if server is None:
+            await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
             return
-        while True:
-            try:
-                _, writer = await asyncio.open_connection(
-                    self.opts.webhook_addr, self.opts.webhook_port
-                )
-            except OSError:
-                await asyncio.sleep(0.1)
-                continue
-            writer.close()
-            break
         name = self.opts.configuration.atoll.webhook_configuration_name
         hooks = webhook.url_webhooks(
             self._kopf,
             configuration=name,
-            url=self._url_server.url,
-            ca=self._url_server.ca,
+            url=server.url,
+            ca=server.ca,
             skip_namespaces=("kube-system", self.opts.configuration.namespace),
         )
-        await webhook.own_url_configuration(self.api, name, hooks)
-        log.info("webhook configuration points here", name=name, url=self._url_server.url)
+        mine = {h["clientConfig"]["url"] for h in hooks}
+        while True:
+            if not await webhook.listening(server.url):
+                await asyncio.sleep(0.1)  # kopf's server is not up yet
+                continue
+            try:
+                current = await webhook.configured_urls(self.api, name)
+                alive = [u for u in current if u in mine or await webhook.listening(u)]
+                if not current or len(alive) < len(current):
+                    await webhook.own_url_configuration(self.api, name, hooks)
+                    log.info("webhook configuration points here", name=name, url=server.url)
+                self.webhook_checked.set()
+            except Exception as e:
+                log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
+            await asyncio.sleep(1.0)
 
     async def _lead(self) -> None:
         self.leading = True
@@ -279,7 +289,6 @@ class Operator:
             await self.scheduler.evict_untrusted()
             self.scheduler.wake()
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._own_webhook())
                 tg.create_task(self.scheduler.run())
                 tg.create_task(self._queue_status_loop())
                 for _ in range(self.opts.workers):
@@ -361,6 +370,7 @@ class Operator:
                 stop_flag=stop,
             ),
             self._http(),
+            self._keep_webhook(),
         ]
         elector = self.elector
         if elector is not None:

@@ -5,14 +5,16 @@ is the webhook path. kopf serves it. The MutatingWebhookConfiguration belongs to
 deployment, not to one process, and no replica ever removes or empties it: in a cluster
 (`service` mode) it is installed by `deploy/` and every replica serves one certificate kept in
 a Secret, whose CA the operator patches into the configuration; in the sandbox (`url` mode)
-the replica that admits (the leader) points it at its own URL and CA, and it stays after that
-replica stops. With `failurePolicy: Fail`, a managed Job created while no replica serves is
-refused (the API server says the webhook is unreachable), never let through unsuspended.
+a replica points it at its own URL and CA when it is missing or names a URL where nothing
+listens any more, and it stays after that replica stops. With `failurePolicy: Fail`, a
+managed Job created while no replica serves is refused (the API server says the webhook is
+unreachable), never let through unsuspended.
 Certificates come from `atoll.pki`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import tempfile
 import urllib.parse
@@ -152,11 +154,39 @@ def url_webhooks(
     return hooks
 
 
+async def configured_urls(api: client.ApiClient, name: str) -> list[str]:
+    """The URLs the MutatingWebhookConfiguration `name` calls (none when it is missing)."""
+    admission = client.AdmissionregistrationV1Api(api)
+    try:
+        found = await retry.call(
+            lambda: admission.read_mutating_webhook_configuration(name),
+            what=f"MutatingWebhookConfiguration {name}",
+            attempts=3,
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return []
+        raise
+    return [h.client_config.url for h in found.webhooks or () if h.client_config.url]
+
+
+async def listening(url: str) -> bool:
+    """Something accepts TCP connections at the host and port of `url` (within a second)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection(parts.hostname, parts.port or 443)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 async def own_url_configuration(
     api: client.ApiClient, name: str, webhooks: list[dict[str, Any]]
 ) -> None:
     """Create the MutatingWebhookConfiguration `name`, or point its webhooks at this replica
-    (retried while the API server is unreachable). Nothing ever deletes it."""
+    (retried while the API server is unreachable). Nothing in atoll ever deletes it."""
     admission = client.AdmissionregistrationV1Api(api)
 
     async def once() -> None:
