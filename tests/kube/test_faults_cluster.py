@@ -303,3 +303,25 @@ def test_webhook_down_window_refuses_jobs_and_bypassed_ones_are_stopped_at_start
         bypass_unadmitted_pods=len(watch.record.unadmitted),
         stopped_after_operator_start_s=round(stopped_after, 1),
     )
+
+
+def test_a_missing_lease_namespace_is_created_and_the_replica_leads(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
+) -> None:
+    lease_ns = f"{namespace}-lease"
+    op = OperatorProcess(
+        cluster,
+        tmp_path / "lease.log",
+        "--identity",
+        "lease-ns",
+        "--set",
+        f"leaderElection.resourceNamespace={lease_ns}",
+    )
+    try:
+        op.start()
+        lease = cluster.kubectl("get", "lease", "-n", lease_ns, "-o", "name")
+        assert lease.stdout.strip()
+        _alive(op)
+    finally:
+        op.stop()
+        cluster.kubectl("delete", "namespace", lease_ns, "--wait=false", check=False)

@@ -204,6 +204,5 @@ class LeaderElector:
                     tg.create_task(self._renew())
                     tg.create_task(work())
             except* LeadershipLostError:
+                self.is_leader = False  # (still True when cancelled: `release` gives it up)
                 log.warning("leadership lost, following again", lease=self.lease)
-            finally:
-                self.is_leader = False
