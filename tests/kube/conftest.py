@@ -85,6 +85,10 @@ class OperatorProcess:
             time.sleep(0.2)
         raise AssertionError(f"operator not ready in {timeout}s: {self.tail()}")
 
+    def health(self, path: str = "/readyz") -> tuple[int, str]:
+        """(status, body) of the health endpoint `path` (0 when it does not answer)."""
+        return self._get(self.health_port, path)
+
     def metrics(self) -> str:
         return self._get(self.metrics_port, "/metrics")[1]
 

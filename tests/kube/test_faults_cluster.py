@@ -194,6 +194,8 @@ def test_operator_started_while_the_apiserver_is_down_waits_then_admits(
             assert op.proc is not None
             assert op.proc.poll() is None, op.tail()
             time.sleep(0.2)
+        assert op.health("/healthz")[0] == 200  # alive while it waits: no restart by the kubelet
+        assert op.health("/readyz")[0] == 503
     finally:
         sandbox.start_component("kube-apiserver")
     try:

@@ -354,13 +354,30 @@ class Operator:
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
         )
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    async def _start(self) -> None:
+        """Wait for the API server, set up the webhook's certificate, list everything."""
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
         counts = await bootstrap.load(self.api, self.cache)
         log.info("initial sync done", **counts)
         self.synced.set()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Until `stop` is set: serve /healthz at once (/readyz once ready), start, then run
+        the watches, the webhook and (when leading) the scheduling loop."""
         stop = stop or asyncio.Event()
+        http = asyncio.create_task(self._http())
+        start = asyncio.create_task(self._start())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([start, stopper, http], return_when=asyncio.FIRST_COMPLETED)
+        if not start.done() or start.exception() is not None:
+            for t in (start, stopper, http):
+                t.cancel()
+            await asyncio.gather(start, stopper, http, return_exceptions=True)
+            if not start.cancelled() and start.done() and start.exception() is not None:
+                raise start.exception()  # type: ignore[misc]
+            log.info("operator stopped")
+            return
         work: list[Coroutine[Any, Any, None]] = [
             kopf.operator(
                 registry=self._kopf,
@@ -369,7 +386,6 @@ class Operator:
                 standalone=True,
                 stop_flag=stop,
             ),
-            self._http(),
             self._keep_webhook(),
         ]
         elector = self.elector
@@ -377,20 +393,22 @@ class Operator:
             work.append(elector.lead(self._lead))
         else:
             work.append(self._lead())
-        tasks = [asyncio.create_task(c) for c in work]
-        stopper = asyncio.create_task(stop.wait())
+        tasks = [http, *(asyncio.create_task(c) for c in work)]
+        everything: list[asyncio.Task[Any]] = [*tasks, stopper]
         try:
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.set()
-            for t in [*tasks, stopper]:
-                t.cancel()
-            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            for task in everything:
+                task.cancel()
+            await asyncio.gather(*everything, return_exceptions=True)
             if elector is not None:
                 await elector.release()
-        for t in done:
-            if t is not stopper and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+        for finished in done:
+            if finished is not stopper and not finished.cancelled():
+                error = finished.exception()
+                if error is not None:
+                    raise error
         log.info("operator stopped")
 
 
