@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,8 @@ class OperatorProcess:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
                 return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode(errors="replace")
         except OSError:
             return 0, ""
 

@@ -81,6 +81,15 @@ class PodWatch:
             after = [at for at, _ in self.record.added if at >= t]
         return min(after) - t if after else None
 
+    def bound_of(self, job: str, *, admitted: bool) -> int:
+        """Pods of `job` bound now, with (or without) atoll's admission label."""
+        with self._lock:
+            return sum(
+                1
+                for p in self._pods.values()
+                if p.job == job and p.bound and p.admitted == admitted
+            )
+
     def bound_unadmitted(self) -> list[str]:
         """Pods bound now without atoll's admission label."""
         with self._lock:

@@ -36,7 +36,7 @@ class Backoff:
     endless sequence (kopf then never gives up on a request or a watch)."""
 
     base: float = 0.2
-    cap: float = 10.0
+    cap: float = 5.0
     jitter: float = 0.5
 
     def delay(self, attempt: int) -> float:
