@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
+from atoll.kube import connection
 from tests.conftest import REPO
 
 
@@ -49,3 +51,19 @@ def test_unusable_kubeconfig_is_one_line_and_exit_2(
     assert len(lines) == 1, done.stderr
     assert says in lines[0]
     assert str(path) in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [
+        pytest.param(404, "are the CRDs installed?", id="missing-crd"),
+        pytest.param(403, "RBAC", id="forbidden"),
+        pytest.param(400, "", id="other"),
+    ],
+)
+def test_a_refusal_at_start_is_one_line_with_a_hint(status: int, hint: str) -> None:
+    error = connection.refused(ApiException(status=status, reason="Nope"))
+
+    assert str(error).startswith(f"the API server refused a request: {status} Nope")
+    assert hint in str(error)
+    assert "\n" not in str(error)

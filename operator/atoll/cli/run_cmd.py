@@ -19,7 +19,7 @@ from atoll.api.configuration import (
     parse_override,
 )
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
-from atoll.kube.connection import KubeconfigError
+from atoll.kube.connection import KubeconfigError, RefusedError
 from atoll.kube.operator import RunOptions, configure_logging, run
 
 
@@ -93,6 +93,9 @@ def _run(args: argparse.Namespace) -> int:
     except KubeconfigError as e:
         print(f"atoll run: {e}", file=sys.stderr)
         return 2
+    except RefusedError as e:
+        print(f"atoll run: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -47,6 +47,21 @@ async def load(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
         raise KubeconfigError(f"cannot load the kubeconfig {where}: {first}") from e
 
 
+class RefusedError(RuntimeError):
+    """The API server refused, for good, a request atoll cannot run without."""
+
+
+def refused(error: Exception) -> RefusedError:
+    """One line for an API refusal that ends `atoll run` (with a hint for a missing CRD)."""
+    status = retry.status_of(error)
+    hint = ""
+    if status == 404:
+        hint = " (are the CRDs installed? kubectl apply --server-side -f crds/)"
+    elif status in (401, 403):
+        hint = " (do the credentials have atoll's RBAC? see deploy/rbac.yaml)"
+    return RefusedError(f"the API server refused a request: {retry.describe(error)}{hint}")
+
+
 def server_url(api: client.ApiClient) -> str:
     return str(getattr(api.configuration, "host", "") or "?")
 

@@ -18,6 +18,7 @@ import kopf
 import structlog
 from aiohttp import web
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -448,7 +449,8 @@ def no_env_session(api: client.ApiClient) -> None:
 
 async def run(opts: RunOptions) -> None:
     """Run one replica until SIGTERM or SIGINT (raises `connection.KubeconfigError` when
-    there are no usable credentials)."""
+    there are no usable credentials, `connection.RefusedError` when the API server refuses
+    what atoll needs, e.g. a missing CRD)."""
     in_cluster = await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists)
     if opts.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(opts.kubeconfig)
@@ -459,4 +461,7 @@ async def run(opts: RunOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with client.ApiClient() as api:
         no_env_session(api)
-        await Operator(opts, api).run(stop)
+        try:
+            await Operator(opts, api).run(stop)
+        except ApiException as e:
+            raise connection.refused(e) from e
