@@ -32,9 +32,12 @@ TEST_SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
 class KubeCluster:
     """A kubeconfig plus a kubectl to drive it."""
 
-    def __init__(self, kubeconfig: Path, kubectl_path: str) -> None:
+    def __init__(self, kubeconfig: Path, kubectl_path: str, sandbox: Sandbox | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl_path
+        self.sandbox = sandbox
+        """The test sandbox, whose processes fault tests stop and pause (None on a cluster
+        given by ATOLL_TEST_KUBECONFIG)."""
         self._crds_applied = False
 
     def kubectl(
@@ -131,7 +134,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
     sandbox = Sandbox(root=tmp_path_factory.mktemp("sandbox"))
     sandbox.up(load_shape(TEST_SHAPE), log=lambda _m: None)
     try:
-        yield KubeCluster(sandbox.kubeconfig, str(sandbox.kubectl_path))
+        yield KubeCluster(sandbox.kubeconfig, str(sandbox.kubectl_path), sandbox)
     finally:
         sandbox.down(log=lambda _m: None)
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+from prometheus_client import CollectorRegistry
+
 from atoll.api.core import Job
 from atoll.control import admission
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
+from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
 from tests.control.builders import cache_with_queue, job
@@ -75,6 +78,23 @@ async def test_a_running_labelled_job_without_workload_is_suspended_first() -> N
     assert fake.jobs["ns/a"].spec.suspend is True
     assert fake.workloads == {}  # created only once no pod of it is active
     assert again == 1.0
+
+
+async def test_a_job_found_running_unadmitted_is_counted_once_when_stopped() -> None:
+    registry = CollectorRegistry()
+    ctl, fake, _ = _setup()
+    ctl.metrics = Metrics(registry)
+    running = job("a", active=2)
+    fake.jobs["ns/a"] = running.model_copy(
+        update={"spec": running.spec.model_copy(update={"suspend": False})}
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # already suspended: not counted again
+
+    assert registry.get_sample_value("atoll_unadmitted_jobs_stopped_total") == 1
+    assert registry.get_sample_value("atoll_unadmitted_pods_stopped_total") == 2
 
 
 async def test_an_admitted_workload_starts_its_job() -> None:

@@ -174,3 +174,45 @@ async def test_a_reclaiming_preemptor_is_admitted_before_its_victim_returns() ->
     await sched.run_once()
     assert wls.is_admitted(fake.workloads[small])
     assert not wls.has_quota(fake.workloads[v])
+
+
+def _forged(wl: Workload, template: Workload, *, cluster_queue: str, at: str) -> Workload:
+    """`wl` carrying `template`'s admission, as written by someone else at `at`."""
+    status = template.status.model_dump(by_alias=True, exclude_none=True, mode="json")
+    status["admission"]["clusterQueue"] = cluster_queue
+    for c in status["conditions"]:
+        c["lastTransitionTime"] = at
+    return Workload.from_dict(wl.to_dict() | {"status": status})
+
+
+@pytest.mark.parametrize(
+    ("cluster_queue", "reason"),
+    [
+        pytest.param("cq", "AdmissionExceedsQuota", id="over-quota"),
+        pytest.param("ghost", "ClusterQueueDoesNotExist", id="missing-cluster-queue"),
+    ],
+)
+async def test_untrusted_admissions_read_at_start_are_evicted_with_a_warning(
+    cluster_queue: str, reason: str
+) -> None:
+    sched, fake = _setup(gpus=8)
+    honest = await _add(sched, fake, "a", pods=8)
+    await sched.run_once()
+    sched.cache.set_workload(fake.workloads[honest])
+    other = await _add(sched, fake, "b", pods=8)
+    forged = _forged(
+        fake.workloads[other],
+        fake.workloads[honest],
+        cluster_queue=cluster_queue,
+        at="2026-12-02T00:00:00Z",
+    )
+    fake.workloads[other] = forged
+    sched.cache.set_workload(forged)
+
+    assert await sched.evict_untrusted() == 1
+
+    assert wls.is_evicted(fake.workloads[other])
+    assert wls.condition(fake.workloads[other], wls.EVICTED).reason == reason  # type: ignore[union-attr]
+    assert not wls.is_evicted(fake.workloads[honest])
+    ((where, _, _),) = [e for e in fake.events if e[1] == reason]
+    assert where == f"Workload/{other}"

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from atoll.sandbox.processes import free_port
 from tests.conftest import REPO, KubeCluster
+from tests.kube import builders as b
 
 OPERATOR_NAMESPACE = "atoll-system"
 FAST_SETTINGS = (
@@ -70,6 +72,8 @@ class OperatorProcess:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
                 return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode(errors="replace")
         except OSError:
             return 0, ""
 
@@ -83,6 +87,10 @@ class OperatorProcess:
                 return
             time.sleep(0.2)
         raise AssertionError(f"operator not ready in {timeout}s: {self.tail()}")
+
+    def health(self, path: str = "/readyz") -> tuple[int, str]:
+        """(status, body) of the health endpoint `path` (0 when it does not answer)."""
+        return self._get(self.health_port, path)
 
     def metrics(self) -> str:
         return self._get(self.metrics_port, "/metrics")[1]
@@ -117,6 +125,29 @@ def operator(
     op.stop()
 
 
+LEASE = "c1f6bfd2.kueue.x-k8s.io"
+"""The leader-election Lease (Kueue's default name)."""
+
+
+@pytest.fixture
+def solo(operator: OperatorProcess) -> Iterator[None]:
+    """Stop the session's operator for this test (it would admit too), restart it after."""
+    operator.stop()
+    yield
+    operator.start()
+
+
+def holder(cluster: KubeCluster) -> str:
+    """Who holds the leader Lease now ('' when nobody)."""
+    lease = get_json(cluster, "get", "lease", LEASE, "-n", OPERATOR_NAMESPACE)
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+def replica(cluster: KubeCluster, tmp_path: Path, name: str) -> OperatorProcess:
+    """An operator process of its own (not started) with leader-election identity `name`."""
+    return OperatorProcess(cluster, tmp_path / f"{name}.log", "--identity", name)
+
+
 def get_json(cluster: KubeCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl(*args, "-o", "json").stdout)
 
@@ -128,6 +159,29 @@ def apply(cluster: KubeCluster, *objs: dict[str, Any]) -> None:
         "-f",
         "-",
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}),
+    )
+
+
+def create(
+    cluster: KubeCluster, *objs: dict[str, Any], check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl create` of `objs` as one List (through the admission webhooks)."""
+    return cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}),
+        check=check,
+        timeout=120,
+    )
+
+
+def one_queue(cluster: KubeCluster, namespace: str, gpus: int) -> None:
+    """A ResourceFlavor, a ClusterQueue of `gpus` GPUs and the LocalQueue `q` in `namespace`
+    (the flavor and ClusterQueue are named after the namespace)."""
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
+    apply(
+        cluster, b.flavor(rf), b.cluster_queue(cq, rf, gpus=gpus), b.local_queue("q", namespace, cq)
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,40 +13,21 @@ import pytest
 
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OPERATOR_NAMESPACE, OperatorProcess, apply, get_json, is_true
+from tests.kube.conftest import get_json, holder, is_true, one_queue, replica
 
 pytestmark = pytest.mark.cluster
-LEASE = "c1f6bfd2.kueue.x-k8s.io"
-
-
-@pytest.fixture
-def solo(operator: OperatorProcess) -> Iterator[None]:
-    """Stop the session's operator for this test (it would admit too), restart it after."""
-    operator.stop()
-    yield
-    operator.start()
-
-
-def _holder(cluster: KubeCluster) -> str:
-    lease = get_json(cluster, "get", "lease", LEASE, "-n", OPERATOR_NAMESPACE)
-    return str(lease["spec"].get("holderIdentity") or "")
-
-
-def _replica(cluster: KubeCluster, tmp_path: Path, name: str) -> OperatorProcess:
-    return OperatorProcess(cluster, tmp_path / f"{name}.log", "--identity", name)
 
 
 def test_only_the_leader_admits_and_a_follower_takes_over(
     cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
 ) -> None:
-    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
-    apply(cluster, b.flavor(rf), b.cluster_queue(cq, rf, gpus=8), b.local_queue("q", namespace, cq))
+    one_queue(cluster, namespace, 8)
     one, two = (
-        _replica(cluster, tmp_path, "replica-one"),
-        _replica(cluster, tmp_path, "replica-two"),
+        replica(cluster, tmp_path, "replica-one"),
+        replica(cluster, tmp_path, "replica-two"),
     )
     one.start()
-    cluster.wait_for("replica-one to lead", lambda: _holder(cluster) == "replica-one", timeout=30)
+    cluster.wait_for("replica-one to lead", lambda: holder(cluster) == "replica-one", timeout=30)
     two.start()
     try:
         cluster.kubectl(
@@ -65,7 +45,7 @@ def test_only_the_leader_admits_and_a_follower_takes_over(
         assert "atoll_leader 0.0" in two.metrics() or "atoll_leader" not in two.metrics()
         one.kill()
         cluster.wait_for(
-            "replica-two to take over", lambda: _holder(cluster) == "replica-two", timeout=30
+            "replica-two to take over", lambda: holder(cluster) == "replica-two", timeout=30
         )
         cluster.kubectl(
             "create", "-f", "-", input=json.dumps(b.job("j2", namespace, queue="q", pods=2))
@@ -132,14 +112,8 @@ def test_sigkill_at_random_moments_loses_nothing_and_overcommits_nothing(
     cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
 ) -> None:
     quota, jobs = 16, 200
-    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
-    apply(
-        cluster,
-        b.flavor(rf),
-        b.cluster_queue(cq, rf, gpus=quota),
-        b.local_queue("q", namespace, cq),
-    )
-    op = _replica(cluster, tmp_path, "crashy")
+    one_queue(cluster, namespace, quota)
+    op = replica(cluster, tmp_path, "crashy")
     op.start()
     items = [b.job(f"j{i:03d}", namespace, queue="q", pods=2, run="1s") for i in range(jobs)]
     cluster.kubectl(

@@ -614,9 +614,11 @@ class AtollSettings(ApiModel):
         "mutating.atoll.dev"
     )
     """MutatingWebhookConfiguration of the Job webhook. With `atoll run --webhook url` (the
-    sandbox) the operator creates and owns it, naming its webhooks `<path>.<this name>`, which
-    Kubernetes requires to be a domain of three or more segments; with `--webhook service` (in
-    a cluster) it only fills the `caBundle` of the installed one (`deploy/webhook.yaml`)."""
+    sandbox) a replica creates it, or points it at its own URL when nothing listens at the URL
+    it names, naming its webhooks `<path>.<this name>`, which Kubernetes requires to be a
+    domain of three or more segments; with `--webhook service` (in a cluster) it only fills the
+    `caBundle` of the installed one (`deploy/webhook.yaml`). No replica removes it when it
+    stops."""
     log_format: LogFormat = LogFormat.AUTO
     """Log format: `auto`, `json` or `console`."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

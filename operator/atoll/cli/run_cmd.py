@@ -17,9 +17,10 @@ from atoll.api.configuration import (
     parse_bind_address,
     parse_override,
 )
-from atoll.cli.errors import complain
+from atoll.cli.errors import FAILED, complain
 from atoll.cli.kubeconfig import KubeconfigError, check_kubeconfig
-from atoll.kube.operator import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
+from atoll.kube import connection
+from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
 from atoll.kube.operator import RunOptions, configure_logging, run
 
 
@@ -103,6 +104,10 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(run(opts))
     except KeyboardInterrupt:
         return 130
+    except connection.KubeconfigError as e:
+        return complain("run", e)
+    except connection.RefusedError as e:
+        return complain("run", e, FAILED)
     return 0
 
 
@@ -113,7 +118,8 @@ def register(sub: Any) -> None:
         description=(
             "Run atoll's operator against the cluster of KUBECONFIG (or in-cluster). It watches "
             "Kueue's queue objects and labelled batch/v1 Jobs, creates their Workloads and "
-            "admits whole gangs."
+            "admits whole gangs. It waits for an unreachable API server and retries transient "
+            "API errors; a missing or unreadable kubeconfig exits with status 2."
         ),
     )
     add_configuration_options(parser)

@@ -142,12 +142,20 @@ class JobController:
             return None
         if not wls.is_admitted(wl):
             await self._stop(job, wl, "Not admitted by cluster queue")
+            self._count_unadmitted(job)
             return None
         budget = await self._execution_time_left(wl)
         if budget is not None and budget <= 0:
             return None  # deactivated: the scheduler evicts it
         ready = await self._pods_ready(job, wl)
         return min((t for t in (budget, ready) if t is not None), default=None)
+
+    def _count_unadmitted(self, job: Job) -> None:
+        """A Job that ran without admission was just suspended (e.g. created while no
+        operator served the webhook): counted, so that such windows are visible."""
+        log.warning("unadmitted job stopped", job=wls.key_of(job.namespace, job.name))
+        if self.metrics is not None:
+            self.metrics.unadmitted_job_stopped(jf.active_pods(job))
 
     @staticmethod
     def _owner_uid(wl: Workload) -> str | None:
@@ -236,6 +244,7 @@ class JobController:
     async def _create(self, job: Job) -> float | None:
         if not is_suspended(job):
             await self.jobs.suspend_job(wls.key_of(job.namespace, job.name))
+            self._count_unadmitted(job)
             await self.emit(job_ref(job), "Normal", "Stopped", "No matching Workload")
         if jf.active_pods(job) > 0:
             return 1.0  # wait until the running pods are gone

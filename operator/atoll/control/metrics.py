@@ -417,6 +417,17 @@ class Metrics:
             buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
             registry=self._registry,
         )
+        self._unadmitted_jobs = Counter(
+            "atoll_unadmitted_jobs_stopped_total",
+            "Managed Jobs found running without an admitted Workload (created while no "
+            "operator ran, or unsuspended by hand) and suspended.",
+            registry=self._registry,
+        )
+        self._unadmitted_pods = Counter(
+            "atoll_unadmitted_pods_stopped_total",
+            "Active pods of those Jobs when they were suspended.",
+            registry=self._registry,
+        )
         self._api_requests = Counter(
             "atoll_api_requests_total",
             "Requests atoll made to the API server, by verb and result "
@@ -773,6 +784,11 @@ class Metrics:
         self._api_requests.labels(verb, result).inc()
         if seconds is not None:
             self._api_duration.labels(verb).observe(max(seconds, 0.0))
+
+    def unadmitted_job_stopped(self, active_pods: int) -> None:
+        """A managed Job ran without an admitted Workload and was suspended."""
+        self._unadmitted_jobs.inc()
+        self._unadmitted_pods.inc(max(active_pods, 0))
 
     def set_gangs_partially_running(self, count: int) -> None:
         """Admitted gangs whose pods are not all ready (PodsReady=False)."""

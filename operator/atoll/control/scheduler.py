@@ -85,6 +85,27 @@ class Scheduler:
     def _now(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
 
+    async def evict_untrusted(self) -> int:
+        """Evict the admissions read from Workload statuses that atoll cannot trust (a missing
+        ClusterQueue or flavor, more than quota allows: `Cache.untrusted_admissions`), each
+        with a Warning Event; run when this replica starts admitting. Returns how many."""
+        now = self._now()
+        refused = self.cache.untrusted_admissions()
+        result = CycleResult()
+        for r in refused:
+            wl = self.cache.workloads.get(r.key)
+            if wl is None:
+                continue
+            log.warning("untrusted admission evicted", workload=r.key, reason=r.reason.value)
+            cq = wl.status.admission.cluster_queue if wl.status.admission else ""
+            if self.metrics is not None:
+                self.metrics.workload_evicted(cq, r.reason.value)
+            await self._write(r.key, adm.evict(r.reason.value, r.message, now), result)
+            await self.emit(workload_ref(wl), "Warning", r.reason.value, r.message)
+        if refused:
+            self.wake()
+        return len(refused)
+
     async def run(self) -> None:
         """Forever: wait for a wake-up (or the next requeue time), then cycle until idle.
         A failing cycle is logged and retried: a bug must not stop admission for good."""

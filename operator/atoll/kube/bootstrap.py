@@ -4,7 +4,6 @@ and no quota is handed out twice."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +21,7 @@ from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
+from atoll.kube import retry
 from atoll.state.cache import Cache
 
 log = structlog.get_logger("atoll.bootstrap")
@@ -42,18 +42,13 @@ def each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]
     return n
 
 
-async def load(api: client.ApiClient, cache: Cache, *, attempts: int = 30) -> dict[str, int]:
-    """List everything atoll reads (retrying while the API server is still warming up, e.g.
-    a CRD whose storage initializes); return how many objects of each kind were loaded."""
-    for attempt in range(attempts):
-        try:
-            return await _load(api, cache)
-        except ApiException as e:
-            if e.status not in (429, 500, 503, 504) or attempt == attempts - 1:
-                raise
-            log.info("initial listing retried", status=e.status)
-            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
-    raise AssertionError("unreachable")
+async def load(
+    api: client.ApiClient, cache: Cache, *, attempts: int | None = None
+) -> dict[str, int]:
+    """List everything atoll reads, retrying while the API server is unreachable or warming
+    up (e.g. a CRD whose storage initializes), at most `attempts` times (None: until it
+    answers); return how many objects of each kind were loaded."""
+    return await retry.call(lambda: _load(api, cache), what="initial listing", attempts=attempts)
 
 
 async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:

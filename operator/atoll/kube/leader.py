@@ -1,6 +1,7 @@
 """Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection: acquire
 when the lease is free or expired, renew every retry period, give up (and stop leading) when a
-renewal has not succeeded within the renew deadline, release on a clean shutdown."""
+renewal has not succeeded within the renew deadline, release on a clean shutdown. Losing the
+lease does not end the process: the replica follows again and competes for the lease anew."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from atoll.kube import retry
+
 log = structlog.get_logger("atoll.leader")
 
 
 class LeadershipLostError(RuntimeError):
     """The lease could not be renewed in time: another replica may be leading now."""
+
+
+class LeaseNamespaceMissingError(RuntimeError):
+    """The Lease's namespace does not exist and may not be created."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,10 +53,27 @@ def _parse(raw: str | None) -> dt.datetime | None:
 
 
 class LeaderElector:
+    """Takes and renews the Lease; `healthy()` says whether this replica leads or follows a
+    Lease it can read (what `/readyz` reports), `problem` why not."""
+
     def __init__(self, api: client.ApiClient, settings: LeaseSettings) -> None:
         self.api = client.CoordinationV1Api(api)
+        self.core = client.CoreV1Api(api)
         self.s = settings
         self.is_leader = False
+        self.problem: str | None = "the Lease was not read yet"
+        self._seen: float | None = None
+
+    @property
+    def lease(self) -> str:
+        return f"{self.s.namespace}/{self.s.name}"
+
+    def healthy(self) -> bool:
+        """Leading, or following a Lease read successfully within the lease duration."""
+        if self.is_leader:
+            return True
+        now = asyncio.get_running_loop().time()
+        return self._seen is not None and now - self._seen <= self.s.lease_duration
 
     def _spec(self, transitions: int, acquired: str | None = None) -> dict[str, Any]:
         now = _fmt(_now())
@@ -61,6 +85,39 @@ class LeaderElector:
             "leaseTransitions": transitions,
         }
 
+    async def _create(self) -> bool:
+        body = {
+            "metadata": {"name": self.s.name, "namespace": self.s.namespace},
+            "spec": self._spec(0),
+        }
+        try:
+            await self.api.create_namespaced_lease(self.s.namespace, body)
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            if e.status != 404:
+                raise
+            await self._create_namespace()
+            return False  # the next attempt creates the Lease
+        return True
+
+    async def _create_namespace(self) -> None:
+        """The Lease's namespace does not exist: create it if RBAC lets us, else say which
+        namespace is missing."""
+        ns = self.s.namespace
+        try:
+            await self.core.create_namespace({"metadata": {"name": ns}})
+            log.info("created the Lease namespace", namespace=ns)
+        except ApiException as e:
+            if e.status == 409:
+                return
+            if e.status == 403:
+                raise LeaseNamespaceMissingError(
+                    f"the Lease namespace {ns} does not exist and atoll may not create it: "
+                    "create it, or set leaderElection.resourceNamespace"
+                ) from e
+            raise
+
     async def _try(self) -> bool:
         """One attempt to acquire or renew; True when we hold the lease afterwards."""
         try:
@@ -68,17 +125,8 @@ class LeaderElector:
         except ApiException as e:
             if e.status != 404:
                 raise
-            body = {
-                "metadata": {"name": self.s.name, "namespace": self.s.namespace},
-                "spec": self._spec(0),
-            }
-            try:
-                await self.api.create_namespaced_lease(self.s.namespace, body)
-            except ApiException as create_error:
-                if create_error.status == 409:
-                    return False
-                raise
-            return True
+            return await self._create()
+        self._seen = asyncio.get_running_loop().time()
         raw = self.api.api_client.sanitize_for_serialization(lease)
         spec = raw.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -98,28 +146,37 @@ class LeaderElector:
             raise
         return True
 
+    async def _attempt(self) -> bool:
+        """`_try`, with any failure recorded in `problem` (logged when it changes): the
+        caller tries again after the retry period, whatever went wrong."""
+        try:
+            ok = await self._try()
+        except Exception as e:
+            problem = str(e) if isinstance(e, LeaseNamespaceMissingError) else retry.describe(e)
+            if problem != self.problem:
+                log.warning("lease not reachable", lease=self.lease, error=problem)
+            self.problem = problem
+            return False
+        if ok:
+            self._seen = asyncio.get_running_loop().time()
+        self.problem = None
+        return ok
+
     async def _acquire(self) -> None:
         while True:
-            try:
-                if await self._try():
-                    return
-            except ApiException as e:
-                log.warning("lease acquisition failed", error=str(e.status))
+            if await self._attempt():
+                return
             await asyncio.sleep(self.s.retry_period)
 
     async def _renew(self) -> None:
         last = asyncio.get_running_loop().time()
         while True:
             await asyncio.sleep(self.s.retry_period)
-            try:
-                ok = await self._try()
-            except ApiException:
-                ok = False
             now = asyncio.get_running_loop().time()
-            if ok:
+            if await self._attempt():
                 last = now
             elif now - last > self.s.renew_deadline:
-                raise LeadershipLostError(f"lease {self.s.namespace}/{self.s.name} not renewed")
+                raise LeadershipLostError(f"lease {self.lease} not renewed")
 
     async def release(self) -> None:
         if not self.is_leader:
@@ -130,19 +187,22 @@ class LeaderElector:
             if (raw.get("spec") or {}).get("holderIdentity") == self.s.identity:
                 raw["spec"]["holderIdentity"] = ""
                 await self.api.replace_namespaced_lease(self.s.name, self.s.namespace, raw)
-        except ApiException as e:
-            log.warning("lease release failed", error=str(e.status))
+        except Exception as e:
+            log.warning("lease release failed", lease=self.lease, error=retry.describe(e))
         self.is_leader = False
 
     async def lead(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Wait for the lease, then run `work` while renewing it; raise when it is lost."""
-        await self._acquire()
-        self.is_leader = True
-        log.info("became leader", lease=f"{self.s.namespace}/{self.s.name}", id=self.s.identity)
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._renew())
-                tg.create_task(work())
-        except* LeadershipLostError as eg:
-            self.is_leader = False
-            raise eg.exceptions[0] from None
+        """Forever: wait for the lease, then run `work` while renewing it. When a renewal
+        fails for longer than the renew deadline, `work` is cancelled and this replica
+        follows again until it wins the lease back."""
+        while True:
+            await self._acquire()
+            self.is_leader = True
+            log.info("became leader", lease=self.lease, id=self.s.identity)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self._renew())
+                    tg.create_task(work())
+            except* LeadershipLostError:
+                self.is_leader = False  # (still True when cancelled: `release` gives it up)
+                log.warning("leadership lost, following again", lease=self.lease)

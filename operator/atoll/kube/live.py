@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.api.resource import ResourceClaimTemplate
-from atoll.kube import bootstrap
+from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
 from atoll.state.cache import Cache
 
@@ -63,12 +63,9 @@ async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cac
     ~/.kube/config), into `cache` (default: an empty one); returns the cache and the time it
     was read."""
     try:
-        if kubeconfig is not None:
-            await config.load_kube_config(config_file=str(kubeconfig))
-        else:
-            await config.load_kube_config()
-    except (config.ConfigException, OSError, TypeError) as e:
-        raise ClusterReadError(f"cannot load the kubeconfig: {e}") from e
+        await connection.load(kubeconfig)
+    except connection.KubeconfigError as e:
+        raise ClusterReadError(str(e)) from e
     cache = cache if cache is not None else Cache()
     try:
         async with client.ApiClient() as api:

@@ -17,7 +17,8 @@ from typing import Any
 import kopf
 import structlog
 from aiohttp import web
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -30,7 +31,8 @@ from atoll.control.scheduler import Scheduler
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
-from atoll.kube import bootstrap, handlers, webhook
+from atoll.kube import bootstrap, connection, handlers, retry, webhook
+from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
 from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.writers import KubeWriter
@@ -38,7 +40,7 @@ from atoll.state.cache import Cache
 from atoll.state.devicequota import class_resources
 
 log = structlog.get_logger("atoll.operator")
-SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+__all__ = ["SERVICE_ACCOUNT_TOKEN", "Operator", "RunOptions", "configure_logging", "run"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,8 +143,43 @@ class Operator:
         )
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
+        self.webhook_checked = asyncio.Event()
         self.leading = False
         self._shared_cert: webhook.SharedCert | None = None
+        self._url_server = (
+            webhook.make_url_server(
+                addr=opts.webhook_addr, port=opts.webhook_port, host=opts.webhook_host
+            )
+            if opts.webhook == "url"
+            else None
+        )
+        self._kopf = self._kopf_registry()
+        self.elector = self._elector() if opts.leader_elect else None
+
+    def _elector(self) -> LeaderElector:
+        cfg = self.opts.configuration.leader_election
+        return LeaderElector(
+            self.api,
+            LeaseSettings(
+                namespace=cfg.resource_namespace or self.opts.configuration.namespace,
+                name=cfg.resource_name,
+                identity=self.opts.identity,
+                lease_duration=cfg.lease_duration,
+                renew_deadline=cfg.renew_deadline,
+                retry_period=cfg.retry_period,
+            ),
+        )
+
+    def not_ready(self) -> str | None:
+        """Why `/readyz` is not ok (None: ready): the initial listing is not done, or (with
+        leader election) this replica neither leads nor can read the Lease."""
+        if not self.synced.is_set():
+            return "initial sync not done"
+        if self._url_server is not None and not self.webhook_checked.is_set():
+            return "webhook configuration not checked yet"
+        if self.elector is not None and not self.elector.healthy():
+            return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
+        return None
 
     def _kopf_registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
@@ -179,6 +216,10 @@ class Operator:
         settings.posting.enabled = False
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
+        # kopf's requests and watches retry API errors with our policy, endlessly: a watch
+        # must outlive any outage of the API server.
+        settings.networking.error_backoffs = retry.DEFAULT
+        settings.networking.enforce_retry_after = True
         settings.watching.client_timeout = 330
         # kopf waits this long for more events of one object before handling the latest;
         # its 0.1 s default would add to every admission's latency.
@@ -189,11 +230,8 @@ class Operator:
         )
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
         o = self.opts
-        if o.webhook == "url":
-            settings.admission.server = webhook.make_url_server(
-                addr=o.webhook_addr, port=o.webhook_port, host=o.webhook_host
-            )
-            settings.admission.managed = o.configuration.atoll.webhook_configuration_name
+        if self._url_server is not None:
+            settings.admission.server = self._url_server.server
         elif o.webhook == "service" and self._shared_cert is not None:
             settings.admission.server = webhook.make_service_server(
                 addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
@@ -212,6 +250,39 @@ class Operator:
                 self._queues_dirty.set()
                 await asyncio.sleep(2)
 
+    async def _keep_webhook(self) -> None:
+        """`url` mode, on every replica: keep the configuration pointing at a replica whose
+        server listens. Once this replica's server listens, it takes the configuration over
+        when it is missing or names a URL where nothing listens (a replica that stopped);
+        checked every second. `/readyz` waits for the first check."""
+        server = self._url_server
+        if server is None:
+            await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
+            return
+        name = self.opts.configuration.atoll.webhook_configuration_name
+        hooks = webhook.url_webhooks(
+            self._kopf,
+            configuration=name,
+            url=server.url,
+            ca=server.ca,
+            skip_namespaces=("kube-system", self.opts.configuration.namespace),
+        )
+        mine = {h["clientConfig"]["url"] for h in hooks}
+        while True:
+            if not await webhook.listening(server.url):
+                await asyncio.sleep(0.1)  # kopf's server is not up yet
+                continue
+            try:
+                current = await webhook.configured_urls(self.api, name)
+                alive = [u for u in current if u in mine or await webhook.listening(u)]
+                if not current or len(alive) < len(current):
+                    await webhook.own_url_configuration(self.api, name, hooks)
+                    log.info("webhook configuration points here", name=name, url=server.url)
+                self.webhook_checked.set()
+            except Exception as e:
+                log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
+            await asyncio.sleep(1.0)
+
     async def _lead(self) -> None:
         self.leading = True
         if self.opts.leader_elect:
@@ -220,15 +291,25 @@ class Operator:
             self.job_queue.add(key)
         for key in list(self.ungater.gated):
             self.pod_queue.add(key)
-        self.scheduler.wake()
         self._queues_dirty.set()
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.scheduler.run())
-            tg.create_task(self._queue_status_loop())
-            for _ in range(self.opts.workers):
-                tg.create_task(self.job_queue.work(self.jobs.reconcile))
-            tg.create_task(self.pod_queue.work(self.ungater.reconcile))
-            tg.create_task(self.writer.send_events())
+        try:
+            await self.scheduler.evict_untrusted()
+            self.scheduler.wake()
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.scheduler.run())
+                tg.create_task(self._queue_status_loop())
+                for _ in range(self.opts.workers):
+                    tg.create_task(self.job_queue.work(self.jobs.reconcile))
+                tg.create_task(self.pod_queue.work(self.ungater.reconcile))
+                tg.create_task(self.writer.send_events())
+        finally:
+            # Leadership lost (or shutdown): admissions assumed but not written are dropped,
+            # so that a later term starts from the Workload statuses alone.
+            self.leading = False
+            if self.opts.leader_elect:
+                self.metrics.set_role(ReplicaRole.FOLLOWER)
+            for key in list(self.cache.assumed):
+                self.cache.forget(key)
 
     async def _http(self) -> None:
         async def metrics(_: web.Request) -> web.Response:
@@ -240,9 +321,8 @@ class Operator:
             return web.Response(text="ok")
 
         async def readyz(_: web.Request) -> web.Response:
-            if not self.synced.is_set():
-                return web.Response(status=503, text="initial sync not done")
-            return web.Response(text="ok")
+            why = self.not_ready()
+            return web.Response(text="ok") if why is None else web.Response(status=503, text=why)
 
         apps = []
         m_app = web.Application()
@@ -281,53 +361,61 @@ class Operator:
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
         )
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    async def _start(self) -> None:
+        """Wait for the API server, set up the webhook's certificate, list everything."""
+        await connection.wait_for_server(self.api)
         await self._prepare_webhook()
         counts = await bootstrap.load(self.api, self.cache)
         log.info("initial sync done", **counts)
         self.synced.set()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Until `stop` is set: serve /healthz at once (/readyz once ready), start, then run
+        the watches, the webhook and (when leading) the scheduling loop."""
         stop = stop or asyncio.Event()
+        http = asyncio.create_task(self._http())
+        start = asyncio.create_task(self._start())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([start, stopper, http], return_when=asyncio.FIRST_COMPLETED)
+        if not start.done() or start.exception() is not None:
+            for t in (start, stopper, http):
+                t.cancel()
+            await asyncio.gather(start, stopper, http, return_exceptions=True)
+            if not start.cancelled() and start.done() and start.exception() is not None:
+                raise start.exception()  # type: ignore[misc]
+            log.info("operator stopped")
+            return
         work: list[Coroutine[Any, Any, None]] = [
             kopf.operator(
-                registry=self._kopf_registry(),
+                registry=self._kopf,
                 settings=self._kopf_settings(),
                 clusterwide=True,
                 standalone=True,
                 stop_flag=stop,
             ),
-            self._http(),
+            self._keep_webhook(),
         ]
-        elector: LeaderElector | None = None
-        if self.opts.leader_elect:
-            cfg = self.opts.configuration.leader_election
-            elector = LeaderElector(
-                self.api,
-                LeaseSettings(
-                    namespace=cfg.resource_namespace or self.opts.configuration.namespace,
-                    name=cfg.resource_name,
-                    identity=self.opts.identity,
-                    lease_duration=cfg.lease_duration,
-                    renew_deadline=cfg.renew_deadline,
-                    retry_period=cfg.retry_period,
-                ),
-            )
+        elector = self.elector
+        if elector is not None:
             work.append(elector.lead(self._lead))
         else:
             work.append(self._lead())
-        tasks = [asyncio.create_task(c) for c in work]
-        stopper = asyncio.create_task(stop.wait())
+        tasks = [http, *(asyncio.create_task(c) for c in work)]
+        everything: list[asyncio.Task[Any]] = [*tasks, stopper]
         try:
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.set()
-            for t in [*tasks, stopper]:
-                t.cancel()
-            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            for task in everything:
+                task.cancel()
+            await asyncio.gather(*everything, return_exceptions=True)
             if elector is not None:
                 await elector.release()
-        for t in done:
-            if t is not stopper and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+        for finished in done:
+            if finished is not stopper and not finished.cancelled():
+                error = finished.exception()
+                if error is not None:
+                    raise error
         log.info("operator stopped")
 
 
@@ -366,18 +454,20 @@ def no_env_session(api: client.ApiClient) -> None:
 
 
 async def run(opts: RunOptions) -> None:
+    """Run one replica until SIGTERM or SIGINT (raises `connection.KubeconfigError` when
+    there are no usable credentials, `connection.RefusedError` when the API server refuses
+    what atoll needs, e.g. a missing CRD)."""
     in_cluster = await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists)
     if opts.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(opts.kubeconfig)
-        await config.load_kube_config(config_file=str(opts.kubeconfig))
-    elif in_cluster:
-        config.load_incluster_config()
-    else:
-        await config.load_kube_config()
+    await connection.load(opts.kubeconfig, in_cluster=in_cluster)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with client.ApiClient() as api:
         no_env_session(api)
-        await Operator(opts, api).run(stop)
+        try:
+            await Operator(opts, api).run(stop)
+        except ApiException as e:
+            raise connection.refused(e) from e

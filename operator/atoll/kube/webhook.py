@@ -1,16 +1,23 @@
 """The mutating admission webhook on Job CREATE: a Job that atoll manages starts suspended.
 
 Mirrors Kueue's `/mutate-batch-v1-job` (pkg/controller/jobs/job/job_webhook.go): the handler id
-is the webhook path. kopf serves it. In the sandbox (`url` mode) kopf also creates and owns the
-MutatingWebhookConfiguration; in a cluster (`service` mode) the configuration is installed by
-`deploy/` and every replica serves one certificate kept in a Secret, whose CA the operator
-patches into the configuration. Certificates come from `atoll.pki`.
+is the webhook path. kopf serves it. The MutatingWebhookConfiguration belongs to the
+deployment, not to one process, and no replica ever removes or empties it: in a cluster
+(`service` mode) it is installed by `deploy/` and every replica serves one certificate kept in
+a Secret, whose CA the operator patches into the configuration; in the sandbox (`url` mode)
+a replica points it at its own URL and CA when it is missing or names a URL where nothing
+listens any more, and it stays after that replica stops. With `failurePolicy: Fail`, a
+managed Job created while no replica serves is refused (the API server says the webhook is
+unreachable), never let through unsuspended.
+Certificates come from `atoll.pki`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import tempfile
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from atoll import pki
 from atoll.api.core import Job
 from atoll.api.labels import QUEUE_NAME_LABEL
+from atoll.kube import retry
 
 WEBHOOK_ID = "mutate-batch-v1-job"
 
@@ -53,22 +61,158 @@ def register(
         patch.setdefault("spec", {})["suspend"] = True
 
 
-def make_url_server(*, addr: str, port: int, host: str) -> kopf.WebhookServer:
-    """For the sandbox: a fresh CA and serving certificate for `host`; kopf then creates and
-    owns the MutatingWebhookConfiguration with a URL pointing at `https://host:port`."""
+@dataclass(frozen=True, slots=True)
+class UrlServer:
+    """A webhook server reached by URL (the sandbox), and what its configuration needs."""
+
+    server: kopf.WebhookServer
+    url: str
+    ca: bytes
+
+
+def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
+    """For the sandbox: a fresh CA and serving certificate for `host`, served at
+    `https://host:port`."""
     folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
     is_ip = host.replace(".", "").isdigit()
     files = pki.write_serving_pki(
         folder, dns=() if is_ip else (host,), ips=(host,) if is_ip else ()
     )
-    return kopf.WebhookServer(
+    ca = files.ca_cert.read_bytes()
+    server = kopf.WebhookServer(
         addr=addr,
         port=port,
         host=host,
         certfile=files.serving_cert,
         pkeyfile=files.serving_key,
-        cadata=files.ca_cert.read_bytes(),
+        cadata=ca,
     )
+    return UrlServer(server=server, url=f"https://{host}:{port}", ca=ca)
+
+
+def _object_selector(labels: Any) -> dict[str, Any] | None:
+    exprs: list[dict[str, Any]] = []
+    for key, value in (labels or {}).items():
+        if value is kopf.PRESENT:
+            exprs.append({"key": key, "operator": "Exists"})
+        elif value is kopf.ABSENT:
+            exprs.append({"key": key, "operator": "DoesNotExist"})
+        elif isinstance(value, str):
+            exprs.append({"key": key, "operator": "In", "values": [value]})
+    return {"matchExpressions": exprs} if exprs else None
+
+
+def url_webhooks(
+    registry: kopf.OperatorRegistry,
+    *,
+    configuration: str,
+    url: str,
+    ca: bytes,
+    skip_namespaces: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """The webhooks of the configuration `configuration` for the mutating handlers of
+    `registry` (named `<handler id>.<configuration>`), called at `url`: the same shape as
+    deploy/webhook.yaml, with a URL instead of a Service."""
+    hooks = []
+    for handler in registry._webhooks.get_all_handlers():
+        if str(handler.reason) != "mutating":
+            continue
+        hooks.append(
+            {
+                "name": f"{handler.id}.{configuration}",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "url": f"{url}/{urllib.parse.quote(handler.id)}",
+                    "caBundle": base64.b64encode(ca).decode(),
+                },
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "matchPolicy": "Equivalent",
+                "reinvocationPolicy": "Never",
+                "timeoutSeconds": 10,
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": list(skip_namespaces),
+                        }
+                    ]
+                },
+                "objectSelector": _object_selector(handler.labels),
+                "rules": [
+                    {
+                        "apiGroups": ["batch"],
+                        "apiVersions": ["v1"],
+                        "operations": list(handler.operations or ["*"]),
+                        "resources": ["jobs"],
+                        "scope": "Namespaced",
+                    }
+                ],
+            }
+        )
+    return hooks
+
+
+async def configured_urls(api: client.ApiClient, name: str) -> list[str]:
+    """The URLs the MutatingWebhookConfiguration `name` calls (none when it is missing)."""
+    admission = client.AdmissionregistrationV1Api(api)
+    try:
+        found = await retry.call(
+            lambda: admission.read_mutating_webhook_configuration(name),
+            what=f"MutatingWebhookConfiguration {name}",
+            attempts=3,
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return []
+        raise
+    return [h.client_config.url for h in found.webhooks or () if h.client_config.url]
+
+
+async def listening(url: str) -> bool:
+    """Something accepts TCP connections at the host and port of `url` (within a second)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection(parts.hostname, parts.port or 443)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+async def own_url_configuration(
+    api: client.ApiClient, name: str, webhooks: list[dict[str, Any]]
+) -> None:
+    """Create the MutatingWebhookConfiguration `name`, or point its webhooks at this replica
+    (retried while the API server is unreachable). Nothing in atoll ever deletes it."""
+    admission = client.AdmissionregistrationV1Api(api)
+
+    async def once() -> None:
+        try:
+            found = await admission.read_mutating_webhook_configuration(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            body = {
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "atoll"}},
+                "webhooks": webhooks,
+            }
+            await admission.create_mutating_webhook_configuration(body)
+            return
+        raw = api.sanitize_for_serialization(found)
+        raw["webhooks"] = webhooks
+        await admission.replace_mutating_webhook_configuration(name, raw)
+
+    for _ in range(5):
+        try:
+            await retry.call(once, what=f"MutatingWebhookConfiguration {name}")
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    raise RuntimeError(f"MutatingWebhookConfiguration {name} kept changing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +230,9 @@ async def shared_certificate(
     core = client.CoreV1Api(api)
     for _ in range(5):
         try:
-            found = await core.read_namespaced_secret(secret, namespace)
+            found = await retry.call(
+                lambda: core.read_namespaced_secret(secret, namespace), what="webhook Secret"
+            )
             data = found.data or {}
             return SharedCert(
                 ca=base64.b64decode(data["ca.crt"]),
@@ -110,7 +256,10 @@ async def shared_certificate(
             },
         }
         try:
-            await core.create_namespaced_secret(namespace, body)
+            await retry.call(
+                lambda body=body: core.create_namespaced_secret(namespace, body),  # type: ignore[misc]
+                what="webhook Secret",
+            )
             return made
         except ApiException as e:
             if e.status != 409:
@@ -123,7 +272,10 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
     admission = client.AdmissionregistrationV1Api(api)
     for _ in range(5):
         raw = api.sanitize_for_serialization(
-            await admission.read_mutating_webhook_configuration(configuration)
+            await retry.call(
+                lambda: admission.read_mutating_webhook_configuration(configuration),
+                what=f"MutatingWebhookConfiguration {configuration}",
+            )
         )
         bundle = base64.b64encode(ca).decode()
         hooks = raw.get("webhooks") or []
@@ -132,7 +284,12 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
         for hook in hooks:
             hook.setdefault("clientConfig", {})["caBundle"] = bundle
         try:
-            await admission.replace_mutating_webhook_configuration(configuration, raw)
+            await retry.call(
+                lambda raw=raw: admission.replace_mutating_webhook_configuration(  # type: ignore[misc]
+                    configuration, raw
+                ),
+                what=f"MutatingWebhookConfiguration {configuration}",
+            )
             return
         except ApiException as e:
             if e.status != 409:

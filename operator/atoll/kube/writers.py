@@ -26,6 +26,7 @@ from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
+from atoll.kube import retry
 from atoll.kube.ratelimit import TokenBucket
 
 log = structlog.get_logger("atoll.kube")
@@ -33,9 +34,13 @@ log = structlog.get_logger("atoll.kube")
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
 _RETRIES = 8
+_TRANSIENT_ATTEMPTS = 12
+"""Tries of one request that fails transiently (about a minute with `retry.DEFAULT`); then
+the caller's work queue takes over with its own backoff."""
 _REMEMBERED = 20_000
 """Workloads whose last seen version the writer keeps as the base of its next write."""
 _EVENT_QUEUE = 1000
+_EVENT_ATTEMPTS = 5
 _STATUS_FIELDS = {f.alias or name for name, f in WorkloadStatus.model_fields.items()}
 T = TypeVar("T")
 
@@ -84,17 +89,31 @@ class KubeWriter:
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
 
-    async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
-        await self.limiter.acquire()
-        try:
-            result = await fn()
-        except ApiException as e:
-            if self.on_request:
-                self.on_request(verb, str(e.status))
-            raise ApiError(int(e.status or 0), api_message(e)) from e
+    def _count(self, verb: str, code: str) -> None:
         if self.on_request:
-            self.on_request(verb, "200")
-        return result
+            self.on_request(verb, code)
+
+    async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """One request under the rate limit, retried while it fails transiently (`retry`);
+        a refusal becomes `ApiError`."""
+
+        async def once() -> T:
+            await self.limiter.acquire()
+            try:
+                result = await fn()
+            except ApiException as e:
+                self._count(verb, str(e.status))
+                raise
+            except Exception:
+                self._count(verb, "error")
+                raise
+            self._count(verb, "200")
+            return result
+
+        try:
+            return await retry.call(once, what=verb, attempts=_TRANSIENT_ATTEMPTS)
+        except ApiException as e:
+            raise ApiError(int(e.status or 0), api_message(e)) from e
 
     # -- Workloads ------------------------------------------------------------------------
     async def _get_workload(self, key: str) -> dict[str, Any]:
@@ -213,19 +232,6 @@ class KubeWriter:
                 if e.status != 409:
                     raise
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
-
-    async def delete_workload(self, key: str) -> None:
-        ns, name = _split(key)
-        try:
-            await self._call(
-                "delete",
-                lambda: self.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", name
-                ),
-            )
-        except ApiError as e:
-            if e.status != 404:
-                raise
 
     async def deactivate_workload(self, key: str) -> None:
         await self._patch_workload(key, {"spec": {"active": False}})
@@ -439,14 +445,20 @@ class KubeWriter:
             self.events_dropped += 1
 
     async def send_events(self) -> None:
-        """Forever: post queued Events, only while half the burst of the budget is spare."""
+        """Forever: post queued Events, only while half the burst of the budget is spare.
+        An Event is best effort: one that cannot be posted is logged and dropped, and no
+        failure ends this loop."""
         while True:
             body = await self._events.get()
             await self.limiter.acquire_spare(reserve=self.limiter.burst / 2)
             ns = body["metadata"]["namespace"]
-            try:
+
+            async def post(ns: str = ns, body: dict[str, Any] = body) -> None:
                 await self.core.create_namespaced_event(ns, body, _preload_content=False)
-                if self.on_request:
-                    self.on_request("create", "200")
-            except ApiException as e:  # an event is best effort: never fail a decision for it
-                log.warning("event not recorded", reason=body["reason"], error=str(e.status))
+
+            try:
+                await retry.call(post, what="create event", attempts=_EVENT_ATTEMPTS)
+                self._count("create", "200")
+            except Exception as e:
+                self.events_dropped += 1
+                log.warning("event not recorded", reason=body["reason"], error=retry.describe(e))

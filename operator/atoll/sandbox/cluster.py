@@ -147,6 +147,54 @@ class Sandbox:
             state.procs.remove(proc)
         return self._launch(state, name, argv)
 
+    def _proc(self, name: str) -> tuple[SandboxState, Proc]:
+        state = self.load_state()
+        found = [p for p in state.procs if p.name == name] if state is not None else []
+        if state is None or not found:
+            raise StartError(f"sandbox has no process {name!r}")
+        return state, found[-1]
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send `sig` to the component `name` (e.g. SIGSTOP/SIGCONT to pause etcd), only if
+        its recorded pid still runs the binary the sandbox started."""
+        _, proc = self._proc(name)
+        if not is_ours(proc):
+            raise StartError(f"{name} (pid {proc.pid}) is not running")
+        os.kill(proc.pid, sig)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component gracefully (SIGTERM, then SIGKILL after a grace period); it
+        stays recorded so that `start_component` can start it again."""
+        _, proc = self._proc(name)
+        stop(proc)
+
+    def start_component(self, name: str, *, timeout: float = 120) -> Proc:
+        """Start a stopped component again with the command line it had; for the API server,
+        return once it answers /readyz."""
+        state, old = self._proc(name)
+        if is_ours(old):
+            raise StartError(f"{name} is still running (pid {old.pid})")
+        if not old.argv:
+            raise StartError(f"{name}: its command line was not recorded; restart the sandbox")
+        state.procs[state.procs.index(old)] = proc = spawn(name, old.argv, self.root / "logs")
+        self._save(state)
+        if name == "kube-apiserver":
+
+            def ready() -> bool:
+                try:
+                    done = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+                except subprocess.TimeoutExpired:
+                    return False
+                return done.returncode == 0
+
+            wait_until(proc, ready, timeout=timeout, what="/readyz")
+        return proc
+
+    def restart(self, name: str, *, timeout: float = 120) -> Proc:
+        """`stop_component` then `start_component` (a graceful restart of one component)."""
+        self.stop_component(name)
+        return self.start_component(name, timeout=timeout)
+
     def start_operator(self, *extra: str, timeout: float = 120) -> Proc:
         """`atoll run` against this sandbox as one of its processes (no leader election,
         free loopback ports, `extra` arguments appended), once its /readyz answers."""

@@ -28,6 +28,8 @@ class Proc:
     pid: int
     binary: str
     log: str
+    argv: list[str] | None = None
+    """The whole command line, so that `Sandbox.restart` can start it again."""
 
 
 def free_port() -> int:
@@ -50,7 +52,7 @@ def spawn(name: str, argv: list[str], log_dir: Path) -> Proc:
             start_new_session=True,
             close_fds=True,
         )
-    return Proc(name=name, pid=child.pid, binary=argv[0], log=str(log))
+    return Proc(name=name, pid=child.pid, binary=argv[0], log=str(log), argv=list(argv))
 
 
 def is_ours(proc: Proc) -> bool:

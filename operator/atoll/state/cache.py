@@ -24,6 +24,7 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.engine import model as m
+from atoll.engine import trust
 from atoll.engine.quota import NO_PARENT, LiveUsage, QuotaTree
 from atoll.engine.snapshot import (
     Snapshot,
@@ -352,6 +353,26 @@ class Cache:
         )
         self._engine_workloads[key] = ew
         return ew
+
+    def untrusted_admissions(self) -> tuple[trust.Refused, ...]:
+        """Admissions in Workload statuses (not assumed ones) that name a missing ClusterQueue
+        or flavor, or exceed quota together (`engine.trust`): what a restart must not trust."""
+        held = []
+        for key in self._holding:
+            if key in self.assumed or key not in self.workloads:
+                continue
+            found = self._held(key)
+            if found is None or found[1]:
+                continue  # already evicted: releasing it is under way
+            reserved = wls.condition(self.workloads[key], wls.QUOTA_RESERVED)
+            at = reserved.last_transition_time.timestamp() if reserved else 0.0
+            held.append(trust.Held(key=key, admission=found[0], reserved_at=at))
+        return trust.audit(
+            held,
+            cluster_queues={m.ClusterQueueName(k): v for k, v in self._e_cluster_queues.items()},
+            cohorts={m.CohortName(k): v for k, v in self._e_cohorts.items()},
+            flavors={m.FlavorName(k) for k in self._e_flavors},
+        )
 
     def holding(self) -> Iterable[tuple[str, m.Admission, bool]]:
         """(key, admission, evicted) of every workload that holds quota, assumed ones too."""

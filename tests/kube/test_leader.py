@@ -1,0 +1,148 @@
+"""Leader election on a fake Lease API: a missing namespace is created or named, a lost lease
+makes the replica follow and compete again (never exit), readiness follows."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from atoll.kube.leader import LeaderElector, LeaseSettings
+
+
+class FakeApi:
+    """The Lease calls of CoordinationV1Api and `create_namespace` of CoreV1Api."""
+
+    def __init__(self, *, namespace_exists: bool = True, may_create_namespace: bool = True) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.namespace_exists = namespace_exists
+        self.may_create_namespace = may_create_namespace
+        self.down = False
+        self.api_client = SimpleNamespace(sanitize_for_serialization=copy.deepcopy)
+
+    def _check(self) -> None:
+        if self.down:
+            raise ConnectionResetError("connection reset by peer")
+
+    async def read_namespaced_lease(self, name: str, namespace: str) -> dict[str, Any]:
+        self._check()
+        if self.lease is None:
+            raise ApiException(status=404, reason="Not Found")
+        return copy.deepcopy(self.lease)
+
+    async def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        self._check()
+        if not self.namespace_exists:
+            raise ApiException(status=404, reason=f"namespaces {namespace} not found")
+        if self.lease is not None:
+            raise ApiException(status=409, reason="Conflict")
+        self.lease = copy.deepcopy(body)
+
+    async def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any]) -> None:
+        self._check()
+        self.lease = copy.deepcopy(body)
+
+    async def create_namespace(self, body: dict[str, Any]) -> None:
+        if not self.may_create_namespace:
+            raise ApiException(status=403, reason="Forbidden")
+        self.namespace_exists = True
+
+
+def _elector(fake: FakeApi) -> LeaderElector:
+    settings = LeaseSettings(
+        namespace="lease-ns",
+        name="lease",
+        identity="me",
+        lease_duration=0.5,
+        renew_deadline=0.2,
+        retry_period=0.01,
+    )
+    elector = LeaderElector(client.ApiClient(), settings)
+    elector.api = fake  # type: ignore[assignment]
+    elector.core = fake  # type: ignore[assignment]
+    return elector
+
+
+async def _until(check: Any, what: str) -> None:
+    """Poll `check()` until it holds (bounded, so that a broken elector fails the test)."""
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_missing_lease_namespace_is_created_then_the_lease_is_taken() -> None:
+    fake = FakeApi(namespace_exists=False)
+    elector = _elector(fake)
+    terms = 0
+
+    async def work() -> None:
+        nonlocal terms
+        terms += 1
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(elector.lead(work))
+    try:
+        await _until(lambda: terms == 1, "leading")
+        assert fake.namespace_exists
+        assert fake.lease is not None
+        assert fake.lease["spec"]["holderIdentity"] == "me"
+        assert elector.healthy()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_lease_namespace_that_may_not_be_created_is_named_and_not_ready() -> None:
+    fake = FakeApi(namespace_exists=False, may_create_namespace=False)
+    elector = _elector(fake)
+
+    task = asyncio.create_task(elector.lead(asyncio.Event().wait))
+    try:
+        await _until(lambda: elector.problem and "lease-ns" in elector.problem, "the problem")
+        assert not elector.healthy()
+        assert not elector.is_leader
+        assert "does not exist" in (elector.problem or "")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_losing_the_lease_stops_the_work_then_the_replica_leads_again() -> None:
+    fake = FakeApi()
+    elector = _elector(fake)
+    terms = 0
+    cancelled = 0
+
+    async def work() -> None:
+        nonlocal terms, cancelled
+        terms += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    task = asyncio.create_task(elector.lead(work))
+    try:
+        await _until(lambda: terms == 1, "first term")
+        fake.down = True
+        await _until(lambda: cancelled == 1, "work cancelled after the renew deadline")
+        assert not elector.is_leader
+        assert not task.done()  # following, not exited
+        assert "reset" in (elector.problem or "")
+        fake.down = False
+        await _until(lambda: terms == 2, "second term")
+        assert elector.is_leader
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert elector.is_leader  # cancelled while leading: `release` still gives the lease up
+    await elector.release()
+    assert fake.lease is not None
+    assert fake.lease["spec"]["holderIdentity"] == ""
