@@ -169,3 +169,63 @@ def test_job_finished_reads_complete_and_failed(
     j = Job.from_dict({"metadata": {"name": "j"}, "status": {"conditions": conditions}})
     finished, reason, _ = jf.job_finished(j)
     assert (finished, reason) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        pytest.param("team-a", True, id="label"),
+        pytest.param("team.a.b", True, id="subdomain"),
+        pytest.param("UPPER_case", False, id="upper-and-underscore"),
+        pytest.param("-a", False, id="leading-dash"),
+        pytest.param("a." * 127 + "a", False, id="too-long"),
+    ],
+)
+def test_queue_names_must_be_dns1123_subdomains(name: str, valid: bool) -> None:
+    error = jf.queue_name_error(name)
+    assert (error is None) is valid
+    if error is not None:
+        assert error.startswith('metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "')
+
+
+def _labelled(queue: str | None, *, suspend: bool) -> Job:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return job(metadata={"labels": labels}, suspend=suspend)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "suspend", "refused"),
+    [
+        pytest.param("a", "b", False, True, id="changed-while-running"),
+        pytest.param("a", None, False, True, id="removed-while-running"),
+        pytest.param("a", "b", True, False, id="changed-while-suspended"),
+        pytest.param("a", None, True, False, id="removed-while-suspended"),
+        pytest.param("a", "a", False, False, id="unchanged"),
+        pytest.param("a", "Bad_Name", True, True, id="invalid-new-name"),
+    ],
+)
+def test_queue_name_changes_are_refused_only_on_running_jobs(
+    old: str, new: str | None, suspend: bool, refused: bool
+) -> None:
+    errors = jf.job_update_errors(_labelled(old, suspend=suspend), _labelled(new, suspend=suspend))
+    assert bool(errors) is refused
+    if refused and new != "Bad_Name":
+        assert errors == [
+            f'metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "{new or ""}": '
+            "field is immutable"
+        ]
+
+
+def test_a_job_matches_its_workload_until_its_parallelism_or_requests_change() -> None:
+    base = job(parallelism=2, template={"spec": {"containers": [{"name": "c", "image": "x"}]}})
+    wl = jf.build_workload(base, jf.Priority(0, None))
+    assert jf.workload_mismatch(base, wl) is None
+    raw = base.to_dict()
+    raw["spec"]["parallelism"] = 8
+    assert jf.workload_mismatch(Job.from_dict(raw), wl) == "the Job has 8 pods, its Workload 2"
+    raw = base.to_dict()
+    raw["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
+    assert jf.workload_mismatch(Job.from_dict(raw), wl) == "the containers' resources changed"
+    raw = base.to_dict()
+    raw["spec"]["parallelism"] = 1  # a partial admission started it with 1 pod
+    assert jf.workload_mismatch(Job.from_dict(raw), wl, admitted_count=1) is None

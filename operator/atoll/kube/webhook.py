@@ -1,4 +1,6 @@
-"""The mutating admission webhook on Job CREATE: a Job that atoll manages starts suspended.
+"""The mutating admission webhook on Job CREATE and UPDATE: a Job that atoll manages starts
+suspended, its queue name must be a DNS-1123 subdomain and cannot change while it runs (Kueue's
+queue-name rules of pkg/controller/jobframework/validation.go).
 
 Mirrors Kueue's `/mutate-batch-v1-job` (pkg/controller/jobs/job/job_webhook.go): the handler id
 is the webhook path. kopf serves it. In the sandbox (`url` mode) kopf also creates and owns the
@@ -16,44 +18,69 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job
-from atoll.api.labels import QUEUE_NAME_LABEL
+from atoll.control import jobframework as jf
 
 WEBHOOK_ID = "mutate-batch-v1-job"
+MAX_REVIEW_BYTES = 32 * 1024 * 1024
+"""The largest AdmissionReview the webhook reads. The API server takes request bodies up to
+3 MiB and an UPDATE review carries the object twice (old and new), so this leaves room for
+JSON escaping; aiohttp's default (1 MiB) answered 413 to labelled Jobs above ~1 MiB."""
 
 
 def register(
     registry: kopf.OperatorRegistry, manages: Callable[[Job], bool], *, all_jobs: bool
 ) -> None:
-    """With `all_jobs` False (manageJobsWithoutQueueName off, the default) the webhook only
-    sees Jobs that carry the queue-name label, so no other Job depends on atoll running."""
-    labels = None if all_jobs else {QUEUE_NAME_LABEL: kopf.PRESENT}
+    """The handler filters Jobs itself rather than with a kopf label filter: kopf matches
+    that filter on the new object only, and a Job whose queue-name label is removed must
+    still be seen. In a cluster the configuration's objectSelector (deploy/webhook.yaml)
+    sends only labelled Jobs here (the API server matches it on the old or the new object),
+    so no other Job depends on atoll running; `all_jobs` (manageJobsWithoutQueueName) is
+    read by `manages`."""
+    del all_jobs
 
     @kopf.on.mutate(
         "batch",
         "v1",
         "jobs",
         id=WEBHOOK_ID,
-        operation="CREATE",
-        labels=labels,
+        operations=["CREATE", "UPDATE"],
         registry=registry,
     )
-    async def suspend_managed_jobs(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def admit_jobs(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+        old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
         try:
             job = Job.from_dict(dict(body))
+            before = Job.from_dict(dict(old)) if old else None
         except ValueError:
             return  # the API server validates Jobs; never block one we cannot read
-        if not manages(job) or job.spec.suspend:
+        if not manages(job) and not (before is not None and manages(before)):
             return
-        patch.setdefault("spec", {})["suspend"] = True
+        errors = jf.job_update_errors(before, job) if before is not None else jf.job_errors(job)
+        if errors:
+            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+            raise kopf.AdmissionError(message, code=422)
+        if before is None and not job.spec.suspend:
+            patch.setdefault("spec", {})["suspend"] = True
 
 
-def make_url_server(*, addr: str, port: int, host: str) -> kopf.WebhookServer:
+class WebhookServer(kopf.WebhookServer):
+    """kopf's server, reading reviews up to MAX_REVIEW_BYTES (kopf builds its aiohttp
+    application with the default limit of 1 MiB and offers no setting for it)."""
+
+    @staticmethod
+    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        larger = request.clone(client_max_size=MAX_REVIEW_BYTES)
+        return await kopf.WebhookServer._serve(fn, larger)
+
+
+def make_url_server(*, addr: str, port: int, host: str) -> WebhookServer:
     """For the sandbox: a fresh CA and serving certificate for `host`; kopf then creates and
     owns the MutatingWebhookConfiguration with a URL pointing at `https://host:port`."""
     folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
@@ -61,7 +88,7 @@ def make_url_server(*, addr: str, port: int, host: str) -> kopf.WebhookServer:
     files = pki.write_serving_pki(
         folder, dns=() if is_ip else (host,), ips=(host,) if is_ip else ()
     )
-    return kopf.WebhookServer(
+    return WebhookServer(
         addr=addr,
         port=port,
         host=host,
@@ -140,12 +167,12 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
     raise RuntimeError(f"MutatingWebhookConfiguration {configuration} kept changing")
 
 
-def make_service_server(*, addr: str, port: int, cert: SharedCert) -> kopf.WebhookServer:
+def make_service_server(*, addr: str, port: int, cert: SharedCert) -> WebhookServer:
     folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
     (folder / "tls.crt").write_bytes(cert.cert)
     (folder / "tls.key").write_bytes(cert.key)
     (folder / "tls.key").chmod(0o600)
-    return kopf.WebhookServer(
+    return WebhookServer(
         addr=addr,
         port=port,
         certfile=folder / "tls.crt",
