@@ -26,6 +26,7 @@ from atoll.control.admission import without_reservation
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
+from atoll.control.ungater import OUTSIDE_ASSIGNMENT
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -437,7 +438,7 @@ class JobController:
             return await self._requeue_check(wl)
         reason = evicted.reason if evicted else "Pending"
         now = self._now()
-        requeue_now = reason in ("Preempted", "NodeFailures")
+        requeue_now = reason in ("Preempted", "NodeFailures", OUTSIDE_ASSIGNMENT)
         backoff = self._backoff(wl) if reason == "PodsReadyTimeout" else None
 
         def release(w: Workload) -> WorkloadStatus | None:

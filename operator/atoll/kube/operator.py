@@ -131,7 +131,7 @@ class Operator:
         )
         self.job_queue = WorkQueue("jobs")
         self.pod_queue = WorkQueue("pods")
-        self.ungater = Ungater(self.cache, self.writer)
+        self.ungater = Ungater(self.cache, self.writer, self.writer, self.writer.emit)
         self.queues = QueueStatusReporter(self.cache, self.writer, time.time, self.metrics)
         self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
