@@ -229,3 +229,20 @@ def test_a_job_matches_its_workload_until_its_parallelism_or_requests_change() -
     raw = base.to_dict()
     raw["spec"]["parallelism"] = 1  # a partial admission started it with 1 pod
     assert jf.workload_mismatch(Job.from_dict(raw), wl, admitted_count=1) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "suspends"),
+    [
+        pytest.param((False, 2), (False, 8), True, id="running-parallelism-raised"),
+        pytest.param((False, 2), (False, 2), False, id="running-unchanged"),
+        pytest.param((True, 2), (False, 1), False, id="started-with-partial-admission"),
+        pytest.param((False, 2), (True, 8), False, id="stopped-in-the-same-write"),
+    ],
+)
+def test_a_running_jobs_pod_count_change_suspends_it_in_the_same_write(
+    old: tuple[bool, int], new: tuple[bool, int], suspends: bool
+) -> None:
+    before = job(suspend=old[0], parallelism=old[1])
+    after = job(suspend=new[0], parallelism=new[1])
+    assert jf.suspends_on_update(before, after) is suspends

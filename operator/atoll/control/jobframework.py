@@ -340,6 +340,20 @@ def job_update_errors(old: Job, new: Job) -> list[str]:
     return errors
 
 
+def suspends_on_update(old: Job, new: Job) -> bool:
+    """Whether the webhook suspends a Job in the same write as this UPDATE: a running Job
+    whose pod count changes no longer matches its Workload, and would start pods beyond its
+    admission before the reconciler could stop it (atoll's own; Kueue stops it afterwards)."""
+    return not old.spec.suspend and not new.spec.suspend and pod_count(old) != pod_count(new)
+
+
+def carries_admission(job: Job) -> bool:
+    """Whether the Job's template still carries what starting it injected (the workload
+    annotation): a Job suspended that way must still have its template restored."""
+    meta = job.spec.template.metadata
+    return keys.WORKLOAD_ANNOTATION in ((meta.annotations if meta else None) or {})
+
+
 def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object, object]]:
     return [
         (

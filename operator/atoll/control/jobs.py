@@ -287,7 +287,7 @@ class JobController:
         `ensureOneWorkload` (stop a Job without a matching Workload, update the Workload of a
         suspended Job to match it)."""
         key = wls.key_of(job.namespace, job.name)
-        if not is_suspended(job):
+        if not is_suspended(job) or jf.carries_admission(job):
             log.info("job no longer matches its workload", job=key, reason=why)
             await self._stop(
                 job,

@@ -68,6 +68,8 @@ def register(
             raise kopf.AdmissionError(message, code=422)
         if before is None and not job.spec.suspend:
             patch.setdefault("spec", {})["suspend"] = True
+        elif before is not None and jf.suspends_on_update(before, job):
+            patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
 
 
 class WebhookServer(kopf.WebhookServer):
