@@ -226,9 +226,14 @@ def test_a_job_matches_its_workload_until_its_parallelism_or_requests_change() -
     raw = base.to_dict()
     raw["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
     assert jf.workload_mismatch(Job.from_dict(raw), wl) == "the containers' resources changed"
+    assert jf.workload_mismatch(base, wl, admitted_count=1) == (
+        "its admission is for 1 pods, its Workload 2"  # made for an older spec
+    )
     raw = base.to_dict()
+    raw["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "1"}
+    partial = jf.build_workload(Job.from_dict(raw), jf.Priority(0, None))
     raw["spec"]["parallelism"] = 1  # a partial admission started it with 1 pod
-    assert jf.workload_mismatch(Job.from_dict(raw), wl, admitted_count=1) is None
+    assert jf.workload_mismatch(Job.from_dict(raw), partial, admitted_count=1) is None
 
 
 @pytest.mark.parametrize(

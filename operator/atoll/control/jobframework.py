@@ -368,11 +368,15 @@ def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object
 def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = None) -> str | None:
     """Why the Job no longer matches its Workload (None when it does): its pod count, its
     minimum count, the containers' resources or the maximum execution time changed. A Job
-    started by a partial admission may run `admitted_count` pods instead. Mirrors Kueue's
+    started by a partial admission may run `admitted_count` pods instead; without one, an
+    admission of another count was made for an older spec. Mirrors Kueue's
     `EquivalentToWorkload` (which compares counts and containers)."""
     pod_set = wl.spec.pod_sets[0]
+    partial = pod_set.min_count is not None
+    if admitted_count is not None and not partial and admitted_count != pod_set.count:
+        return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
     count = pod_count(job)
-    if count not in (pod_set.count, admitted_count):
+    if count not in (pod_set.count, admitted_count if partial else None):
         return f"the Job has {count} pods, its Workload {pod_set.count}"
     try:
         min_count = _min_count(job, pod_set.count)

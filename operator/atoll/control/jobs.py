@@ -301,12 +301,18 @@ class JobController:
         rebuilt = await self._compose(job)
         if rebuilt is None:
             return None
-        if await self._release(wl, "The workload no longer matches its job") is None:
-            return None
+        # The spec first: once the quota is released the scheduler may admit the Workload at
+        # once, and must see what the Job asks now. Kueue's CRD keeps the queue name while
+        # quota is reserved; a new one is followed afterwards.
+        keep: dict[str, object] = {"active": wl.spec.active}
+        if wls.has_quota(wl):
+            keep["queue_name"] = wl.spec.queue_name
         written = await self.workloads.update_workload_spec(
-            wls.wl_key(wl), rebuilt.spec.model_copy(update={"active": wl.spec.active})
+            wls.wl_key(wl), rebuilt.spec.model_copy(update=keep)
         )
         self.cache.set_workload(written)
+        if await self._release(written, "The workload no longer matches its job") is None:
+            return None
         await self.emit(
             job_ref(job),
             "Normal",
