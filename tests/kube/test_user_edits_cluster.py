@@ -259,62 +259,77 @@ def _gated(pod: dict[str, Any]) -> bool:
     )
 
 
+@pytest.mark.parametrize("outside", [False, True], ids=["where-the-scheduler-puts-them", "outside"])
 def test_pods_ungated_by_hand_never_split_a_gang(
-    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str], outside: bool
 ) -> None:
     topo, rf = b.dgx_topology(namespace)
     cq = f"cq-{namespace}"
     apply(cluster, topo, rf, b.cluster_queue(cq, rf["metadata"]["name"], gpus=128))
     apply(cluster, b.local_queue("q", namespace, cq))
-    job = b.job("ring", namespace, queue="q", pods=4, gpus=8, run="600s", required_topology=b.RACK)
+    # Two waves of four 8-GPU pods in one rack: the second wave is created gated while the
+    # operator is down, and a user removes the gate of two of its pods by hand.
+    job = b.job("ring", namespace, queue="q", pods=4, gpus=8, run="15s", required_topology=b.RACK)
+    job["spec"]["completions"] = 8
     racks = {
         n["metadata"]["name"]: n["metadata"]["labels"].get(b.RACK)
         for n in get_json(cluster, "get", "nodes")["items"]
     }
     with ClusterWatch(cluster, namespace, quota=128) as watch:
         _start(cluster, namespace, job, 4)
-        # With the operator down, three pods are lost; the Job controller recreates them
-        # gated, and a user removes the gate of two of them by hand.
+        wave = _gang_pods(cluster, namespace, "ring")
+        first = {p["metadata"]["name"] for p in wave}
+        rack = racks[wave[0]["spec"]["nodeName"]]
+        elsewhere = [n for n in dgx if racks[n] != rack]
         operator.kill()
         try:
-            old = [p["metadata"]["name"] for p in _gang_pods(cluster, namespace, "ring")]
-            cluster.kubectl("delete", "pod", "-n", namespace, "--wait=false", *old[:3])
             cluster.wait_for(
-                "three gated replacements",
-                lambda: sum(_gated(p) for p in _gang_pods(cluster, namespace, "ring")) == 3,
+                "the second wave, gated",
+                lambda: sum(_gated(p) for p in _gang_pods(cluster, namespace, "ring")) == 4,
             )
-            gated = [
+            by_hand = [
                 p["metadata"]["name"] for p in _gang_pods(cluster, namespace, "ring") if _gated(p)
-            ]
-            for name in gated[:2]:
+            ][:2]
+            for name, node in zip(by_hand, elsewhere, strict=False):
+                ops: list[dict[str, Any]] = [{"op": "remove", "path": "/spec/schedulingGates"}]
+                if outside:  # pinned by hand to nodes of another rack
+                    path = "/spec/nodeSelector/kubernetes.io~1hostname"
+                    ops.insert(0, {"op": "add", "path": path, "value": node})
                 cluster.kubectl(
-                    "patch", "pod", name, "-n", namespace, "--type=json",
-                    "-p", '[{"op":"remove","path":"/spec/schedulingGates"}]',
-                )  # fmt: skip
+                    "patch", "pod", name, "-n", namespace, "--type=json", "-p", json.dumps(ops)
+                )
             cluster.wait_for(
                 "the pods ungated by hand bound",
                 lambda: all(
                     p["spec"].get("nodeName")
                     for p in _gang_pods(cluster, namespace, "ring")
-                    if p["metadata"]["name"] in gated[:2]
+                    if p["metadata"]["name"] in by_hand
                 ),
             )
         finally:
             operator.start()
 
-        def whole_in_one_rack() -> bool:
-            pods = _gang_pods(cluster, namespace, "ring")
-            nodes = [p["spec"].get("nodeName") for p in pods]
-            return bool(
-                _admitted_running(cluster, namespace, "ring", 4)
-                and len(pods) == 4
-                and all(nodes)
-                and len({racks[n] for n in nodes}) == 1
-            )
+        def whole() -> bool:
+            live = _gang_pods(cluster, namespace, "ring")
+            live = [p for p in live if p["status"].get("phase") not in ("Succeeded", "Failed")]
+            nodes = [p["spec"].get("nodeName") for p in live if not _gated(p)]
+            return len(live) == 4 and len(nodes) == 4 and all(nodes)
 
-        recovered = timed("the gang running whole in one rack", cluster, whole_in_one_rack, 180)
+        recovered = timed("the second wave bound whole", cluster, whole, 120)
+
+        def done() -> bool:
+            j = get_json(cluster, "get", "job", "ring", "-n", namespace)
+            return bool(j["status"].get("succeeded") == 8)
+
+        cluster.wait_for("the Job complete", done, timeout=120)
     watch.assert_held()
+    pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", "job-name=ring")["items"]
+    succeeded = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+    second = [p for p in succeeded if p["metadata"]["name"] not in first]
+    assert len(second) == 4
+    assert len({racks[p["spec"]["nodeName"]] for p in second}) == 1  # the gang ran whole
     events = get_json(cluster, "get", "events", "-n", namespace)["items"]
     evicted = any(e["reason"] == "EvictedDueToPodOutsideTopologyAssignment" for e in events)
+    assert evicted or not outside
     how = "evicted whole and readmitted" if evicted else "counted where bound, rest pinned"
     watch.report(f"topology gate removed by hand from 2 pods ({how})", recovered)
