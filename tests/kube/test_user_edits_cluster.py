@@ -333,3 +333,27 @@ def test_pods_ungated_by_hand_never_split_a_gang(
     assert evicted or not outside
     how = "evicted whole and readmitted" if evicted else "counted where bound, rest pinned"
     watch.report(f"topology gate removed by hand from 2 pods ({how})", recovered)
+
+
+def test_with_the_webhook_bypassed_a_raised_parallelism_is_stopped_by_the_reconciler(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, no_webhook: None
+) -> None:
+    _queue(cluster, namespace, gpus=16)
+    job = b.job("j", namespace, queue="q", pods=2, gpus=4, run="600s")
+    job["spec"]["completions"] = 8
+    job["spec"]["suspend"] = True  # as without a webhook
+    with ClusterWatch(cluster, namespace, quota=16) as watch:
+        _start(cluster, namespace, job, 2)
+        cluster.kubectl(
+            "patch", "job", "j", "-n", namespace, "--type=merge", "-p", '{"spec":{"parallelism":4}}'
+        )
+        recovered = timed(
+            "j readmitted with 4 pods",
+            cluster,
+            lambda: _admitted_running(cluster, namespace, "j", 4),
+            timeout=120,
+        )
+    # Without the webhook the Job controller starts the two extra pods before the reconciler
+    # stops the Job: at most those ran unadmitted.
+    watch.assert_held(unadmitted=2)
+    watch.report("parallelism raised 2->4, webhook bypassed (stopped by the reconciler)", recovered)
