@@ -155,26 +155,34 @@ def test_a_suspended_jobs_workload_follows_its_queue_name(
     watch.report("queue-name changed on a suspended Job (followed)", recovered)
 
 
+def _parallelism(cluster: KubeCluster, ns: str, value: int) -> None:
+    body = json.dumps({"spec": {"parallelism": value}})
+    cluster.kubectl("patch", "job", "j", "-n", ns, "--type=merge", "-p", body)
+
+
+def _raise_parallelism(cluster: KubeCluster, ns: str, *, suspend: bool) -> float:
+    """Start Job j (2 of 8 completions, 4 GPUs a pod) in a 16-GPU queue, raise its
+    parallelism to 4; returns the seconds until it runs 4 pods admitted."""
+    job = b.job("j", ns, queue="q", pods=2, gpus=4, run="600s")
+    job["spec"]["completions"] = 8
+    job["spec"]["suspend"] = suspend
+    _start(cluster, ns, job, 2)
+    _parallelism(cluster, ns, 4)
+    return timed(
+        "j readmitted with 4 pods",
+        cluster,
+        lambda: _admitted_running(cluster, ns, "j", 4),
+        timeout=120,
+    )
+
+
 def test_raising_parallelism_of_an_admitted_job_rebuilds_its_workload(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:
     _queue(cluster, namespace, gpus=16)
-    job = b.job("j", namespace, queue="q", pods=2, gpus=4, run="600s")
-    job["spec"]["completions"] = 8
     with ClusterWatch(cluster, namespace, quota=16) as watch:
-        _start(cluster, namespace, job, 2)
-        cluster.kubectl(
-            "patch", "job", "j", "-n", namespace, "--type=merge", "-p", '{"spec":{"parallelism":4}}'
-        )
-        recovered = timed(
-            "j readmitted with 4 pods",
-            cluster,
-            lambda: _admitted_running(cluster, namespace, "j", 4),
-            timeout=120,
-        )
-        cluster.kubectl(
-            "patch", "job", "j", "-n", namespace, "--type=merge", "-p", '{"spec":{"parallelism":8}}'
-        )
+        recovered = _raise_parallelism(cluster, namespace, suspend=False)
+        _parallelism(cluster, namespace, 8)
 
         def waits_for_quota() -> bool:
             wl = workload_of(cluster, namespace, "j") or {}
@@ -339,20 +347,8 @@ def test_with_the_webhook_bypassed_a_raised_parallelism_is_stopped_by_the_reconc
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, no_webhook: None
 ) -> None:
     _queue(cluster, namespace, gpus=16)
-    job = b.job("j", namespace, queue="q", pods=2, gpus=4, run="600s")
-    job["spec"]["completions"] = 8
-    job["spec"]["suspend"] = True  # as without a webhook
     with ClusterWatch(cluster, namespace, quota=16) as watch:
-        _start(cluster, namespace, job, 2)
-        cluster.kubectl(
-            "patch", "job", "j", "-n", namespace, "--type=merge", "-p", '{"spec":{"parallelism":4}}'
-        )
-        recovered = timed(
-            "j readmitted with 4 pods",
-            cluster,
-            lambda: _admitted_running(cluster, namespace, "j", 4),
-            timeout=120,
-        )
+        recovered = _raise_parallelism(cluster, namespace, suspend=True)  # no webhook suspends
     # Without the webhook the Job controller starts the two extra pods before the reconciler
     # stops the Job: at most those ran unadmitted.
     watch.assert_held(unadmitted=2)
