@@ -210,8 +210,8 @@ class ClusterWatch:
 
     def assert_held(self, *, unadmitted: int = 0) -> None:
         with self._lock:
-            assert self.seen.over_quota == []
-            assert self.seen.split_gangs == []
+            assert self.seen.over_quota == [], self.seen.over_quota[:5]
+            assert self.seen.split_gangs == [], self.seen.split_gangs[:5]
             assert len(self.seen.unadmitted) <= unadmitted, sorted(self.seen.unadmitted)
 
 

@@ -71,7 +71,7 @@ def test_queue_name_edits_on_a_running_job_are_refused(
     _queue(cluster, namespace, gpus=16)
     _queue(cluster, namespace, gpus=16, lq="other")
     with ClusterWatch(cluster, namespace, quota=16) as watch:
-        _start(cluster, namespace, b.job("j", namespace, queue="q", pods=2, gpus=4, run="600s"), 2)
+        _start(cluster, namespace, b.job("j", namespace, queue="q", pods=2, gpus=1, run="600s"), 2)
         for edit in (f"{b.QUEUE_LABEL}=other", f"{b.QUEUE_LABEL}-"):
             done = cluster.kubectl(
                 "label", "job", "j", "-n", namespace, edit, "--overwrite", check=False
@@ -105,7 +105,7 @@ def test_a_labelled_job_of_1_2_mib_passes_the_webhook_on_create_and_update(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:
     _queue(cluster, namespace, gpus=16)
-    job = b.job("big", namespace, queue="q", pods=1, gpus=4, run="600s")
+    job = b.job("big", namespace, queue="q", pods=1, gpus=1, run="600s")
     padding = "x" * (1200 * 1024)  # within the API server's 1.5 MiB object limit
     job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "PAD", "value": padding}]
     _create(cluster, job)  # a 413 from the webhook would fail this
@@ -125,7 +125,7 @@ def test_a_suspended_jobs_workload_follows_its_queue_name(
     _queue(cluster, namespace, gpus=0, lq="empty")
     _queue(cluster, namespace, gpus=16, lq="big")
     with ClusterWatch(cluster, namespace, quota=16) as watch:
-        _create(cluster, b.job("j", namespace, queue="empty", pods=2, gpus=4, run="600s"))
+        _create(cluster, b.job("j", namespace, queue="empty", pods=2, gpus=1, run="600s"))
         cluster.wait_for(
             "a pending Workload",
             lambda: condition(workload_of(cluster, namespace, "j"), "QuotaReserved") is not None,
@@ -161,9 +161,9 @@ def _parallelism(cluster: KubeCluster, ns: str, value: int) -> None:
 
 
 def _raise_parallelism(cluster: KubeCluster, ns: str, *, suspend: bool) -> float:
-    """Start Job j (2 of 8 completions, 4 GPUs a pod) in a 16-GPU queue, raise its
+    """Start Job j (2 of 8 completions, 2 GPUs a pod) in an 8-GPU queue, raise its
     parallelism to 4; returns the seconds until it runs 4 pods admitted."""
-    job = b.job("j", ns, queue="q", pods=2, gpus=4, run="600s")
+    job = b.job("j", ns, queue="q", pods=2, gpus=2, run="600s")
     job["spec"]["completions"] = 8
     job["spec"]["suspend"] = suspend
     _start(cluster, ns, job, 2)
@@ -179,8 +179,8 @@ def _raise_parallelism(cluster: KubeCluster, ns: str, *, suspend: bool) -> float
 def test_raising_parallelism_of_an_admitted_job_rebuilds_its_workload(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:
-    _queue(cluster, namespace, gpus=16)
-    with ClusterWatch(cluster, namespace, quota=16) as watch:
+    _queue(cluster, namespace, gpus=8)
+    with ClusterWatch(cluster, namespace, quota=8) as watch:
         recovered = _raise_parallelism(cluster, namespace, suspend=False)
         _parallelism(cluster, namespace, 8)
 
@@ -194,7 +194,7 @@ def test_raising_parallelism_of_an_admitted_job_rebuilds_its_workload(
 
         cluster.wait_for("j rebuilt for 8 pods, over its quota", waits_for_quota, timeout=120)
     watch.assert_held()
-    assert watch.seen.max_gpus == 16
+    assert watch.seen.max_gpus == 8
     watch.report("parallelism raised 2->4 on an admitted Job (stopped, rebuilt)", recovered)
 
 
@@ -211,9 +211,9 @@ def no_webhook(cluster: KubeCluster, operator: OperatorProcess) -> Iterator[None
 def test_with_the_webhook_bypassed_the_reconciler_enforces_the_rules(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, no_webhook: None
 ) -> None:
-    _queue(cluster, namespace, gpus=8)
-    with ClusterWatch(cluster, namespace, quota=8) as watch:
-        bad = b.job("bad", namespace, queue="UPPER_case", pods=1, gpus=4, run="600s")
+    _queue(cluster, namespace, gpus=4)
+    with ClusterWatch(cluster, namespace, quota=4) as watch:
+        bad = b.job("bad", namespace, queue="UPPER_case", pods=1, gpus=1, run="600s")
         bad["spec"]["suspend"] = True
         _create(cluster, bad)
 
@@ -233,7 +233,7 @@ def test_with_the_webhook_bypassed_the_reconciler_enforces_the_rules(
 
         cluster.wait_for("a Warning event naming the queue-name label", warned)
         assert workload_of(cluster, namespace, "bad") is None
-        a, bee = (b.job(n, namespace, queue="q", pods=2, gpus=4, run="600s") for n in "ab")
+        a, bee = (b.job(n, namespace, queue="q", pods=2, gpus=2, run="600s") for n in "ab")
         a["spec"]["suspend"] = bee["spec"]["suspend"] = True  # as without a webhook
         _start(cluster, namespace, a, 2)
         _create(cluster, bee)
@@ -346,8 +346,8 @@ def test_pods_ungated_by_hand_never_split_a_gang(
 def test_with_the_webhook_bypassed_a_raised_parallelism_is_stopped_by_the_reconciler(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, no_webhook: None
 ) -> None:
-    _queue(cluster, namespace, gpus=16)
-    with ClusterWatch(cluster, namespace, quota=16) as watch:
+    _queue(cluster, namespace, gpus=8)
+    with ClusterWatch(cluster, namespace, quota=8) as watch:
         recovered = _raise_parallelism(cluster, namespace, suspend=True)  # no webhook suspends
     # Without the webhook the Job controller starts the two extra pods before the reconciler
     # stops the Job: at most those ran unadmitted.
