@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
-from atoll.api.workload import Workload
+from atoll.api.workload import Workload, WorkloadSpec
 from atoll.control.jobframework import JobStart
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation
 from atoll.state import workloads as wls
@@ -45,6 +45,13 @@ class FakeCluster:
         if status is None:
             return None
         written = _bump(self.workloads[key].model_copy(update={"status": status}))
+        self.workloads[key] = written
+        return written
+
+    async def update_workload_spec(self, key: str, spec: WorkloadSpec) -> Workload:
+        if key not in self.workloads:
+            raise NotFoundError(key)
+        written = _bump(self.workloads[key].model_copy(update={"spec": spec}))
         self.workloads[key] = written
         return written
 

@@ -169,3 +169,85 @@ def test_job_finished_reads_complete_and_failed(
     j = Job.from_dict({"metadata": {"name": "j"}, "status": {"conditions": conditions}})
     finished, reason, _ = jf.job_finished(j)
     assert (finished, reason) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        pytest.param("team-a", True, id="label"),
+        pytest.param("team.a.b", True, id="subdomain"),
+        pytest.param("UPPER_case", False, id="upper-and-underscore"),
+        pytest.param("-a", False, id="leading-dash"),
+        pytest.param("a." * 127 + "a", False, id="too-long"),
+    ],
+)
+def test_queue_names_must_be_dns1123_subdomains(name: str, valid: bool) -> None:
+    error = jf.queue_name_error(name)
+    assert (error is None) is valid
+    if error is not None:
+        assert error.startswith('metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "')
+
+
+def _labelled(queue: str | None, *, suspend: bool) -> Job:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return job(metadata={"labels": labels}, suspend=suspend)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "suspend", "refused"),
+    [
+        pytest.param("a", "b", False, True, id="changed-while-running"),
+        pytest.param("a", None, False, True, id="removed-while-running"),
+        pytest.param("a", "b", True, False, id="changed-while-suspended"),
+        pytest.param("a", None, True, False, id="removed-while-suspended"),
+        pytest.param("a", "a", False, False, id="unchanged"),
+        pytest.param("a", "Bad_Name", True, True, id="invalid-new-name"),
+    ],
+)
+def test_queue_name_changes_are_refused_only_on_running_jobs(
+    old: str, new: str | None, suspend: bool, refused: bool
+) -> None:
+    errors = jf.job_update_errors(_labelled(old, suspend=suspend), _labelled(new, suspend=suspend))
+    assert bool(errors) is refused
+    if refused and new != "Bad_Name":
+        assert errors == [
+            f'metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "{new or ""}": '
+            "field is immutable"
+        ]
+
+
+def test_a_job_matches_its_workload_until_its_parallelism_or_requests_change() -> None:
+    base = job(parallelism=2, template={"spec": {"containers": [{"name": "c", "image": "x"}]}})
+    wl = jf.build_workload(base, jf.Priority(0, None))
+    assert jf.workload_mismatch(base, wl) is None
+    raw = base.to_dict()
+    raw["spec"]["parallelism"] = 8
+    assert jf.workload_mismatch(Job.from_dict(raw), wl) == "the Job has 8 pods, its Workload 2"
+    raw = base.to_dict()
+    raw["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
+    assert jf.workload_mismatch(Job.from_dict(raw), wl) == "the containers' resources changed"
+    assert jf.workload_mismatch(base, wl, admitted_count=1) == (
+        "its admission is for 1 pods, its Workload 2"  # made for an older spec
+    )
+    raw = base.to_dict()
+    raw["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "1"}
+    partial = jf.build_workload(Job.from_dict(raw), jf.Priority(0, None))
+    raw["spec"]["parallelism"] = 1  # a partial admission started it with 1 pod
+    assert jf.workload_mismatch(Job.from_dict(raw), partial, admitted_count=1) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "suspends"),
+    [
+        pytest.param((False, 2), (False, 8), True, id="running-parallelism-raised"),
+        pytest.param((False, 2), (False, 2), False, id="running-unchanged"),
+        pytest.param((True, 2), (False, 1), False, id="started-with-partial-admission"),
+        pytest.param((False, 2), (True, 8), False, id="stopped-in-the-same-write"),
+    ],
+)
+def test_a_running_jobs_pod_count_change_suspends_it_in_the_same_write(
+    old: tuple[bool, int], new: tuple[bool, int], suspends: bool
+) -> None:
+    before = job(suspend=old[0], parallelism=old[1])
+    after = job(suspend=new[0], parallelism=new[1])
+    assert jf.suspends_on_update(before, after) is suspends

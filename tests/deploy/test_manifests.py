@@ -313,7 +313,7 @@ def test_services_reach_the_operator_pods(name: str, port: int, container_port: 
     assert _service_target(service, port) == container_port
 
 
-def test_webhook_suspends_jobs_on_create_through_the_webhook_service() -> None:
+def test_webhook_sees_job_creates_and_updates_through_the_webhook_service() -> None:
     (hook,) = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]
     service_ref = hook["clientConfig"]["service"]
     service = _one("Service", service_ref["name"])
@@ -328,7 +328,7 @@ def test_webhook_suspends_jobs_on_create_through_the_webhook_service() -> None:
         {
             "apiGroups": ["batch"],
             "apiVersions": ["v1"],
-            "operations": ["CREATE"],
+            "operations": ["CREATE", "UPDATE"],
             "resources": ["jobs"],
             "scope": "Namespaced",
         }

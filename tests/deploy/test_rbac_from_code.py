@@ -83,7 +83,7 @@ def _watched() -> set[Grant]:
             wake=lambda: None,
             jobs=WorkQueue("jobs"),
             queues_changed=lambda: None,
-            ungater=Ungater(cache, None),  # type: ignore[arg-type]
+            ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
             pods=WorkQueue("pods"),
             seen_workload=lambda _raw: None,
             gone_workload=lambda _key: None,

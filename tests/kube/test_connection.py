@@ -29,12 +29,10 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        pytest.param(None, "no such file", id="missing"),
-        pytest.param("", "cannot load the kubeconfig", id="empty"),
-        pytest.param("{{{ not yaml", "cannot load the kubeconfig", id="garbage"),
-        pytest.param(
-            "apiVersion: v1\nkind: Config\n", "cannot load the kubeconfig", id="no-context"
-        ),
+        pytest.param(None, "does not exist", id="missing"),
+        pytest.param("", "no current-context", id="empty"),
+        pytest.param("{{{ not yaml", "not valid YAML", id="garbage"),
+        pytest.param("apiVersion: v1\nkind: Config\n", "no current-context", id="no-context"),
     ],
 )
 def test_unusable_kubeconfig_is_one_line_and_exit_2(

@@ -8,11 +8,19 @@ pkg/controller/jobs/job/job_controller.go (docs/architecture.md, "The admission 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.api import labels as keys
-from atoll.api.core import Job, PodTemplateMeta, PodTemplateSpec, PriorityClass, Toleration
+from atoll.api.core import (
+    Container,
+    Job,
+    PodTemplateMeta,
+    PodTemplateSpec,
+    PriorityClass,
+    Toleration,
+)
 from atoll.api.meta import ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
@@ -158,8 +166,17 @@ def resolve_priority(
     return Priority(0, None)
 
 
+def _max_exec_seconds(job: Job) -> int | None:
+    raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
+    return int(raw) if raw and raw.isdigit() else None
+
+
 def build_workload(job: Job, priority: Priority) -> Workload:
-    """The Workload Kueue would create for this Job (name, owner, finalizer, one podSet)."""
+    """The Workload Kueue would create for this Job (name, owner, finalizer, one podSet).
+    Raises ComposeError when the Job cannot have one (an invalid queue name, a bad
+    annotation)."""
+    for error in job_errors(job):
+        raise ComposeError("ErrWorkloadCompose", error)
     name = job.metadata.name or ""
     uid = job.metadata.uid or ""
     count = pod_count(job)
@@ -180,7 +197,6 @@ def build_workload(job: Job, priority: Priority) -> Workload:
         min_count=_min_count(job, count),
         topology_request=_topology_request(template),
     )
-    max_exec = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
     return Workload(
         metadata=ObjectMeta(
             name=workload_name(name, uid),
@@ -194,9 +210,7 @@ def build_workload(job: Job, priority: Priority) -> Workload:
             queue_name=queue_name(job),
             priority_class_ref=priority.ref,
             priority=priority.value,
-            maximum_execution_time_seconds=int(max_exec)
-            if max_exec and max_exec.isdigit()
-            else None,
+            maximum_execution_time_seconds=_max_exec_seconds(job),
         ),
     )
 
@@ -280,3 +294,101 @@ def start_plan(
         parallelism=admitted_count if admitted_count != full else None,
         scheduling_gates=gates,
     )
+
+
+# -- the Job update rules (mirrors pkg/controller/jobframework/validation.go and the
+# -- equivalence check of reconciler.go `EquivalentToWorkload`) --------------------------------
+
+QUEUE_NAME_FIELD = f"metadata.labels[{keys.QUEUE_NAME_LABEL}]"
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN_MAX = 253
+
+
+def queue_name_error(name: str) -> str | None:
+    """Why `name` cannot name a LocalQueue (a DNS-1123 subdomain, as Kueue requires), as a
+    Kubernetes field error naming the label; None when it can."""
+    why = None
+    if len(name) > _DNS1123_SUBDOMAIN_MAX:
+        why = f"must be no more than {_DNS1123_SUBDOMAIN_MAX} characters"
+    elif not all(_DNS1123_LABEL.fullmatch(part) for part in name.split(".")):
+        why = (
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            "characters, '-' or '.', and must start and end with an alphanumeric character"
+        )
+    return None if why is None else f'{QUEUE_NAME_FIELD}: Invalid value: "{name}": {why}'
+
+
+def job_errors(job: Job) -> list[str]:
+    """What the webhook refuses in a Job it manages, on CREATE and on UPDATE."""
+    name = queue_name(job)
+    error = None if name is None else queue_name_error(name)
+    return [error] if error else []
+
+
+def job_update_errors(old: Job, new: Job) -> list[str]:
+    """What the webhook refuses in a Job UPDATE that changes the queue name: an invalid
+    name, or any change (removal included) while the Job runs, i.e. is unsuspended after the
+    update, as Kueue does. Other updates pass, so atoll can still stop a Job whose invalid
+    name was set while the webhook was bypassed."""
+    if queue_name(new) == queue_name(old):
+        return []
+    errors = job_errors(new)
+    if not new.spec.suspend:
+        errors.append(
+            f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
+        )
+    return errors
+
+
+def suspends_on_update(old: Job, new: Job) -> bool:
+    """Whether the webhook suspends a Job in the same write as this UPDATE: a running Job
+    whose pod count changes no longer matches its Workload, and would start pods beyond its
+    admission before the reconciler could stop it (atoll's own; Kueue stops it afterwards)."""
+    return not old.spec.suspend and not new.spec.suspend and pod_count(old) != pod_count(new)
+
+
+def carries_admission(job: Job) -> bool:
+    """Whether the Job's template still carries what starting it injected (the workload
+    annotation): a Job suspended that way must still have its template restored."""
+    meta = job.spec.template.metadata
+    return keys.WORKLOAD_ANNOTATION in ((meta.annotations if meta else None) or {})
+
+
+def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object, object]]:
+    return [
+        (
+            c.name,
+            (c.resources.requests if c.resources else None) or {},
+            (c.resources.limits if c.resources else None) or {},
+        )
+        for c in containers or ()
+    ]
+
+
+def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = None) -> str | None:
+    """Why the Job no longer matches its Workload (None when it does): its pod count, its
+    minimum count, the containers' resources or the maximum execution time changed. A Job
+    started by a partial admission may run `admitted_count` pods instead; without one, an
+    admission of another count was made for an older spec. Mirrors Kueue's
+    `EquivalentToWorkload` (which compares counts and containers)."""
+    pod_set = wl.spec.pod_sets[0]
+    partial = pod_set.min_count is not None
+    if admitted_count is not None and not partial and admitted_count != pod_set.count:
+        return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
+    count = pod_count(job)
+    if count not in (pod_set.count, admitted_count if partial else None):
+        return f"the Job has {count} pods, its Workload {pod_set.count}"
+    try:
+        min_count = _min_count(job, pod_set.count)
+    except ComposeError as e:
+        return str(e)
+    if min_count != pod_set.min_count:
+        return f"the Job's minimum count is {min_count}, its Workload's {pod_set.min_count}"
+    spec, wl_spec = job.spec.template.spec, pod_set.template.spec
+    if _resources(spec.containers) != _resources(wl_spec.containers) or _resources(
+        spec.init_containers
+    ) != _resources(wl_spec.init_containers):
+        return "the containers' resources changed"
+    if _max_exec_seconds(job) != wl.spec.maximum_execution_time_seconds:
+        return "the maximum execution time changed"
+    return None

@@ -26,6 +26,7 @@ from atoll.control.admission import without_reservation
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
+from atoll.control.ungater import OUTSIDE_ASSIGNMENT
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -94,12 +95,15 @@ class JobController:
     def _now(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
 
-    def manages(self, job: Job) -> bool:
+    def _namespace_managed(self, job: Job) -> bool:
         ns = job.namespace or ""
         if ns == "kube-system":
             return False
         selector = self.settings.managed_namespaces
-        if selector is not None and not selector.matches(self.cache.namespaces.get(ns, {})):
+        return selector is None or selector.matches(self.cache.namespaces.get(ns, {}))
+
+    def manages(self, job: Job) -> bool:
+        if not self._namespace_managed(job):
             return False
         return bool(jf.queue_name(job)) or self.settings.manage_jobs_without_queue_name
 
@@ -111,6 +115,8 @@ class JobController:
                 await self._finish_orphan(orphan)
             return None
         if not self.manages(job):
+            if not jf.queue_name(job) and self._namespace_managed(job):
+                return await self._unqueued(job)
             return None
         owned = self.cache.workloads_of_job(key)
         mine = [w for w in owned if self._owner_uid(w) == job.metadata.uid]
@@ -132,9 +138,14 @@ class JobController:
             return None
         if wl is None:
             return await self._create(job)
+        mismatch = self._mismatch(job, wl)
+        if mismatch is not None:
+            return await self._rebuild(job, wl, mismatch)
         if wls.is_evicted(wl) or (not wls.has_quota(wl) and not is_suspended(job)):
             return await self._evicted(job, wl)
         if not wls.has_quota(wl):
+            if wl.spec.queue_name != jf.queue_name(job):
+                await self._move(job, wl)
             return await self._requeue_check(wl)
         if is_suspended(job):
             if wls.is_admitted(wl):
@@ -248,13 +259,8 @@ class JobController:
             await self.emit(job_ref(job), "Normal", "Stopped", "No matching Workload")
         if jf.active_pods(job) > 0:
             return 1.0  # wait until the running pods are gone
-        try:
-            priority = jf.resolve_priority(
-                job, self.cache.workload_classes, self.cache.priority_classes
-            )
-            wl = jf.build_workload(job, priority)
-        except jf.ComposeError as e:
-            await self.emit(job_ref(job), "Warning", e.reason, str(e))
+        wl = await self._compose(job)
+        if wl is None:
             return None
         created = await self.workloads.create_workload(wl)
         self.cache.set_workload(created)
@@ -264,6 +270,141 @@ class JobController:
             "Normal",
             "CreatedWorkload",
             f"Created Workload: {wls.key_of(job.namespace, wl.name)}",
+        )
+        return None
+
+    async def _compose(self, job: Job) -> Workload | None:
+        """The Workload for the Job, or None with a Warning event saying why it has none."""
+        try:
+            priority = jf.resolve_priority(
+                job, self.cache.workload_classes, self.cache.priority_classes
+            )
+            return jf.build_workload(job, priority)
+        except jf.ComposeError as e:
+            await self.emit(job_ref(job), "Warning", e.reason, str(e))
+            return None
+
+    def _mismatch(self, job: Job, wl: Workload) -> str | None:
+        adm = wl.status.admission if wls.has_quota(wl) else None
+        count = adm.pod_set_assignments[0].count if adm and adm.pod_set_assignments else None
+        return jf.workload_mismatch(job, wl, admitted_count=count)
+
+    async def _rebuild(self, job: Job, wl: Workload, why: str) -> float | None:
+        """The Job no longer matches its Workload (its parallelism or resources were edited):
+        stop it, release the stale quota once no pod is active, and rebuild the Workload from
+        the Job in place, so it queues again for what the Job now asks. Mirrors Kueue's
+        `ensureOneWorkload` (stop a Job without a matching Workload, update the Workload of a
+        suspended Job to match it)."""
+        key = wls.key_of(job.namespace, job.name)
+        if not is_suspended(job) or jf.carries_admission(job):
+            log.info("job no longer matches its workload", job=key, reason=why)
+            await self._stop(
+                job,
+                wl,
+                f"No matching Workload ({why}); restoring pod templates according to the "
+                "existent Workload",
+            )
+            return 1.0
+        if jf.active_pods(job) > 0:
+            return 1.0  # quota is released only when no pod of the gang is active
+        rebuilt = await self._compose(job)
+        if rebuilt is None:
+            return None
+        # The spec first: once the quota is released the scheduler may admit the Workload at
+        # once, and must see what the Job asks now. Kueue's CRD keeps the queue name while
+        # quota is reserved; a new one is followed afterwards.
+        keep: dict[str, object] = {"active": wl.spec.active}
+        if wls.has_quota(wl):
+            keep["queue_name"] = wl.spec.queue_name
+        written = await self.workloads.update_workload_spec(
+            wls.wl_key(wl), rebuilt.spec.model_copy(update=keep)
+        )
+        self.cache.set_workload(written)
+        if await self._release(written, "The workload no longer matches its job") is None:
+            return None
+        await self.emit(
+            job_ref(job),
+            "Normal",
+            "UpdatedWorkload",
+            f"Updated not matching Workload for suspended job: {wls.wl_key(wl)} ({why})",
+        )
+        return None
+
+    async def _release(self, wl: Workload, message: str) -> Workload | None:
+        """Clear the Workload's admission (QuotaReserved=False); returns the Workload as it is
+        afterwards, None if it is gone."""
+        if not wls.has_quota(wl):
+            return wl
+        now = self._now()
+        cq = wl.status.admission.cluster_queue if wl.status.admission else ""
+
+        def release(w: Workload) -> WorkloadStatus | None:
+            if not wls.has_quota(w):
+                return None
+            conds = without_reservation(
+                w.status.conditions or (), "PendingEvaluation", message, now
+            )
+            return wls.status_with(w, conditions=conds, admission=None)
+
+        written = await self._set_status(wl, release)
+        if written is not None:
+            log.info("quota released", workload=wls.wl_key(wl), reason="NoMatchingWorkload")
+            if self.metrics is not None:
+                self.metrics.quota_released(cq, "NoMatchingWorkload", seconds=0.0)
+            return written
+        return self.cache.workloads.get(wls.wl_key(wl))
+
+    async def _move(self, job: Job, wl: Workload) -> None:
+        """A suspended Job's queue-name label changed: the Workload follows it (Kueue's
+        `QueueNameChange`); a name no LocalQueue can have gets a Warning event instead."""
+        queue = jf.queue_name(job)
+        error = jf.queue_name_error(queue) if queue else None
+        if error is not None:
+            await self.emit(job_ref(job), "Warning", "ErrWorkloadCompose", error)
+            return
+        written = await self.workloads.update_workload_spec(
+            wls.wl_key(wl), wl.spec.model_copy(update={"queue_name": queue})
+        )
+        self.cache.set_workload(written)
+        log.info("workload moved", workload=wls.wl_key(wl), local_queue=queue)
+        await self.emit(
+            job_ref(job),
+            "Normal",
+            "UpdatedWorkload",
+            f"Moved Workload {wls.wl_key(wl)} to LocalQueue {queue}",
+        )
+
+    async def _unqueued(self, job: Job) -> float | None:
+        """The Job lost its queue-name label (Kueue's webhook refuses that while it runs; this
+        is the path when the webhook was bypassed): it is no longer queued, so it is stopped,
+        and once no pod of it is active its Workload is deleted, releasing the quota."""
+        key = wls.key_of(job.namespace, job.name)
+        owned = [
+            w
+            for w in self.cache.workloads_of_job(key)
+            if self._owner_uid(w) == job.metadata.uid and not wls.is_finished(w)
+        ]
+        if not owned:
+            return None
+        wl = owned[0]
+        finished, reason, message = jf.job_finished(job)
+        if finished:
+            await self._finish(job, wl, reason, message)
+            return None
+        if not is_suspended(job):
+            await self._stop(job, wl, "The queue-name label was removed: the Job is not queued")
+            return 1.0
+        if jf.active_pods(job) > 0:
+            return 1.0
+        await self._drop_finalizer(wl)
+        await self.workloads.delete_workload(wls.wl_key(wl))
+        log.info("workload deleted", workload=wls.wl_key(wl), reason="QueueNameRemoved")
+        await self.emit(
+            job_ref(job),
+            "Warning",
+            "DeletedWorkload",
+            f"Deleted Workload {wls.wl_key(wl)}: the Job lost its queue-name label; add the "
+            "label back to queue it again",
         )
         return None
 
@@ -312,7 +453,7 @@ class JobController:
             return await self._requeue_check(wl)
         reason = evicted.reason if evicted else "Pending"
         now = self._now()
-        requeue_now = reason in ("Preempted", "NodeFailures")
+        requeue_now = reason in ("Preempted", "NodeFailures", OUTSIDE_ASSIGNMENT)
         backoff = self._backoff(wl) if reason == "PodsReadyTimeout" else None
 
         def release(w: Workload) -> WorkloadStatus | None:

@@ -10,7 +10,7 @@ from typing import Protocol
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
-from atoll.api.workload import Workload, WorkloadStatus
+from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
 from atoll.control.jobframework import JobStart
 
 
@@ -50,7 +50,15 @@ class WorkloadStore(Protocol):
         on a conflict read again and retry. None when `mutate` changed nothing."""
         ...
 
+    async def update_workload_spec(self, key: str, spec: WorkloadSpec) -> Workload:
+        """Replace the spec fields atoll models (others are kept), retrying conflicts. Kueue's
+        CRD keeps `queueName` immutable while quota is reserved: release it first."""
+        ...
+
     async def remove_workload_finalizer(self, key: str, finalizer: str) -> None: ...
+
+    async def delete_workload(self, key: str) -> None:
+        """Delete the Workload (gone already is fine)."""
 
     async def deactivate_workload(self, key: str) -> None:
         """Set `spec.active: false` (Kueue's deactivation after too many requeues)."""

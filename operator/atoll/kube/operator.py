@@ -133,7 +133,7 @@ class Operator:
         )
         self.job_queue = WorkQueue("jobs")
         self.pod_queue = WorkQueue("pods")
-        self.ungater = Ungater(self.cache, self.writer)
+        self.ungater = Ungater(self.cache, self.writer, self.writer, self.writer.emit)
         self.queues = QueueStatusReporter(
             self.cache,
             self.writer,
@@ -266,6 +266,7 @@ class Operator:
             url=server.url,
             ca=server.ca,
             skip_namespaces=("kube-system", self.opts.configuration.namespace),
+            all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
         )
         mine = {h["clientConfig"]["url"] for h in hooks}
         while True:

@@ -1,4 +1,6 @@
-"""The mutating admission webhook on Job CREATE: a Job that atoll manages starts suspended.
+"""The mutating admission webhook on Job CREATE and UPDATE: a Job that atoll manages starts
+suspended, its queue name must be a DNS-1123 subdomain and cannot change while it runs (Kueue's
+queue-name rules of pkg/controller/jobframework/validation.go).
 
 Mirrors Kueue's `/mutate-batch-v1-job` (pkg/controller/jobs/job/job_webhook.go): the handler id
 is the webhook path. kopf serves it. The MutatingWebhookConfiguration belongs to the
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -30,42 +33,69 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from atoll import pki
 from atoll.api.core import Job
 from atoll.api.labels import QUEUE_NAME_LABEL
+from atoll.control import jobframework as jf
 from atoll.kube import retry
 
 WEBHOOK_ID = "mutate-batch-v1-job"
+MAX_REVIEW_BYTES = 32 * 1024 * 1024
+"""The largest AdmissionReview the webhook reads. The API server takes request bodies up to
+3 MiB and an UPDATE review carries the object twice (old and new), so this leaves room for
+JSON escaping; aiohttp's default (1 MiB) answered 413 to labelled Jobs above ~1 MiB."""
 
 
 def register(
     registry: kopf.OperatorRegistry, manages: Callable[[Job], bool], *, all_jobs: bool
 ) -> None:
-    """With `all_jobs` False (manageJobsWithoutQueueName off, the default) the webhook only
-    sees Jobs that carry the queue-name label, so no other Job depends on atoll running."""
-    labels = None if all_jobs else {QUEUE_NAME_LABEL: kopf.PRESENT}
+    """The handler filters Jobs itself rather than with a kopf label filter: kopf matches
+    that filter on the new object only, and a Job whose queue-name label is removed must
+    still be seen. In a cluster the configuration's objectSelector (deploy/webhook.yaml)
+    sends only labelled Jobs here (the API server matches it on the old or the new object),
+    so no other Job depends on atoll running; `all_jobs` (manageJobsWithoutQueueName) is
+    read by `manages`."""
+    del all_jobs
 
     @kopf.on.mutate(
         "batch",
         "v1",
         "jobs",
         id=WEBHOOK_ID,
-        operation="CREATE",
-        labels=labels,
+        operations=["CREATE", "UPDATE"],
         registry=registry,
     )
-    async def suspend_managed_jobs(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def admit_jobs(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+        old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
         try:
             job = Job.from_dict(dict(body))
+            before = Job.from_dict(dict(old)) if old else None
         except ValueError:
             return  # the API server validates Jobs; never block one we cannot read
-        if not manages(job) or job.spec.suspend:
+        if not manages(job) and not (before is not None and manages(before)):
             return
-        patch.setdefault("spec", {})["suspend"] = True
+        errors = jf.job_update_errors(before, job) if before is not None else jf.job_errors(job)
+        if errors:
+            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+            raise kopf.AdmissionError(message, code=422)
+        if before is None and not job.spec.suspend:
+            patch.setdefault("spec", {})["suspend"] = True
+        elif before is not None and jf.suspends_on_update(before, job):
+            patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
+
+
+class WebhookServer(kopf.WebhookServer):
+    """kopf's server, reading reviews up to MAX_REVIEW_BYTES (kopf builds its aiohttp
+    application with the default limit of 1 MiB and offers no setting for it)."""
+
+    @staticmethod
+    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        larger = request.clone(client_max_size=MAX_REVIEW_BYTES)
+        return await kopf.WebhookServer._serve(fn, larger)
 
 
 @dataclass(frozen=True, slots=True)
 class UrlServer:
     """A webhook server reached by URL (the sandbox), and what its configuration needs."""
 
-    server: kopf.WebhookServer
+    server: WebhookServer
     url: str
     ca: bytes
 
@@ -79,7 +109,7 @@ def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
         folder, dns=() if is_ip else (host,), ips=(host,) if is_ip else ()
     )
     ca = files.ca_cert.read_bytes()
-    server = kopf.WebhookServer(
+    server = WebhookServer(
         addr=addr,
         port=port,
         host=host,
@@ -90,16 +120,14 @@ def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
     return UrlServer(server=server, url=f"https://{host}:{port}", ca=ca)
 
 
-def _object_selector(labels: Any) -> dict[str, Any] | None:
-    exprs: list[dict[str, Any]] = []
-    for key, value in (labels or {}).items():
-        if value is kopf.PRESENT:
-            exprs.append({"key": key, "operator": "Exists"})
-        elif value is kopf.ABSENT:
-            exprs.append({"key": key, "operator": "DoesNotExist"})
-        elif isinstance(value, str):
-            exprs.append({"key": key, "operator": "In", "values": [value]})
-    return {"matchExpressions": exprs} if exprs else None
+def object_selector(*, all_jobs: bool) -> dict[str, Any] | None:
+    """Which Jobs the API server sends to the webhook: with `all_jobs` False
+    (manageJobsWithoutQueueName off, the default) only those with the queue-name label, on
+    the old or the new object, so that no other Job depends on atoll running (as
+    deploy/webhook.yaml selects them)."""
+    if all_jobs:
+        return None
+    return {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]}
 
 
 def url_webhooks(
@@ -109,6 +137,7 @@ def url_webhooks(
     url: str,
     ca: bytes,
     skip_namespaces: tuple[str, ...],
+    all_jobs: bool,
 ) -> list[dict[str, Any]]:
     """The webhooks of the configuration `configuration` for the mutating handlers of
     `registry` (named `<handler id>.<configuration>`), called at `url`: the same shape as
@@ -139,7 +168,7 @@ def url_webhooks(
                         }
                     ]
                 },
-                "objectSelector": _object_selector(handler.labels),
+                "objectSelector": object_selector(all_jobs=all_jobs),
                 "rules": [
                     {
                         "apiGroups": ["batch"],
@@ -297,12 +326,12 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
     raise RuntimeError(f"MutatingWebhookConfiguration {configuration} kept changing")
 
 
-def make_service_server(*, addr: str, port: int, cert: SharedCert) -> kopf.WebhookServer:
+def make_service_server(*, addr: str, port: int, cert: SharedCert) -> WebhookServer:
     folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
     (folder / "tls.crt").write_bytes(cert.cert)
     (folder / "tls.key").write_bytes(cert.key)
     (folder / "tls.key").chmod(0o600)
-    return kopf.WebhookServer(
+    return WebhookServer(
         addr=addr,
         port=port,
         certfile=folder / "tls.crt",

@@ -23,7 +23,7 @@ from atoll.api import labels as keys
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
-from atoll.api.workload import Workload, WorkloadStatus
+from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
@@ -200,10 +200,26 @@ class KubeWriter:
             return Workload.from_dict(written)
         raise RuntimeError(f"workload {key}: status write kept conflicting")
 
-    async def _patch_workload(self, key: str, body: dict[str, Any]) -> None:
+    async def update_workload_spec(self, key: str, spec: WorkloadSpec) -> Workload:
+        nulls = {f.alias or n: None for n, f in WorkloadSpec.model_fields.items()}
+        for _ in range(_RETRIES):
+            raw = await self._get_workload(key)
+            version = raw.get("metadata", {}).get("resourceVersion")
+            body = {"metadata": {"resourceVersion": version}, "spec": nulls | spec.to_dict()}
+            try:
+                written = await self._patch_workload(key, body)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                continue
+            self._remember(key, written)
+            return Workload.from_dict(written)
+        raise RuntimeError(f"workload {key}: spec update kept conflicting")
+
+    async def _patch_workload(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
         ns, name = _split(key)
         try:
-            await self._call(
+            written: dict[str, Any] = await self._call(
                 "patch",
                 lambda: self.custom.patch_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
@@ -213,6 +229,7 @@ class KubeWriter:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
+        return written
 
     async def remove_workload_finalizer(self, key: str, finalizer: str) -> None:
         for _ in range(_RETRIES):
@@ -232,6 +249,19 @@ class KubeWriter:
                 if e.status != 409:
                     raise
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
+
+    async def delete_workload(self, key: str) -> None:
+        ns, name = _split(key)
+        try:
+            await self._call(
+                "delete",
+                lambda: self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, ns, "workloads", name
+                ),
+            )
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     async def deactivate_workload(self, key: str) -> None:
         await self._patch_workload(key, {"spec": {"active": False}})

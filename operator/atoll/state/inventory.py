@@ -161,6 +161,11 @@ class ClusterInventory:
         self._nodes[node.name] = node
         self._snapshot = None
 
+    def node_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of the node `name`, None for a node not seen."""
+        node = self._nodes.get(name)
+        return None if node is None else dict(node.metadata.labels or {})
+
     def delete_node(self, name: str) -> None:
         self._nodes.pop(name, None)
         self._snapshot = None
