@@ -8,6 +8,7 @@ setters as the watch handlers. Read-only: nothing is written to the cluster.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap
 from atoll.kube.handlers import inventory_kinds
 from atoll.state.cache import Cache
+
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 class ClusterReadError(RuntimeError):
@@ -58,17 +61,25 @@ async def _inventory(api: client.ApiClient, cache: Cache) -> None:
         bootstrap.each(kind.model, items, kind.upsert)
 
 
-async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cache, float]:
-    """Everything atoll reads, from the cluster of `kubeconfig` (else $KUBECONFIG or
-    ~/.kube/config), into `cache` (default: an empty one); returns the cache and the time it
-    was read."""
+async def load_config(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
+    """Client configuration from `kubeconfig`, else (with `in_cluster`, inside a pod) the
+    pod's service account, else $KUBECONFIG or ~/.kube/config; raises ClusterReadError."""
     try:
         if kubeconfig is not None:
             await config.load_kube_config(config_file=str(kubeconfig))
+        elif in_cluster and await asyncio.to_thread(SERVICE_ACCOUNT_TOKEN.exists):
+            config.load_incluster_config()
         else:
             await config.load_kube_config()
     except (config.ConfigException, OSError, TypeError) as e:
         raise ClusterReadError(f"cannot load the kubeconfig: {e}") from e
+
+
+async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cache, float]:
+    """Everything atoll reads, from the cluster of `kubeconfig` (else $KUBECONFIG or
+    ~/.kube/config), into `cache` (default: an empty one); returns the cache and the time it
+    was read."""
+    await load_config(kubeconfig)
     cache = cache if cache is not None else Cache()
     try:
         async with client.ApiClient() as api:
