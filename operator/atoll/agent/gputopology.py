@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from atoll.api.islands import IslandGpu, NodeIslands, PublishedIsland
+from atoll.api.islands import IslandGpu, NodeIslands, PublishedIsland, normalize_bus_id
 
 
 class LinkKind(Enum):
@@ -75,19 +75,6 @@ class Island:
     @property
     def link(self) -> str:
         return f"NV{self.nvlinks}" if self.nvlinks else "none"
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """`00000000:18:00.0` (NVML) and `0000:18:00.0` (Kubernetes) → `0000:18:00.0`, lowercase."""
-    text = bus_id.strip().lower()
-    domain, sep, rest = text.partition(":")
-    if not sep or not rest:
-        return text
-    return f"{int(domain, 16):04x}:{rest}" if domain and _is_hex(domain) else text
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
 
 
 def islands(topology: GpuTopology) -> tuple[Island, ...]:

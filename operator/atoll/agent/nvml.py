@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, cast
 
-from atoll.agent.gputopology import Gpu, GpuTopology, Link, LinkKind, normalize_bus_id
+from atoll.agent.gputopology import Gpu, GpuTopology, Link, LinkKind
+from atoll.api.islands import normalize_bus_id
 
 _ANCESTOR = {
     0: LinkKind.PIX,  # NVML_TOPOLOGY_INTERNAL: two GPUs on one board

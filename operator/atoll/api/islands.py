@@ -29,6 +29,19 @@ ISLAND_REQUIRED: Final = "required"
 FORMAT_VERSION: Final = 1
 
 
+def normalize_bus_id(bus_id: str) -> str:
+    """`00000000:18:00.0` (NVML) and `0000:18:00.0` (Kubernetes) → `0000:18:00.0`, lowercase."""
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if not sep or not rest:
+        return text
+    return f"{int(domain, 16):04x}:{rest}" if domain and _is_hex(domain) else text
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
 class IslandGpu(ApiModel):
     index: int = Field(ge=0)
     """The GPU's index (as nvidia-smi and NVML number them)."""

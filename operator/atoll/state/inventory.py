@@ -33,7 +33,7 @@ from atoll.engine.devices import Device, DeviceId, NodeDevices, Version
 from atoll.engine.inventory import Inventory, Islands, NodeInventory, Placement, PodPlacement
 from atoll.engine.matching import requirement_matches
 from atoll.state.convert import amount, pod_requests
-from atoll.state.islands import GPU_RESOURCE, free_islands, published_islands
+from atoll.state.islands import GPU_RESOURCE, free_islands, published_islands, with_islands
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _DEVICE_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -389,6 +389,9 @@ class ClusterInventory:
                 incomplete = True
                 continue
             reachable.extend(devs)
+        doc = self._islands.get(node.name)
+        if self.island_attribute and isinstance(doc, NodeIslands):
+            reachable = with_islands(doc, reachable, self.island_attribute)
         return reachable, incomplete
 
     @staticmethod
