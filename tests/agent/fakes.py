@@ -26,6 +26,9 @@ class FakeNvml:
 
     NVMLError = FakeNvmlError
     NVML_NVLINK_MAX_LINKS = 18
+    NVML_FEATURE_ENABLED = 1
+    NVML_P2P_CAPS_INDEX_NVLINK = 2
+    NVML_P2P_STATUS_OK = 0
 
     def nvmlInit(self) -> None:
         self.calls.append("init")
@@ -59,6 +62,7 @@ class FakeNvml:
         return SimpleNamespace(busId=self._ends(handle)[link])
 
     def nvmlDeviceGetP2PStatus(self, a: Any, b: Any, index: int) -> int:
+        assert index == self.NVML_P2P_CAPS_INDEX_NVLINK
         return 0 if self.switched and self._ends(a) and self._ends(b) else 5
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a: Any, b: Any) -> int:

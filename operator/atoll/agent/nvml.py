@@ -26,9 +26,6 @@ _ANCESTOR = {
     40: LinkKind.NODE,  # NODE
     50: LinkKind.SYS,  # SYSTEM
 }
-_FEATURE_ENABLED = 1
-_P2P_CAPS_INDEX_NVLINK = 3
-_P2P_STATUS_OK = 0
 
 
 class NvmlApi(Protocol):
@@ -36,6 +33,9 @@ class NvmlApi(Protocol):
 
     NVMLError: type[Exception]
     NVML_NVLINK_MAX_LINKS: int
+    NVML_FEATURE_ENABLED: int
+    NVML_P2P_CAPS_INDEX_NVLINK: int
+    NVML_P2P_STATUS_OK: int
 
     def nvmlInit(self) -> None: ...  # noqa: N802
     def nvmlShutdown(self) -> None: ...  # noqa: N802
@@ -70,7 +70,7 @@ def _remote_ends(api: NvmlApi, handle: Any) -> list[str]:
     ends = []
     for link in range(api.NVML_NVLINK_MAX_LINKS):
         try:
-            if api.nvmlDeviceGetNvLinkState(handle, link) != _FEATURE_ENABLED:
+            if api.nvmlDeviceGetNvLinkState(handle, link) != api.NVML_FEATURE_ENABLED:
                 continue
             remote = api.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
         except api.NVMLError:  # links past the GPU's own count are "not supported"
@@ -111,8 +111,8 @@ def _read(api: NvmlApi) -> GpuTopology:
             if direct:
                 links[(a, b)] = Link(LinkKind.NVLINK, direct)
             elif ends[a] and (
-                api.nvmlDeviceGetP2PStatus(handles[a], handles[b], _P2P_CAPS_INDEX_NVLINK)
-                == _P2P_STATUS_OK
+                api.nvmlDeviceGetP2PStatus(handles[a], handles[b], api.NVML_P2P_CAPS_INDEX_NVLINK)
+                == api.NVML_P2P_STATUS_OK
             ):
                 links[(a, b)] = Link(LinkKind.NVLINK, len(ends[a]))
             else:
