@@ -13,7 +13,15 @@ from atoll.agent.nvidiasmi import parse
 from atoll.api.core import Node, Pod
 from atoll.api.islands import ISLANDS_ANNOTATION
 from atoll.api.workload import PodSet
-from atoll.engine.inventory import Gang, GangPodSet, NoFit, Placement, take_from_islands
+from atoll.engine.inventory import (
+    Gang,
+    GangPodSet,
+    Islands,
+    NoFit,
+    Placement,
+    give_to_islands,
+    take_from_islands,
+)
 from atoll.engine.placement import place
 from atoll.state.gangs import GangError, gang_pod_set
 from atoll.state.inventory import ClusterInventory
@@ -79,6 +87,13 @@ def test_take_from_islands_is_best_fit() -> None:
     assert take_from_islands((2, 1, 2), 1) == ((2, 0, 2), 1)
     assert take_from_islands((2, 1, 2), 2) == ((0, 1, 2), 0)
     assert take_from_islands((2, 1, 2), 4) == ((0, 0, 1), None)
+
+
+def test_give_to_islands_returns_units_to_their_island_else_the_emptiest() -> None:
+    isl = Islands(resource=GPU_RESOURCE, sizes=(2, 2, 4), free=(0, 1, 4))
+    assert give_to_islands(isl, isl.free, 2, 0) == (2, 1, 4)
+    assert give_to_islands(isl, isl.free, 1, None) == (1, 1, 4)
+    assert give_to_islands(isl, isl.free, 3, None) == (2, 2, 4)
 
 
 def test_free_islands_count_running_pods_into_the_tightest_island() -> None:
