@@ -3,14 +3,13 @@ least privilege (its own ServiceAccount, only get/patch on nodes) and a command 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
 from atoll.cli.main import build_parser
-from tests.deploy.test_manifests import DEPLOY, NAMESPACE, _kubectl
+from tests.deploy.test_manifests import DEPLOY, NAMESPACE, kustomize
 
 DISCOVERY = DEPLOY / "discovery"
 Doc = dict[str, Any]
@@ -88,15 +87,7 @@ def test_containers_run_unprivileged() -> None:
 
 
 def test_kustomize_renders_it_into_the_operator_namespace() -> None:
-    done = subprocess.run(
-        [_kubectl(), "kustomize", str(DISCOVERY)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
+    rendered = kustomize(DISCOVERY)
     assert sorted(d["kind"] for d in rendered) == [
         "ClusterRole",
         "ClusterRoleBinding",

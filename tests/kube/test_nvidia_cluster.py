@@ -23,7 +23,15 @@ import pytest
 from atoll.sandbox.shapes import NVIDIA_DRIVER
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    condition,
+    get_json,
+    is_true,
+    replacing_operator,
+    workload_of,
+)
 
 pytestmark = pytest.mark.cluster
 GROUP = "atoll.dev/node-group"
@@ -66,14 +74,6 @@ def _template(
     }
 
 
-def _claim_job(name: str, ns: str, *, pods: int, template: str, run: str) -> dict[str, Any]:
-    job = b.job(name, ns, queue="q", pods=pods, gpus=0, run=run)
-    spec = job["spec"]["template"]["spec"]
-    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
-    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpus"}]}
-    return job
-
-
 def _queue(
     cluster: KubeCluster,
     ns: str,
@@ -108,6 +108,15 @@ def _bound(cluster: KubeCluster, ns: str, job: str, count: int) -> list[str]:
 def _pending(cluster: KubeCluster, ns: str, job: str) -> tuple[str, str]:
     cond = condition(workload_of(cluster, ns, job), "QuotaReserved") or {}
     return cond.get("reason", ""), cond.get("message", "")
+
+
+def _placement_failed(cluster: KubeCluster, ns: str, job: str) -> str:
+    """Waits until the Job's Workload is pending `TopologyPlacementFailed`; its message."""
+    cluster.wait_for(
+        f"{job} waits for placement",
+        lambda: _pending(cluster, ns, job)[0] == "TopologyPlacementFailed",
+    )
+    return _pending(cluster, ns, job)[1]
 
 
 def _admitted(cluster: KubeCluster, ns: str, *jobs: str) -> None:
@@ -151,7 +160,7 @@ def test_pcie_root_pairs_on_nvidia_slices_are_admitted_and_allocated_together(
         {GROUP: "nvh100"},
         _template(namespace, "root-pair", 2, match=PCIE_ROOT),
     )
-    _create(cluster, _claim_job("pairs", namespace, pods=6, template="root-pair", run="8s"))
+    _create(cluster, b.claim_job("pairs", namespace, pods=6, template="root-pair", run="8s"))
     _admitted(cluster, namespace, "pairs")
     assert set(_bound(cluster, namespace, "pairs", 6)) <= {"nvh100-0", "nvh100-1"}
     cluster.wait_for("6 claims allocated", lambda: len(_allocated(cluster, namespace)) == 6)
@@ -166,13 +175,13 @@ def test_product_name_selector_admits_on_the_l40s_and_the_rest_waits(
 ) -> None:
     l40s = f"device.attributes['{NVIDIA_DRIVER}'].productName == 'NVIDIA L40S'"
     _queue(cluster, namespace, None, _template(namespace, "l40s-pair", 2, selector=l40s))
-    _create(cluster, _claim_job("first", namespace, pods=2, template="l40s-pair", run="15s"))
+    _create(cluster, b.claim_job("first", namespace, pods=2, template="l40s-pair", run="15s"))
     _admitted(cluster, namespace, "first")
     assert _bound(cluster, namespace, "first", 2) == ["nvl40s-0", "nvl40s-0"]
     products = _device_attribute(cluster, "productName")
     cluster.wait_for("2 claims allocated", lambda: len(_allocated(cluster, namespace)) == 2)
     assert {products[d] for c in _allocated(cluster, namespace) for d in c} == {"NVIDIA L40S"}
-    _create(cluster, _claim_job("second", namespace, pods=1, template="l40s-pair", run="2s"))
+    _create(cluster, b.claim_job("second", namespace, pods=1, template="l40s-pair", run="2s"))
     cluster.wait_for(
         "second waits for the L40S",
         lambda: (
@@ -194,22 +203,16 @@ def test_product_name_selector_admits_on_the_l40s_and_the_rest_waits(
 def quota_operator(
     cluster: KubeCluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """`atoll run` mapping NVIDIA's DeviceClass to a quota resource, in place of the session's
-    operator (two leaders would both admit); the session's operator starts again after."""
+    """`atoll run` mapping NVIDIA's DeviceClass to a quota resource."""
     mappings = json.dumps([{"name": QUOTA, "deviceClassNames": [NVIDIA_DRIVER]}])
-    operator.stop()
-    op = OperatorProcess(
+    with replacing_operator(
         cluster,
-        tmp_path_factory.mktemp("nvidia-quota") / "atoll.log",
+        operator,
+        tmp_path_factory.mktemp("nvidia-quota"),
         "--set",
         f"resources.deviceClassMappings={mappings}",
-    )
-    op.start()
-    try:
+    ) as op:
         yield op
-    finally:
-        op.stop()
-        operator.start()
 
 
 def test_device_class_mapping_on_gpu_nvidia_com_charges_quota(
@@ -238,7 +241,7 @@ def test_device_class_mapping_on_gpu_nvidia_com_charges_quota(
         _template(namespace, "root-pair", 2, match=PCIE_ROOT),
     )
     for name in ("a", "b", "c"):  # one by one: queue order a, b, c
-        _create(cluster, _claim_job(name, namespace, pods=1, template="root-pair", run="60s"))
+        _create(cluster, b.claim_job(name, namespace, pods=1, template="root-pair", run="60s"))
         cluster.wait_for(f"workload of {name}", lambda n=name: workload_of(cluster, namespace, n))
     _admitted(cluster, namespace, "a", "b")
     cluster.wait_for(
@@ -279,10 +282,7 @@ def test_clique_required_gang_lands_in_one_gfd_clique(
     placed = _bound(cluster, namespace, "clq", 4)
     assert len(set(placed)) == 4, "one 4-GPU pod per 4-GPU tray"
     assert len({cliques[n] for n in placed}) == 1, placed
-    cluster.wait_for(
-        "wide waits", lambda: _pending(cluster, namespace, "wide")[0] == "TopologyPlacementFailed"
-    )
-    message = _pending(cluster, namespace, "wide")[1]
+    message = _placement_failed(cluster, namespace, "wide")
     # a clique of 4 trays cannot hold 5 pods of 4 GPUs: while clq runs only its other clique
     # has room ("8 eligible node(s) have room for 4"), otherwise "the largest has room for 4"
     assert "pod set main needs 5 pods" in message, message
@@ -293,12 +293,23 @@ def test_clique_required_gang_lands_in_one_gfd_clique(
 # --- islands published by `atoll topology discover` ------------------------------------------
 
 
-def _discover(cluster: KubeCluster, node: str, fixture: str) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "atoll", "topology", "discover"]
-    args += ["--from-fixture", str(FIXTURES / fixture), "--publish", "--node", node]
-    args += ["--kubeconfig", str(cluster.kubeconfig)]
+def _atoll(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`atoll topology ARGS --kubeconfig K` as a user runs it."""
+    argv = [sys.executable, "-m", "atoll", "topology", *args]
     env = dict(os.environ, PYTHONPATH=str(REPO / "operator"))
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, check=False)
+    return subprocess.run(
+        [*argv, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def _discover(cluster: KubeCluster, node: str, fixture: str) -> subprocess.CompletedProcess[str]:
+    fixture_path = str(FIXTURES / fixture)
+    return _atoll(cluster, "discover", "--from-fixture", fixture_path, "--publish", "--node", node)
 
 
 def _island_job(name: str, ns: str, *, pods: int, gpus: int, run: str) -> dict[str, Any]:
@@ -330,30 +341,12 @@ def test_discovered_islands_are_published_and_bound_gangs_admitted_by_them(
     _admitted(cluster, namespace, "pairs")
     _bound(cluster, namespace, "pairs", 2)
     _create(cluster, _island_job("quad", namespace, pods=1, gpus=4, run="2s"))
-    cluster.wait_for(
-        "quad waits", lambda: _pending(cluster, namespace, "quad")[0] == "TopologyPlacementFailed"
-    )
-    message = _pending(cluster, namespace, "quad")[1]
+    message = _placement_failed(cluster, namespace, "quad")
     assert "each pod needs 4 nvidia.com/gpu in one NVLink island" in message, message
     assert "the largest free island has 2" in message, message
     assert _pods(cluster, namespace, "quad") == []
 
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "atoll",
-            "topology",
-            "show",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "operator")),
-        timeout=120,
-        check=False,
-    )
+    shown = _atoll(cluster, "show")
     assert shown.returncode == 0, shown.stderr
     assert "ws6000-1: nvidia.com/gpu" in shown.stdout
     assert "NVLink islands (free/size)" in shown.stdout
