@@ -3,9 +3,10 @@
     python bench/placement.py [--nodes 1024 --repeat 200 --fill 0.5 --seed 1 --json]
 
 Latency: a cluster of `--nodes` nodes with 8 GPUs each (one NVSwitch island per node, racks of
-8 nodes, blocks of 64), built through atoll.state.inventory from ResourceSlices like the
-sandbox's, filled to `--fill` with 1/2/4/8-GPU jobs; then 64-GPU gangs are placed `--repeat`
-times (warm: compiled selectors and their per-device results cached, as in the operator).
+8 nodes, blocks of 64, islands also published on each Node as `atoll topology discover` does),
+built through atoll.state.inventory from ResourceSlices like the sandbox's, filled to `--fill`
+with 1/2/4/8-GPU jobs; then 64-GPU gangs are placed `--repeat` times (warm: compiled
+selectors and their per-device results cached, as in the operator).
 Reported: p50/p99/max of `place()` per scenario, and the inventory snapshot build time.
 
 Fragmentation: on 64 nodes of 8 GPUs in islands of 4, a seeded stream of DRA jobs (1, 2, 4
@@ -24,7 +25,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from atoll.api.core import Node
+from atoll.api.islands import ISLANDS_ANNOTATION, IslandGpu, NodeIslands, PublishedIsland
 from atoll.api.resource import DeviceClaim, DeviceClass, ResourceSlice
 from atoll.api.topology import Topology
 from atoll.engine.devices import Claim, DeviceAllocation, group_sizes
@@ -91,7 +93,17 @@ def build_cluster(n: int, island: int) -> ClusterInventory:
         }
     )
     inv = ClusterInventory(island_attribute=ISLAND_ATTRIBUTE)
+    published = NodeIslands(
+        source="bench",
+        islands=tuple(
+            PublishedIsland(
+                gpus=tuple(IslandGpu(index=g) for g in range(k, k + island)), nvlinks=18
+            )
+            for k in range(0, 8, island)
+        ),
+    ).annotation()
     for raw in nodes(shape):
+        raw["metadata"]["annotations"][ISLANDS_ANNOTATION] = published
         inv.upsert_node(Node.from_dict(raw))
     for raw in resource_slices(shape):
         inv.upsert_slice(ResourceSlice.from_dict(raw))
@@ -221,6 +233,10 @@ def _scenarios(inv: ClusterInventory) -> list[tuple[str, GangPodSet]]:
     return [
         ("nvidia.com/gpu 8 x 8, rack required", pod_set(8, gpus=8, level=RACK)),
         ("nvidia.com/gpu 64 x 1, no topology", pod_set(64, gpus=1)),
+        (
+            "nvidia.com/gpu 16 x 4, one published island each",
+            replace(pod_set(16, gpus=4), island_resource=GPU),
+        ),
         ("DRA 8 x 8 GPUs one island, rack required", pod_set(8, claims=(eight,), level=RACK)),
         (
             "DRA 64 x 1 GPU, block preferred",

@@ -23,7 +23,7 @@ import pytest
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.shapes import load_shape, nodes, resource_slices
+from atoll.sandbox.shapes import device_classes, load_shape, nodes, resource_slices
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
@@ -71,7 +71,8 @@ class KubeCluster:
         self._crds_applied = True
 
     def add_shape(self, path: Path) -> list[str]:
-        """Create the Nodes (and ResourceSlices) of another shape; return the node names."""
+        """Create the Nodes (and DeviceClasses, ResourceSlices) of another shape; return the
+        node names."""
         shape = load_shape(path)
         made = nodes(shape)
         names = [n["metadata"]["name"] for n in made]
@@ -84,7 +85,7 @@ class KubeCluster:
                 "-",
                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": new}),
             )
-        slices = resource_slices(shape)
+        slices = [*device_classes(shape), *resource_slices(shape)]
         if slices:
             self.kubectl(
                 "apply",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "operator" / "atoll"
-LAYERS = ("cli", "kube", "control", "sim", "state", "engine", "api", "sandbox")
+LAYERS = ("cli", "kube", "control", "sim", "state", "engine", "api", "sandbox", "agent")
 
 # Which atoll layers each layer may import (besides itself and the package root).
 MAY_IMPORT: dict[str, frozenset[str]] = {
@@ -21,6 +21,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "engine": frozenset(),
     "api": frozenset(),
     "sandbox": frozenset(),
+    "agent": frozenset({"api"}),
 }
 
 _K8S_CLIENTS = frozenset({"kopf", "kubernetes_asyncio", "kubernetes", "aiohttp"})
@@ -35,6 +36,7 @@ MUST_NOT_IMPORT: dict[str, frozenset[str]] = {
     "sim": _K8S_CLIENTS,
     "api": _K8S_CLIENTS | {"asyncio"},
     "sandbox": frozenset({"kopf", "kubernetes_asyncio"}),
+    "agent": _K8S_CLIENTS | {"asyncio"},
 }
 
 

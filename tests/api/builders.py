@@ -124,6 +124,6 @@ def without(manifest: Manifest, path: str) -> Manifest:
     return manifest
 
 
-NOT_MANIFESTS = frozenset({"clusters", "scenarios"})
-"""Folders of examples/ that hold atoll inputs (cluster shapes, simulator scenarios) rather
-than manifests to `kubectl apply`."""
+NOT_MANIFESTS = frozenset({"clusters", "scenarios", "nvidia-smi"})
+"""Folders of examples/ that hold atoll inputs (cluster shapes, simulator scenarios, saved
+`nvidia-smi` outputs) rather than manifests to `kubectl apply`."""

@@ -407,16 +407,21 @@ def _kubectl() -> str:
     pytest.skip("rendering deploy/ needs kubectl (run `make sandbox-bin`)")
 
 
-def test_kustomize_renders_the_generated_config_into_the_deployment() -> None:
+def kustomize(folder: Path) -> list[Doc]:
+    """The documents `kubectl kustomize FOLDER` renders."""
     done = subprocess.run(
-        [_kubectl(), "kustomize", str(DEPLOY)],
+        [_kubectl(), "kustomize", str(folder)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_kustomize_renders_the_generated_config_into_the_deployment() -> None:
+    rendered = kustomize(DEPLOY)
 
     kinds = sorted(d["kind"] for d in rendered)
     assert kinds == sorted([*(d["kind"] for _, d in _documents()), "ConfigMap"])

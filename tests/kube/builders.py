@@ -129,6 +129,16 @@ def job(
     }
 
 
+def claim_job(name: str, ns: str, *, pods: int, template: str, run: str) -> dict[str, Any]:
+    """A queued Job (LocalQueue `q`) whose pods ask for GPUs only through a
+    ResourceClaimTemplate."""
+    job_ = job(name, ns, queue="q", pods=pods, gpus=0, run=run)
+    spec = job_["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpus"}]}
+    return job_
+
+
 RACK = "topology.atoll.dev/rack"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,22 @@ class OperatorProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextmanager
+def replacing_operator(
+    cluster: KubeCluster, operator: OperatorProcess, log_dir: Path, *extra: str
+) -> Iterator[OperatorProcess]:
+    """`atoll run` with `extra` arguments in place of the session's operator (two leaders
+    would both admit); the session's operator is started again afterwards."""
+    operator.stop()
+    op = OperatorProcess(cluster, log_dir / "atoll.log", *extra)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        operator.start()
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from tests.kube.conftest import (
     condition,
     get_json,
     is_true,
+    replacing_operator,
     workload_of,
 )
 
@@ -35,19 +36,14 @@ def dra_operator(
     """`atoll run` with the device class mapping, in place of the session's operator (two
     leaders would both admit); the session's operator is started again afterwards."""
     cluster.add_shape(REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml")
-    operator.stop()
-    op = OperatorProcess(
+    with replacing_operator(
         cluster,
-        tmp_path_factory.mktemp("dra-operator") / "atoll.log",
+        operator,
+        tmp_path_factory.mktemp("dra-operator"),
         "--set",
         f"resources.deviceClassMappings={MAPPINGS}",
-    )
-    op.start()
-    try:
+    ) as op:
         yield op
-    finally:
-        op.stop()
-        operator.start()
 
 
 def _queue(cluster: KubeCluster, namespace: str, *, devices: int) -> str:

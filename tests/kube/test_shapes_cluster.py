@@ -67,15 +67,6 @@ def pcie(cluster: KubeCluster) -> list[str]:
 # --- manifests -----------------------------------------------------------------------------
 
 
-def _claim_job(name: str, ns: str, *, pods: int, template: str, run: str) -> dict[str, Any]:
-    """A queued Job whose pods ask for GPUs only through a ResourceClaimTemplate."""
-    job = b.job(name, ns, queue="q", pods=pods, gpus=0, run=run)
-    spec = job["spec"]["template"]["spec"]
-    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
-    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpus"}]}
-    return job
-
-
 def _queue(
     cluster: KubeCluster,
     ns: str,
@@ -223,7 +214,9 @@ def test_dgx_eight_gpu_gangs_each_take_one_node_and_the_extra_wait_whole(
         b.island_claim_template(namespace, "eight", 8),
     )
     jobs = [f"g{i}" for i in range(6)]
-    _create(cluster, *[_claim_job(j, namespace, pods=1, template="eight", run="12s") for j in jobs])
+    _create(
+        cluster, *[b.claim_job(j, namespace, pods=1, template="eight", run="12s") for j in jobs]
+    )
 
     islands = _island_of(cluster)
     seen: dict[str, tuple[str, list[tuple[str, str]]]] = {}
@@ -341,7 +334,7 @@ def test_lab_two_gpu_job_lands_on_the_bridged_pair(
     one waits whole until the first finishes."""
     _wait_idle(cluster, lab)
     _queue(cluster, namespace, {GROUP: "lab"}, b.island_claim_template(namespace, "pair", 2))
-    _create(cluster, _claim_job("duo", namespace, pods=1, template="pair", run="8s"))
+    _create(cluster, b.claim_job("duo", namespace, pods=1, template="pair", run="8s"))
 
     def allocated() -> list[tuple[str, str]]:
         pods = _pods(cluster, namespace, "duo")
@@ -359,7 +352,7 @@ def test_lab_two_gpu_job_lands_on_the_bridged_pair(
     assert len(bridged) == 2, bridged
     assert set(devs) == bridged
 
-    _create(cluster, _claim_job("trio", namespace, pods=1, template="pair", run="2s"))
+    _create(cluster, b.claim_job("trio", namespace, pods=1, template="pair", run="2s"))
     cluster.wait_for(
         "the second job to wait for the pair",
         lambda: (
@@ -385,7 +378,9 @@ def test_pairs_are_admitted_while_earlier_gangs_run(
     _wait_idle(cluster, pcie)
     _queue(cluster, namespace, {GROUP: "pcie"}, b.island_claim_template(namespace, "pair", 2))
     first = [f"a{i}" for i in range(4)]
-    _create(cluster, *[_claim_job(j, namespace, pods=2, template="pair", run="60s") for j in first])
+    _create(
+        cluster, *[b.claim_job(j, namespace, pods=2, template="pair", run="60s") for j in first]
+    )
 
     def running(jobs: list[str]) -> int:
         devices = _claim_devices(cluster, namespace)
@@ -400,7 +395,7 @@ def test_pairs_are_admitted_while_earlier_gangs_run(
     cluster.wait_for("8 pods of the first gangs on their pairs", lambda: running(first) == 8)
     second = [f"b{i}" for i in range(4)]
     _create(
-        cluster, *[_claim_job(j, namespace, pods=2, template="pair", run="60s") for j in second]
+        cluster, *[b.claim_job(j, namespace, pods=2, template="pair", run="60s") for j in second]
     )
     cluster.wait_for(
         "the second gangs admitted",

@@ -9,7 +9,9 @@ import pytest
 from atoll.sandbox.shapes import (
     DRA_DRIVER,
     GPU_RESOURCE,
+    NVIDIA_DRIVER,
     ShapeError,
+    device_classes,
     load_shape,
     node_names,
     nodes,
@@ -113,3 +115,34 @@ def test_invalid_shape_names_the_field(tmp_path: Path, body: str, message: str) 
     with pytest.raises(ShapeError, match=r"shape\.yaml") as err:
         load_shape(path)
     assert message in str(err.value)
+
+
+def test_nvidia_format_publishes_the_drivers_attributes_and_class() -> None:
+    shape = load_shape(CLUSTERS / "nvidia-dra.yaml")
+    slices = resource_slices(shape)
+    assert {rs["spec"]["driver"] for rs in slices} == {NVIDIA_DRIVER}
+    rs = slices[0]
+    assert rs["spec"]["pool"] == {"name": "nvh100-0", "generation": 1, "resourceSliceCount": 1}
+    dev = rs["spec"]["devices"][3]
+    attrs = dev["attributes"]
+    assert dev["name"] == "gpu-3"
+    assert attrs["type"] == {"string": "gpu"}
+    assert attrs["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
+    assert attrs["cudaComputeCapability"] == {"version": "9.0.0"}
+    assert attrs["resource.kubernetes.io/pciBusID"] == attrs["pcieBusID"]
+    assert attrs["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:01"}
+    assert "island" not in attrs
+    assert dev["capacity"] == {"memory": {"value": "80Gi"}}
+    classes = {c["metadata"]["name"]: c for c in device_classes(shape)}
+    (selector,) = classes[NVIDIA_DRIVER]["spec"]["selectors"]
+    assert "device.attributes['gpu.nvidia.com'].type == 'gpu'" in selector["cel"]["expression"]
+
+
+def test_device_plugin_shape_has_gfd_labels_and_no_slices() -> None:
+    shape = load_shape(CLUSTERS / "gfd-device-plugin.yaml")
+    assert resource_slices(shape) == []
+    labels = nodes(shape)[5]["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["nvidia.com/gpu.memory"] == str(186 * 1024)
+    assert labels["nvidia.com/gpu.clique"] == "9f3c2a71-nvl-1"
+    assert [c["metadata"]["name"] for c in device_classes(shape)] == [DRA_DRIVER]

@@ -17,6 +17,7 @@ SUBCOMMANDS = (
     "atoll.cli.crds_cmd",
     "atoll.cli.simulate_cmd",
     "atoll.cli.explain_cmd",
+    "atoll.cli.topology_cmd",
 )
 
 

@@ -25,9 +25,13 @@ from atoll.engine.devices import DeviceId, NodeDevices
 from atoll.engine.inventory import (
     Gang,
     Inventory,
+    Islands,
     NodeInventory,
     Placement,
+    PodPlacement,
     TopologyMode,
+    give_to_islands,
+    take_from_islands,
 )
 from atoll.engine.model import (
     AdmittedWorkload,
@@ -58,9 +62,25 @@ class DomainPreemption:
     """Where the gang goes once the victims are gone."""
 
 
+def _shift_islands(node: NodeInventory, pods: list[PodPlacement], release: bool) -> Islands | None:
+    isl = node.islands
+    if isl is None:
+        return None
+    free = isl.free
+    for pod in pods:
+        q = sum(n for r, n in pod.requests if r == isl.resource)
+        if q > 0:
+            free = (
+                give_to_islands(isl, free, q, pod.island)
+                if release
+                else take_from_islands(free, q)[0]
+            )
+    return replace(isl, free=free)
+
+
 def _shift_node(
     node: NodeInventory,
-    pods: list[tuple[tuple[str, int], ...]],
+    pods: list[PodPlacement],
     devices: set[DeviceId],
     *,
     release: bool,
@@ -68,12 +88,13 @@ def _shift_node(
     """The node with these pods' requests and devices given back (`release`) or taken."""
     sign = 1 if release else -1
     free = dict(node.free)
-    for requests in pods:
-        for r, q in requests:
+    for pod in pods:
+        for r, q in pod.requests:
             free[r] = free.get(r, 0) + sign * q
+    islands = _shift_islands(node, pods, release)
     d = node.devices
     if not devices:
-        return replace(node, free=free)
+        return replace(node, free=free, islands=islands)
     busy = d.busy - devices if release else d.busy | {x.id for x in d.all if x.id in devices}
     shifted = NodeDevices(
         free=tuple(x for x in d.all if x.id not in busy),
@@ -81,17 +102,17 @@ def _shift_node(
         all=d.all,
         incomplete=d.incomplete,
     )
-    return replace(node, free=free, devices=shifted)
+    return replace(node, free=free, devices=shifted, islands=islands)
 
 
 def _by_node(
     placements: Iterable[Placement],
-) -> tuple[dict[str, list[tuple[tuple[str, int], ...]]], dict[str, set[DeviceId]]]:
-    pods: dict[str, list[tuple[tuple[str, int], ...]]] = {}
+) -> tuple[dict[str, list[PodPlacement]], dict[str, set[DeviceId]]]:
+    pods: dict[str, list[PodPlacement]] = {}
     devices: dict[str, set[DeviceId]] = {}
     for placement in placements:
         for pod in placement.pods:
-            pods.setdefault(pod.node, []).append(pod.requests)
+            pods.setdefault(pod.node, []).append(pod)
             devices.setdefault(pod.node, set()).update(
                 a.device for a in pod.devices if not a.admin_access
             )

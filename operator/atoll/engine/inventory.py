@@ -22,6 +22,50 @@ def is_accelerator(resource: str) -> bool:
     return resource not in _NOT_ACCELERATORS and not resource.startswith("hugepages-")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Islands:
+    """A node's NVLink islands for a counted resource (device-plugin GPUs, `nvidia.com/gpu`),
+    as `atoll topology discover` published them, and how many units of each are free."""
+
+    resource: str
+    sizes: tuple[int, ...]
+    free: tuple[int, ...]
+    """Per island, in the order of `sizes`."""
+
+
+def take_from_islands(free: tuple[int, ...], amount: int) -> tuple[tuple[int, ...], int | None]:
+    """`free` after a pod takes `amount` units, and the island that gave them all (None when
+    none could). All from the island with the fewest free units that holds them (best fit, so
+    large islands stay whole, as NVIDIA's device plugin prefers NVLinked GPUs for one pod);
+    otherwise from the islands with the fewest free units first."""
+    fits = [i for i, f in enumerate(free) if f >= amount]
+    out = list(free)
+    if fits:
+        best = min(fits, key=lambda i: (free[i], i))
+        out[best] -= amount
+        return tuple(out), best
+    for i in sorted(range(len(out)), key=lambda i: (out[i], i)):
+        got = min(out[i], amount)
+        out[i] -= got
+        amount -= got
+    return tuple(out), None
+
+
+def give_to_islands(
+    islands: Islands, free: tuple[int, ...], amount: int, island: int | None
+) -> tuple[int, ...]:
+    """`free` after a pod gives back `amount` units: to its island when known, else to the
+    islands missing the most units first."""
+    out = list(free)
+    order = [island] if island is not None else []
+    order += sorted(range(len(out)), key=lambda i: (out[i] - islands.sizes[i], i))
+    for i in order:
+        got = min(islands.sizes[i] - out[i], amount)
+        out[i] += got
+        amount -= got
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class NodeInventory:
     name: str
@@ -33,6 +77,8 @@ class NodeInventory:
     schedulable: bool = True
     """False when cordoned or not Ready."""
     devices: NodeDevices = NO_DEVICES
+    islands: Islands | None = None
+    """NVLink islands of a counted GPU resource; None: not published for this node."""
     weight: int = field(init=False)
     """Free devices plus free extended resources (GPUs): best fit's tie-break, smaller is
     tighter."""
@@ -102,6 +148,8 @@ class GangPodSet:
     claims: tuple[Claim, ...] = ()
     """Per pod: one claim per ResourceClaimTemplate the pod references."""
     topology: TopologyRequest | None = None
+    island_resource: str | None = None
+    """Each pod's request of this resource must sit inside one NVLink island of its node."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +167,8 @@ class PodPlacement:
     node: str
     requests: tuple[tuple[str, int], ...]
     devices: tuple[DeviceAllocation, ...] = ()
+    island: int | None = None
+    """The NVLink island (index in the node's `Islands`) its counted GPUs were taken from."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,6 +31,7 @@ from atoll.engine.inventory import (
     NodeInventory,
     PlacementPolicy,
     is_accelerator,
+    take_from_islands,
 )
 from atoll.engine.matching import requirement_matches, untolerated_taint
 
@@ -46,6 +47,8 @@ class Working:
     taken: dict[str, set[DeviceId]] = field(default_factory=dict)
     memo: dict[object, int] = field(default_factory=dict)
     policy: PlacementPolicy = PlacementPolicy.BEST_FIT
+    island_free: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Free units per NVLink island of nodes placement changed."""
 
     @property
     def best_fit(self) -> bool:
@@ -68,18 +71,30 @@ class Working:
             incomplete=d.incomplete,
         )
 
+    def islands(self, node: NodeInventory) -> tuple[int, ...]:
+        """Free units per island now (empty when the node publishes none)."""
+        if node.islands is None:
+            return ()
+        return self.island_free.get(node.name, node.islands.free)
+
     def take(
         self,
         node: NodeInventory,
         requests: Sequence[tuple[str, int]],
         devices: Sequence[DeviceAllocation],
-    ) -> None:
+    ) -> int | None:
+        """Takes a pod's requests and devices; returns the NVLink island its counted GPUs
+        came from (None: the node has no islands, or no one island held them)."""
         free = self.free.setdefault(node.name, dict(node.free))
+        island = None
         for r, q in requests:
             free[r] = free.get(r, 0) - q
+            if node.islands is not None and r == node.islands.resource and q > 0:
+                self.island_free[node.name], island = take_from_islands(self.islands(node), q)
         used = [a.device for a in devices if not a.admin_access]
         if used:
             self.taken.setdefault(node.name, set()).update(used)
+        return island
 
 
 def pod_requests(ps: GangPodSet, node: NodeInventory) -> tuple[tuple[str, int], ...]:
@@ -115,7 +130,25 @@ def _resource_fit(w: Working, node: NodeInventory, ps: GangPodSet, limit: int) -
                 return 0
     if PODS in node.allocatable and all(r != PODS for r, _ in ps.requests):
         fit = min(fit, free.get(PODS, 0))
+    if ps.island_resource is not None:
+        fit = min(fit, island_pods(w, node, ps))
     return max(fit, 0)
+
+
+def island_request(ps: GangPodSet) -> int:
+    """Units of the pod set's island resource one pod asks for."""
+    return sum(q for r, q in ps.requests if r == ps.island_resource)
+
+
+def island_pods(w: Working, node: NodeInventory, ps: GangPodSet) -> int:
+    """Pods whose island resource each fit inside one free island of the node (0 when the
+    node publishes no islands for that resource)."""
+    per_pod = island_request(ps)
+    if per_pod <= 0:
+        return ps.count
+    if node.islands is None or node.islands.resource != ps.island_resource:
+        return 0
+    return sum(f // per_pod for f in w.islands(node))
 
 
 def _signature(ps_index: int, ps: GangPodSet, devices: NodeDevices, island: str | None) -> object:

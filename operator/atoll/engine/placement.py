@@ -181,10 +181,15 @@ def _materialize(
             devices = allocate(ps.claims, w.devices(node), island, best_fit=w.best_fit)
             if devices is None:  # the capacity search said this fits
                 raise AssertionError(f"pod set {ps.name}: node {node_name} lost its fit")
-            w.take(node, reqs, devices)
+            gpu_island = w.take(node, reqs, devices)
             pods.append(
                 PodPlacement(
-                    pod_set=ps.name, index=len(pods), node=node_name, requests=reqs, devices=devices
+                    pod_set=ps.name,
+                    index=len(pods),
+                    node=node_name,
+                    requests=reqs,
+                    devices=devices,
+                    island=gpu_island,
                 )
             )
     return _result(w, ps=ps, p=p, paths=paths, pods=pods, depth=depth)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from atoll.engine import topology as topo
 from atoll.engine.devices import ConstraintKind, device_count, device_matches, group_sizes
 from atoll.engine.inventory import Gang, GangPodSet, NodeInventory, NoFit, NoFitReason, TopologyMode
-from atoll.engine.nodefit import Working
+from atoll.engine.nodefit import Working, island_request
 
 if TYPE_CHECKING:
     from atoll.engine.placement import Plan
@@ -53,6 +53,38 @@ def largest_island(
     return best
 
 
+def largest_gpu_island(w: Working, nodes: Sequence[NodeInventory]) -> tuple[int, str | None]:
+    """Most free units in one published NVLink island of an eligible node."""
+    best: tuple[int, str | None] = (0, None)
+    for node in nodes:
+        size = max(w.islands(node), default=0)
+        if size > best[0]:
+            best = (size, node.name)
+    return best
+
+
+def _gpu_island_tail(
+    w: Working, ps: GangPodSet, ok: Sequence[NodeInventory]
+) -> tuple[str, int, str | None]:
+    per_pod = island_request(ps)
+    if ps.island_resource is None or per_pod <= 0:
+        return "", 0, None
+    if not any(n.islands is not None for n in ok):
+        return (
+            f"; each pod needs {per_pod} {ps.island_resource} in one NVLink island and no"
+            " eligible node publishes its islands (atoll topology discover --publish)",
+            0,
+            None,
+        )
+    size, node = largest_gpu_island(w, ok)
+    at = f" ({node})" if node else ""
+    tail = (
+        f"; each pod needs {per_pod} {ps.island_resource} in one NVLink island, the largest"
+        f" free island has {size}{at}"
+    )
+    return tail, size, node
+
+
 def _units(p: Plan) -> str:
     return f"slices of {p.units.size} pods" if p.units.slice_depth is not None else "pods"
 
@@ -87,6 +119,10 @@ def no_fit(
         )
     total = topo.capacity(ents, -1, p.units)
     island, island_node = largest_island(w, ps, ok)
+    tail = _island_tail(w, ps, island, island_node)
+    gpu_tail, gpu_island, gpu_node = _gpu_island_tail(w, ps, ok)
+    if gpu_tail:
+        tail, island, island_node = tail + gpu_tail, gpu_island, gpu_node
     base = NoFit(
         gang=gang.key,
         pod_set=ps.name,
@@ -97,7 +133,6 @@ def no_fit(
         largest_island=island,
         largest_island_node=island_node,
     )
-    tail = _island_tail(w, ps, island, island_node)
     level = p.levels[p.depth] if p.levels and p.depth is not None else None
     if p.mode is TopologyMode.REQUIRED and level is not None and total >= p.need:
         assert p.depth is not None

@@ -21,6 +21,8 @@ from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
 from atoll.state.cache import Cache
 
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
 
 class ClusterReadError(RuntimeError):
     """The cluster could not be read (no kubeconfig, unreachable, forbidden)."""
@@ -58,14 +60,20 @@ async def _inventory(api: client.ApiClient, cache: Cache) -> None:
         bootstrap.each(kind.model, items, kind.upsert)
 
 
+async def load_config(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
+    """Client configuration from `kubeconfig`, else (with `in_cluster`, inside a pod) the
+    pod's service account, else $KUBECONFIG or ~/.kube/config; raises ClusterReadError."""
+    try:
+        await connection.load(kubeconfig, in_cluster=in_cluster)
+    except connection.KubeconfigError as e:
+        raise ClusterReadError(str(e)) from e
+
+
 async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cache, float]:
     """Everything atoll reads, from the cluster of `kubeconfig` (else $KUBECONFIG or
     ~/.kube/config), into `cache` (default: an empty one); returns the cache and the time it
     was read."""
-    try:
-        await connection.load(kubeconfig)
-    except connection.KubeconfigError as e:
-        raise ClusterReadError(str(e)) from e
+    await load_config(kubeconfig)
     cache = cache if cache is not None else Cache()
     try:
         async with client.ApiClient() as api:

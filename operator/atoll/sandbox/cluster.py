@@ -489,7 +489,7 @@ class Sandbox:
     def apply_shape(
         self, shape: shapes.ClusterShape, *, log: Callable[[str], None] = print
     ) -> None:
-        """Create the shape's Nodes (those not there yet), the DeviceClass and ResourceSlices,
+        """Create the shape's Nodes (those not there yet), the DeviceClasses and ResourceSlices,
         then wait until every node of the shape is Ready."""
         existing = set(
             self.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
@@ -498,7 +498,7 @@ class Sandbox:
         if new_nodes:
             docs = {"apiVersion": "v1", "kind": "List", "items": new_nodes}
             self.kubectl("create", "-f", "-", input=yaml.safe_dump(docs))
-        dra: list[dict[str, Any]] = [shapes.device_class(), *shapes.resource_slices(shape)]
+        dra: list[dict[str, Any]] = [*shapes.device_classes(shape), *shapes.resource_slices(shape)]
         self.kubectl(
             "apply",
             "--server-side",

@@ -3,20 +3,32 @@
 A shape (see `examples/clusters/`) lists node groups: how many nodes, their CPU, memory and
 GPUs, how the GPUs of one node are joined into NVLink islands, and which topology labels
 (block, rack, `nvidia.com/gpu.clique`, ...) group the nodes. From it the sandbox makes the
-Nodes (with `nvidia.com/gpu` capacity) and, for DRA, one DeviceClass and one ResourceSlice per
-node whose devices carry the island as an attribute.
+Nodes (with `nvidia.com/gpu` capacity and GPU Feature Discovery's labels) and, for DRA, the
+DeviceClasses and one ResourceSlice per node, in one of two formats (`gpus.dra`):
+- `atoll`: the sandbox's own driver `gpu.atoll.dev`, whose devices carry the island as an
+  attribute;
+- `nvidia`: what NVIDIA's GPU DRA driver (`gpu.nvidia.com`, kubernetes-sigs/dra-driver-nvidia-gpu)
+  publishes for full GPUs: one pool per node named after it, devices `gpu-<minor>` with the
+  attributes `type`, `uuid`, `productName`, `brand`, `architecture`, the versions
+  `cudaComputeCapability`, `driverVersion`, `cudaDriverVersion`, the bus ID as `pcieBusID` and
+  `resource.kubernetes.io/pciBusID`, `resource.kubernetes.io/pcieRoot`, and a `memory`
+  capacity; no island attribute (the driver publishes none). MIG devices are not published.
+or `none` (device plugin only: no ResourceSlice).
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DRA_DRIVER = "gpu.atoll.dev"
 """Driver name of the sandbox's fake GPU devices (also the DeviceClass name)."""
+NVIDIA_DRIVER = "gpu.nvidia.com"
+"""NVIDIA's GPU DRA driver (and the DeviceClass of its full GPUs)."""
 ISLAND_ATTRIBUTE = f"{DRA_DRIVER}/island"
 """Fully qualified device attribute naming the NVLink island inside a node."""
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -36,10 +48,20 @@ class Gpus(_Strict):
     """GPUs per node."""
     product: str = "NVIDIA-GPU"
     """GPU product name (the `nvidia.com/gpu.product` label and `productName` attribute)."""
-    memory: str = "16Gi"
-    """Memory of one GPU (a Kubernetes quantity)."""
+    memory: str = Field(default="16Gi", pattern=r"^[1-9][0-9]*(Mi|Gi|Ti)$")
+    """Memory of one GPU (a Kubernetes quantity in Mi, Gi or Ti)."""
     island_size: int = Field(default=1, ge=1, alias="islandSize")
     """GPUs per NVLink island inside a node (8 for NVSwitch boards, 2 for bridged pairs)."""
+    dra: Literal["atoll", "nvidia", "none"] = "atoll"
+    """ResourceSlice format: the sandbox's driver, NVIDIA's driver, or none (device plugin)."""
+    product_name: str | None = Field(default=None, alias="productName")
+    """NVML's product name (the DRA `productName`); default: `product` with spaces."""
+    architecture: str = "Hopper"
+    """GPU architecture (`nvidia` format)."""
+    compute_capability: str = Field(default="9.0", alias="computeCapability")
+    """CUDA compute capability (`nvidia` format)."""
+    gpus_per_pcie_root: int = Field(default=2, ge=1, alias="gpusPerPcieRoot")
+    """Consecutive GPUs sharing one `resource.kubernetes.io/pcieRoot`."""
 
     @model_validator(mode="after")
     def _islands_divide_count(self) -> Gpus:
@@ -113,6 +135,12 @@ def load_shape(path: Path) -> ClusterShape:
         raise ShapeError(f"{path}: invalid cluster shape: {problems}") from e
 
 
+def _mib(memory: str) -> int:
+    """MiB of a validated GPU memory quantity (GFD's `nvidia.com/gpu.memory` is in MiB)."""
+    scale = {"Mi": 1, "Gi": 2**10, "Ti": 2**20}[memory[-2:]]
+    return int(memory[:-2]) * scale
+
+
 def node_names(group: NodeGroup) -> list[str]:
     width = len(str(group.count - 1))
     return [f"{group.name}-{i:0{width}d}" for i in range(group.count)]
@@ -136,8 +164,10 @@ def _node(group: NodeGroup, index: int, name: str) -> dict[str, Any]:
     }
     if group.gpus.count:
         resources[GPU_RESOURCE] = str(group.gpus.count)
+        labels["nvidia.com/gpu.present"] = "true"
         labels["nvidia.com/gpu.product"] = group.gpus.product
         labels["nvidia.com/gpu.count"] = str(group.gpus.count)
+        labels["nvidia.com/gpu.memory"] = str(_mib(group.gpus.memory))
     node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -152,33 +182,64 @@ def _node(group: NodeGroup, index: int, name: str) -> dict[str, Any]:
     return node
 
 
+def _atoll_device(gpus: Gpus, name: str, i: int) -> dict[str, Any]:
+    return {
+        "name": f"gpu-{i}",
+        "attributes": {
+            "index": {"int": i},
+            "island": {"int": i // gpus.island_size},
+            "productName": {"string": gpus.product},
+            "uuid": {"string": f"GPU-{name}-{i}"},
+            "resource.kubernetes.io/pcieRoot": {"string": _pcie_root(gpus, i)},
+        },
+        "capacity": {"memory": {"value": gpus.memory}},
+    }
+
+
+def _pcie_root(gpus: Gpus, i: int) -> str:
+    return f"pci0000:{i // gpus.gpus_per_pcie_root:02x}"
+
+
+def bus_id(i: int) -> str:
+    """The fake PCI bus ID of GPU `i` of a node (as the DRA driver writes it)."""
+    return f"0000:{0x18 + i:02x}:00.0"
+
+
+def _nvidia_device(gpus: Gpus, name: str, i: int) -> dict[str, Any]:
+    bus = bus_id(i)
+    return {
+        "name": f"gpu-{i}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}/{i}')}"},
+            "productName": {"string": gpus.product_name or gpus.product.replace("-", " ")},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": gpus.architecture},
+            "cudaComputeCapability": {"version": f"{gpus.compute_capability}.0"},
+            "driverVersion": {"version": "580.95.5"},
+            "cudaDriverVersion": {"version": "13.0.0"},
+            "pcieBusID": {"string": bus},
+            "resource.kubernetes.io/pciBusID": {"string": bus},
+            "resource.kubernetes.io/pcieRoot": {"string": _pcie_root(gpus, i)},
+        },
+        "capacity": {"memory": {"value": gpus.memory}},
+    }
+
+
 def _slice(group: NodeGroup, name: str) -> dict[str, Any]:
     gpus = group.gpus
-    devices = []
-    for i in range(gpus.count):
-        island = i // gpus.island_size
-        devices.append(
-            {
-                "name": f"gpu-{i}",
-                "attributes": {
-                    "index": {"int": i},
-                    "island": {"int": island},
-                    "productName": {"string": gpus.product},
-                    "uuid": {"string": f"GPU-{name}-{i}"},
-                    "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{i // 2:02x}"},
-                },
-                "capacity": {"memory": {"value": gpus.memory}},
-            }
-        )
+    nvidia = gpus.dra == "nvidia"
+    driver = NVIDIA_DRIVER if nvidia else DRA_DRIVER
+    make = _nvidia_device if nvidia else _atoll_device
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{name}-{DRA_DRIVER}"},
+        "metadata": {"name": f"{name}-{driver}"},
         "spec": {
-            "driver": DRA_DRIVER,
+            "driver": driver,
             "nodeName": name,
             "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
+            "devices": [make(gpus, name, i) for i in range(gpus.count)],
         },
     }
 
@@ -193,6 +254,27 @@ def device_class() -> dict[str, Any]:
     }
 
 
+def nvidia_device_class() -> dict[str, Any]:
+    """NVIDIA's DeviceClass of full GPUs (as its Helm chart installs it)."""
+    selector = (
+        f"device.driver == '{NVIDIA_DRIVER}' && device.attributes['{NVIDIA_DRIVER}'].type == 'gpu'"
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": NVIDIA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": selector}}]},
+    }
+
+
+def device_classes(shape: ClusterShape) -> list[dict[str, Any]]:
+    """The sandbox's DeviceClass, and NVIDIA's when a node group publishes its format."""
+    out = [device_class()]
+    if any(g.gpus.count and g.gpus.dra == "nvidia" for g in shape.spec.node_groups):
+        out.append(nvidia_device_class())
+    return out
+
+
 def nodes(shape: ClusterShape) -> list[dict[str, Any]]:
     """The Node objects of a shape, status included (KWOK keeps the given capacity)."""
     out = []
@@ -203,9 +285,9 @@ def nodes(shape: ClusterShape) -> list[dict[str, Any]]:
 
 
 def resource_slices(shape: ClusterShape) -> list[dict[str, Any]]:
-    """One ResourceSlice per GPU node, its devices carrying the island attribute."""
+    """One ResourceSlice per GPU node of each group that publishes DRA devices."""
     out: list[dict[str, Any]] = []
     for group in shape.spec.node_groups:
-        if group.gpus.count:
+        if group.gpus.count and group.gpus.dra != "none":
             out.extend(_slice(group, name) for name in node_names(group))
     return out

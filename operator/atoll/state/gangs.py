@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from atoll.api.core import PodSpec
+from atoll.api.islands import ISLAND_REQUEST_ANNOTATION, ISLAND_REQUIRED
 from atoll.api.resource import (
     AllocationMode,
     DeviceClaim,
@@ -36,6 +37,7 @@ from atoll.engine.inventory import GangPodSet, TopologyMode, TopologyRequest
 from atoll.state import convert
 from atoll.state.cel import SelectorCompileError, SelectorCompiler
 from atoll.state.inventory import ClusterInventory
+from atoll.state.islands import GPU_RESOURCE
 
 
 class GangError(ValueError):
@@ -166,6 +168,33 @@ def topology_request(
     )
 
 
+def wants_island(ps: PodSet) -> bool:
+    """The pod template carries atoll's NVLink-island annotation (any value)."""
+    meta = ps.template.metadata
+    return ISLAND_REQUEST_ANNOTATION in ((meta.annotations if meta else None) or {})
+
+
+def island_resource(ps: PodSet, requests: Mapping[str, int]) -> str | None:
+    """`nvidia.com/gpu` when the pod template asks for its GPUs in one NVLink island
+    (`atoll.dev/nvlink-island: required`); raises GangError for another value or a pod that
+    asks for no GPUs."""
+    if not wants_island(ps):
+        return None
+    meta = ps.template.metadata
+    value = ((meta.annotations if meta else None) or {})[ISLAND_REQUEST_ANNOTATION]
+    if value != ISLAND_REQUIRED:
+        raise GangError(
+            f"pod template annotation {ISLAND_REQUEST_ANNOTATION}: {value!r} is not supported;"
+            f" the only value is {ISLAND_REQUIRED!r}"
+        )
+    if requests.get(GPU_RESOURCE, 0) <= 0:
+        raise GangError(
+            f"pod template annotation {ISLAND_REQUEST_ANNOTATION}: the pods request no"
+            f" {GPU_RESOURCE}"
+        )
+    return GPU_RESOURCE
+
+
 def gang_pod_set(
     ps: PodSet,
     *,
@@ -180,6 +209,7 @@ def gang_pod_set(
     spec = ps.template.spec
     reqs = convert.pod_requests(spec)
     selector = {**(spec.node_selector or {}), **(flavor_node_labels or {})}
+    island = island_resource(ps, reqs)
     return GangPodSet(
         name=ps.name,
         count=ps.count,
@@ -189,4 +219,5 @@ def gang_pod_set(
         tolerations=tuple(convert.toleration(t) for t in spec.tolerations or ()),
         claims=pod_claims(spec, templates, compiler=compiler, inventory=inventory),
         topology=topology_request(ps.topology_request, topology),
+        island_resource=island,
     )

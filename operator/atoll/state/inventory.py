@@ -23,15 +23,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.api.core import Node, NodeSelector, Pod
+from atoll.api.islands import IslandsFormatError, NodeIslands
 from atoll.api.labels import WORKLOAD_ANNOTATION
 from atoll.api.resource import Device as ApiDevice
 from atoll.api.resource import DeviceClass, ResourceClaim, ResourceSlice
 from atoll.api.topology import Topology
 from atoll.engine import model as m
 from atoll.engine.devices import Device, DeviceId, NodeDevices, Version
-from atoll.engine.inventory import Inventory, NodeInventory, Placement, PodPlacement
+from atoll.engine.inventory import Inventory, Islands, NodeInventory, Placement, PodPlacement
 from atoll.engine.matching import requirement_matches
 from atoll.state.convert import amount, pod_requests
+from atoll.state.islands import GPU_RESOURCE, free_islands, published_islands, with_islands
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _DEVICE_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -147,6 +149,7 @@ class ClusterInventory:
     def __init__(self, *, island_attribute: str | None = None) -> None:
         self.island_attribute = island_attribute
         self._nodes: dict[str, Node] = {}
+        self._islands: dict[str, NodeIslands | IslandsFormatError] = {}
         self._pods: dict[tuple[str, str], _PodUse] = {}
         self._topologies: dict[str, tuple[str, ...]] = {}
         self._classes: dict[str, DeviceClass] = {}
@@ -159,6 +162,11 @@ class ClusterInventory:
     # --- watch input -------------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
         self._nodes[node.name] = node
+        islands = published_islands(node)
+        if islands is None:
+            self._islands.pop(node.name, None)
+        else:
+            self._islands[node.name] = islands
         self._snapshot = None
 
     def node_labels(self, name: str) -> dict[str, str] | None:
@@ -168,6 +176,7 @@ class ClusterInventory:
 
     def delete_node(self, name: str) -> None:
         self._nodes.pop(name, None)
+        self._islands.pop(name, None)
         self._snapshot = None
 
     def upsert_pod(self, pod: Pod) -> None:
@@ -308,8 +317,10 @@ class ClusterInventory:
 
     def _usage(
         self, unplaced: Mapping[str, Sequence[PodPlacement]], counted: set[tuple[str, str]]
-    ) -> dict[str, dict[str, int]]:
+    ) -> tuple[dict[str, dict[str, int]], dict[str, list[tuple[int, int | None]]]]:
+        """Requests per node, and per node the GPU pods (GPUs, planned island or None)."""
         used: dict[str, dict[str, int]] = {}
+        gpu_pods: dict[str, list[tuple[int, int | None]]] = {}
         for key, use in self._pods.items():
             if use.gang is not None and use.gang in self._ledger and key not in counted:
                 continue  # its gang's plan holds its place
@@ -317,12 +328,17 @@ class ClusterInventory:
             for r, q in use.requests.items():
                 node[r] = node.get(r, 0) + q
             node["pods"] = node.get("pods", 0) + 1
+            if use.requests.get(GPU_RESOURCE, 0) > 0:
+                gpu_pods.setdefault(use.node, []).append((use.requests[GPU_RESOURCE], None))
         for pods in unplaced.values():
             for pod in pods:
                 node = used.setdefault(pod.node, {})
                 for r, q in pod.requests:
                     node[r] = node.get(r, 0) + q
-        return used
+                gpus = sum(q for r, q in pod.requests if r == GPU_RESOURCE)
+                if gpus > 0:
+                    gpu_pods.setdefault(pod.node, []).append((gpus, pod.island))
+        return used, gpu_pods
 
     def _busy(
         self,
@@ -378,6 +394,9 @@ class ClusterInventory:
                 incomplete = True
                 continue
             reachable.extend(devs)
+        doc = self._islands.get(node.name)
+        if self.island_attribute and isinstance(doc, NodeIslands):
+            reachable = with_islands(doc, reachable, self.island_attribute)
         return reachable, incomplete
 
     @staticmethod
@@ -393,10 +412,22 @@ class ClusterInventory:
             incomplete=incomplete,
         )
 
+    def _islands_of(
+        self, name: str, alloc: Mapping[str, int], gpu_pods: Sequence[tuple[int, int | None]]
+    ) -> Islands | None:
+        doc = self._islands.get(name)
+        if not isinstance(doc, NodeIslands) or alloc.get(GPU_RESOURCE, 0) <= 0:
+            return None
+        return free_islands(doc, gpu_pods)
+
+    def published_islands(self) -> Mapping[str, NodeIslands | IslandsFormatError]:
+        """Per node, the islands it publishes or what is wrong with its annotation."""
+        return dict(self._islands)
+
     def _build(self) -> Inventory:
         local, network = self._slices_by_node(self._pools())
         unplaced, counted, vacated = self._unplaced()
-        used = self._usage(unplaced, counted)
+        used, gpu_pods = self._usage(unplaced, counted)
         devices = {
             name: self._reachable(node, [*local.get(name, ()), *network])
             for name, node in self._nodes.items()
@@ -419,6 +450,7 @@ class ClusterInventory:
                     taints=tuple(_taints(node)),
                     schedulable=_schedulable(node),
                     devices=self._node_devices(*devices[name], busy),
+                    islands=self._islands_of(name, alloc, gpu_pods.get(name, ())),
                 )
             )
         return Inventory(

@@ -44,7 +44,7 @@ from atoll.engine.snapshot import Snapshot
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.cel import SelectorCompiler
-from atoll.state.gangs import GangError, gang_pod_set
+from atoll.state.gangs import GangError, gang_pod_set, wants_island
 from atoll.state.topologyassignment import topology_assignment
 
 _T = TypeVar("_T")
@@ -131,7 +131,12 @@ class TopologyChecker:
             labels: dict[str, str] = {}
             for f in flavors:
                 labels.update(f.spec.node_labels or {})
-            involved = involved or bool(topology) or bool(ps.template.spec.resource_claims)
+            involved = (
+                involved
+                or bool(topology)
+                or bool(ps.template.spec.resource_claims)
+                or wants_island(ps)
+            )
             gps = gang_pod_set(
                 ps,
                 templates=self._templates(wl.namespace or ""),
