@@ -44,6 +44,7 @@ from controllers import (  # noqa: E402
 )
 from generator import Shape, create_queues, create_workloads, shape_from_args  # noqa: E402
 from kubeclient import KubeClient  # noqa: E402
+from load import BackgroundLoad, count  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from runner import Runner  # noqa: E402
@@ -247,7 +248,7 @@ def print_profile(res: dict[str, Any], out: Console) -> None:
         out.print(t)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", type=float, default=1.0, help="multiply per-queue counts")
     p.add_argument("--large-scale", action="store_true", help="1,000 CQs, 50,000 Workloads")
@@ -266,7 +267,18 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", type=Path, help="where logs go (default a new temp dir)")
-    args = p.parse_args()
+    p.add_argument(
+        "--background-load",
+        type=count,
+        default=0,
+        metavar="N",
+        help="N busy-looping processes during each controller's run (default 0)",
+    )
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     shape = shape_from_args(args.scale, args.large_scale)
     budgets = [Budget.parse(b) for b in (args.budget or ["50/100"])]
     systems = [args.only] if args.only else ["kueue", "atoll"]
@@ -275,11 +287,16 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     console.print(
         f"{shape.name}: {len(shape.cluster_queues)} ClusterQueues, {shape.total_workloads:,} "
-        f"Workloads; budgets {', '.join(map(str, budgets))}; logs in {base}"
+        f"Workloads; budgets {', '.join(map(str, budgets))}; "
+        f"background load {args.background_load}; logs in {base}"
     )
     all_results: list[dict[str, Any]] = []
     for budget in budgets:
-        results = {s: run_one(s, shape, budget, args, base) for s in systems}
+        results = {}
+        for s in systems:
+            with BackgroundLoad(args.background_load):
+                results[s] = run_one(s, shape, budget, args, base)
+            results[s]["background_load"] = args.background_load
         all_results += results.values()
         out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
         out.print(table(shape, str(budget), results))

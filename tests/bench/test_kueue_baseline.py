@@ -14,7 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_ba
 
 import generator as gen
 from controllers import Budget, profile_top
+from load import BackgroundLoad
 from runner import Runner
+
+import run
 
 
 @pytest.mark.parametrize(
@@ -99,3 +102,27 @@ def test_profile_top_leaves_out_idle_frames(tmp_path: Path) -> None:
 
 def test_budget_parses_qps_and_burst() -> None:
     assert Budget.parse("300/500") == Budget(300, 500)
+
+
+@pytest.mark.parametrize(
+    ("argv", "load"),
+    [
+        pytest.param([], 0, id="default-none"),
+        pytest.param(["--background-load", "2"], 2, id="two"),
+    ],
+)
+def test_background_load_option(argv: list[str], load: int) -> None:
+    assert run.parser().parse_args(argv).background_load == load
+
+
+@pytest.mark.parametrize("value", ["-1", "two"])
+def test_background_load_rejects_what_is_not_a_count(value: str) -> None:
+    with pytest.raises(SystemExit):
+        run.parser().parse_args(["--background-load", value])
+
+
+def test_background_load_runs_busy_loops_only_inside_the_block() -> None:
+    with BackgroundLoad(2) as load:
+        assert len(load.procs) == 2
+        assert all(p.poll() is None for p in load.procs)
+    assert all(p.returncode is not None for p in load.procs)

@@ -8,7 +8,7 @@ BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 from atoll.engine.decisions import Requeue
 from atoll.engine.model import ClusterQueueName, QueueingStrategy, Workload, WorkloadKey
@@ -18,6 +18,25 @@ def queue_key(w: Workload) -> tuple[bool, int, float, str, str]:
     """Heap order inside one ClusterQueue: a sticky preemptor first, then higher priority,
     then older, then UID."""
     return (not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
+
+
+def scheduling_class(w: Workload, *, by_time: bool) -> Hashable:
+    """What a cycle reads from a pending workload to decide it: two workloads of one class
+    in one ClusterQueue get the same decision from the same snapshot (Kueue's scheduling
+    equivalence hash). Name and UID only order workloads; the queue-order time counts only
+    where the ClusterQueue's LowerOrNewerEqualPriority compares it (`by_time`); a sticky
+    preemptor is a class of its own."""
+    return (
+        w.namespace,
+        w.queue_name,
+        w.pod_sets,
+        w.priority,
+        w.namespace_labels,
+        w.active,
+        w.misconfigured,
+        w.queued_at if by_time else None,
+        w.key if w.sticky else None,
+    )
 
 
 def cycle_key(borrow_level: int, w: Workload) -> tuple[int, int, float, str, str]:

@@ -25,6 +25,7 @@ from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.engine import model as m
 from atoll.engine import trust
+from atoll.engine.ordering import queue_key, scheduling_class
 from atoll.engine.quota import NO_PARENT, LiveUsage, QuotaTree
 from atoll.engine.snapshot import (
     Snapshot,
@@ -38,6 +39,7 @@ from atoll.engine.snapshot import (
 from atoll.state import convert, devicequota
 from atoll.state import workloads as wls
 from atoll.state.inventory import ClusterInventory
+from atoll.state.queues import PendingQueues, QueueKey
 from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
@@ -75,7 +77,10 @@ class Cache:
     """BestEffortFIFO ClusterQueue → the workload that issued preemptions from its head and
     is not admitted yet: it stays the head (Kueue's sticky preemptor; see `preempting`)."""
     parked: dict[str, int] = field(default_factory=dict)
-    """Inadmissible workloads, with the epoch they were parked at."""
+    """Inadmissible workloads parked one at a time, with the epoch they were parked at
+    (whole queues are parked by `queues.park_all`; `parked_keys` gives both)."""
+    queues: PendingQueues = field(default_factory=PendingQueues)
+    """The pending workloads by queue, in queue order (see `queue_heads`)."""
     epoch: int = 0
     """Bumped by every change that can make a parked workload admissible."""
     inventory: ClusterInventory = field(
@@ -165,6 +170,7 @@ class Cache:
             for key in [k for k in self._engine_workloads if k.startswith(f"{name}/")]:
                 del self._engine_workloads[key]
                 self._dirty.add(key)
+                self.queues.touch(key)
             self.bump()
 
     def set_workload_class(self, obj: WorkloadPriorityClass) -> None:
@@ -219,8 +225,10 @@ class Cache:
                 self.inventory.hold(placement)
         if old is None or old.spec != wl.spec:
             self.parked.pop(key, None)
+            self.queues.renew(key)
 
     def _forget_engine_form(self, key: str) -> None:
+        self.queues.touch(key)
         self._engine_workloads.pop(key, None)
         self._waiting_memo.pop(key, None)
         self._dirty.add(key)
@@ -246,6 +254,7 @@ class Cache:
         assumed = self.assumed.pop(key, None) is not None
         self.inventory.release(key)
         self.parked.pop(key, None)
+        self.queues.renew(key)
         self.evicting.discard(key)
         self._unstick(key)
         if assumed or (old is not None and wls.has_quota(old)):
@@ -269,6 +278,7 @@ class Cache:
             if wl.namespace == namespace and devicequota.uses_template(wl, template):
                 self._engine_workloads.pop(key, None)
                 self._dirty.add(key)
+                self.queues.touch(key)
         self.bump()
 
     def _devices(self, wl: Workload) -> tuple[dict[str, dict[str, int]], str | None]:
@@ -310,6 +320,7 @@ class Cache:
     def assume(self, key: str, admission: m.Admission) -> None:
         self.assumed[key] = admission
         self.parked.pop(key, None)
+        self.queues.renew(key)
         self._unstick(key)
 
     def preempting(self, key: str, cluster_queue: str) -> None:
@@ -320,16 +331,22 @@ class Cache:
         go back to the victims, to be reclaimed again, forever (Kueue#6929, #7157)."""
         cq = self._e_cluster_queues.get(cluster_queue)
         if cq is not None and cq.queueing_strategy is m.QueueingStrategy.BEST_EFFORT_FIFO:
+            before = self.preemptors.get(cluster_queue)
+            if before is not None:
+                self.queues.touch(before)
             self.preemptors[cluster_queue] = key
+            self.queues.touch(key)
 
     def _unstick(self, key: str) -> None:
         if self.preemptors:
             for cq in [cq for cq, k in self.preemptors.items() if k == key]:
                 del self.preemptors[cq]
+                self.queues.touch(key)
 
     def forget(self, key: str) -> None:
         """A status write failed: drop the assumption so the quota is free again."""
         self.inventory.release(key)
+        self.queues.touch(key)
         if self.assumed.pop(key, None) is not None:
             self.bump()
 
@@ -460,7 +477,62 @@ class Cache:
         return wl, self._queues_version, queued, known, wls.requeue_at(wl)
 
     def parked_keys(self) -> frozenset[m.WorkloadKey]:
-        return frozenset(m.WorkloadKey(k) for k, e in self.parked.items() if e == self.epoch)
+        return frozenset(m.WorkloadKey(k) for k in self.queues.parked_keys(self.epoch, self.parked))
+
+    # -- the pending queues, kept up to date (what the scheduling loop reads) -------------
+    def queue_heads(self, now: float) -> list[tuple[str, m.Workload]]:
+        """(queue, workload) of the first unparked workload of every queue at `now`, by
+        queue name: what `select_heads(pending_by_queue(now), parked_keys())` gives, from
+        queues kept up to date instead of grouped and sorted again."""
+        q = self.queues
+        if q.version != self._queues_version:
+            q.dirty |= q.rebuild(self._queues_version, self.epoch, self.parked)
+            q.dirty.update(self._waiting)
+        q.due(now)
+        if q.dirty:
+            dirty, q.dirty = q.dirty, set()
+            for key in sorted(dirty):
+                q.place(key, self._queue_place(key, now), self.epoch, self.parked)
+        return [(g, self._queued_form(g, k)) for g, k in q.heads(self.epoch, self.parked)]
+
+    def _queued_form(self, group: str, key: str) -> m.Workload:
+        ew = self.engine_workload(key)
+        assert ew is not None  # queued workloads have one (`_queue_place`)
+        return replace(ew, sticky=True) if self.preemptors.get(group) == key else ew
+
+    def _queue_place(self, key: str, now: float) -> tuple[str, QueueKey, object] | None:
+        """The queue, queue key and class of `key` if it is pending at `now` (the filter of
+        `pending_by_queue`); a workload in backoff is looked at again when it ends."""
+        wl = self.workloads.get(key)
+        if wl is None or key not in self._waiting:
+            return None
+        memo = self._waiting_memo.get(key)
+        if memo is None or memo[0] is not wl or memo[1] != self._queues_version:
+            memo = self._waiting_memo[key] = self._waiting_facts(wl)
+        _, _, queued, cq, at = memo
+        if not queued or key in self.assumed:
+            return None
+        if at is not None and at > now:
+            self.queues.defer(at, key)
+            return None
+        ew = self.engine_workload(key)
+        if ew is None:
+            return None
+        group = cq if cq is not None else f"{UNKNOWN_QUEUE_PREFIX}{ew.local_queue}"
+        ew = self._queued_form(group, key)
+        e_cq = self._e_cluster_queues.get(cq) if cq is not None else None
+        by_time = e_cq is not None and (
+            e_cq.preemption.within_cluster_queue
+            is m.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        )
+        return group, queue_key(ew), scheduling_class(ew, by_time=by_time)
+
+    def queue_park_all(self, group: str) -> None:
+        """Park every workload now in queue `group` (as `park` on each of them)."""
+        self.queues.park_all(group, self.epoch)
+
+    def queue_asleep(self, key: str) -> bool:
+        return self.queues.asleep(key, self.epoch, self.parked)
 
     def _reserved_at(self, key: str) -> float:
         """When the workload's quota was reserved (Kueue's "most recently admitted" order of

@@ -1,24 +1,35 @@
 """One scheduling decision step on the cache, shared by the live scheduler and the simulator.
 
-The heads of the queues (`pending_by_queue`, `select_heads`) → one engine cycle
-(`run_cycle`) on the snapshot → each admitted gang placed on the inventory (topology and
-devices; `placing.TopologyChecker`, which may turn it into a domain preemption or a pending
-decision) → `drain` → the decisions assumed in the cache: admissions assumed, victims marked
-evicting, BestEffortFIFO preemptors made sticky, inadmissible workloads parked. No awaits
-and no I/O: the caller writes the decisions (the operator to the API server, the simulator
-to its virtual cluster).
+The heads of the queues (`Cache.queue_heads`: what `select_heads` gives on
+`pending_by_queue`) → one engine cycle (`run_cycle`) on the snapshot → each admitted gang
+placed on the inventory (topology and devices; `placing.TopologyChecker`, which may turn it
+into a domain preemption or a pending decision) → `drain` → the decisions assumed in the
+cache: admissions assumed, victims marked evicting, BestEffortFIFO preemptors made sticky,
+inadmissible workloads parked. No awaits and no I/O: the caller writes the decisions (the
+operator to the API server, the simulator to its virtual cluster).
 
-Mirrors Kueue's pkg/scheduler/scheduler.go `schedule`.
+Congested queues: when a capacity change wakes the parked workloads, each queue would try
+them one head per cycle, and most only get parked again. A cycle whose every head belongs to
+an equivalence class (`engine.ordering.scheduling_class`) that already failed on this very
+snapshot changes nothing but parking those heads, so it is not run: the heads are parked
+with the decision their class got, and when every workload left awake in the queues is of
+such a class, whole queues are parked at once (`Cache.queue_park_all`). The decisions are
+those of the cycles skipped: a workload is told its pending decision again only when it
+differs from the last one it was told. Any other cycle runs as before.
+
+Mirrors Kueue's pkg/scheduler/scheduler.go `schedule` (and its scheduling equivalence
+hashing, which parks the workloads equivalent to a head that does not fit).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.cycle import drain, run_cycle
-from atoll.engine.ordering import select_heads
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
@@ -46,7 +57,15 @@ class Decider:
     """Heads of the last step."""
     parked: int = 0
     """Workloads the last step parked as inadmissible: the heads behind them are new, so
-    another step is due even when this one admitted nothing (BestEffortFIFO)."""
+    another step is due even when this one admitted nothing (BestEffortFIFO). 0 when the
+    step already parked every workload such steps would only park again."""
+    _failed: dict[tuple[str, Hashable], d.Pending] = field(default_factory=dict)
+    """(queue, class) → the decision a workload of that class got, and was parked with, on
+    the snapshot `_failed_on`: every workload of the class gets it on that snapshot."""
+    _failed_on: Snapshot | None = None
+    _told: dict[tuple[str, Hashable], tuple[d.Pending, set[str]]] = field(default_factory=dict)
+    """(queue, class) → its last failure, and the workloads whose last decision it was."""
+    _told_in: dict[str, tuple[str, Hashable]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.checker = TopologyChecker(self.cache)
@@ -55,12 +74,35 @@ class Decider:
         """One engine cycle on the current cache, with its decisions assumed."""
         cache = self.cache
         snapshot = cache.snapshot(self.fair_sharing)
-        heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
+        if snapshot is not self._failed_on:
+            self._failed, self._failed_on = {}, snapshot
+        drained = drain(snapshot)
+        skipped: list[d.Decision] = []
+        heads = [w for _, w in self._skip(now, bool(drained), skipped)]
         self.checker.prune()
+        placed, retry, failed = self._cycle(snapshot, heads)
+        decisions = (*skipped, *placed, *drained)
+        self.heads = len(heads)
+        progress = self._assume(decisions, retry, failed)
+        if self.parked and not progress and cache.snapshot(self.fair_sharing) is snapshot:
+            # The next steps would start from this snapshot: skip those that only park.
+            more: list[d.Decision] = []
+            self.parked = len(self._skip(now, bool(drained), more))
+            decisions = (*decisions, *more)
+        for dec in decisions:
+            self._tell(dec)
+        return decisions
+
+    def _cycle(
+        self, snapshot: Snapshot, heads: list[m.Workload]
+    ) -> tuple[list[d.Decision], set[str], set[str]]:
+        """The engine cycle with each admitted gang placed; the workloads to try again next
+        step instead of parking them; the heads the engine itself found inadmissible."""
         evicting = {str(k) for k in snapshot.evicted}
         placed: list[d.Decision] = []
         phantom = False
         retry: set[str] = set()
+        failed: set[str] = set()
         for engine_dec in run_cycle(snapshot, heads):
             if phantom and isinstance(engine_dec, d.Pending):
                 # The engine counted the quota of a gang decided earlier in this cycle that
@@ -68,29 +110,109 @@ class Decider:
                 # again next step instead of being parked.
                 retry.add(str(engine_dec.workload))
             dec = self._place(engine_dec, snapshot, evicting)
+            if dec is engine_dec and isinstance(dec, d.Pending):
+                failed.add(str(dec.workload))
             if isinstance(engine_dec, d.Admit) and not isinstance(dec, d.Admit):
                 phantom = True
             if isinstance(dec, d.Preempt):
                 # Later gangs of this cycle see these victims as leaving, never as new ones.
                 evicting.update(str(v.workload) for v in dec.victims)
             placed.append(dec)
-        decisions = (*placed, *drain(snapshot))
-        self.heads = len(heads)
+        return placed, retry, failed
+
+    def _assume(self, decisions: tuple[d.Decision, ...], retry: set[str], failed: set[str]) -> bool:
+        """Assume the decisions in the cache; whether any admits, preempts or evicts."""
+        cache = self.cache
         self.parked = 0
+        progress = False
         for dec in decisions:
             match dec:
                 case d.Admit():
                     cache.assume(dec.workload, admission_of(dec))
+                    progress = True
                 case d.Preempt():
                     cache.evicting.update(v.workload for v in dec.victims)
                     cache.preempting(dec.workload, dec.cluster_queue)
+                    progress = True
                 case d.Evict():
                     cache.evicting.add(dec.workload)
+                    progress = True
                 case d.Pending():
-                    if dec.requeue is d.Requeue.INADMISSIBLE and dec.workload not in retry:
+                    if dec.workload in retry or dec.requeue is not d.Requeue.INADMISSIBLE:
+                        continue
+                    if dec.workload in failed:
+                        self._fail(dec)
+                    if not cache.queue_asleep(dec.workload):  # skipped ones are parked
                         cache.park(dec.workload)
                         self.parked += 1
-        return decisions
+        return progress
+
+    # -- cycles that would only park their heads again -----------------------------------
+    def _class(self, key: str) -> tuple[str, Hashable]:
+        where = self.cache.queues.class_of(key)
+        assert where is not None  # a head is in a queue
+        return where
+
+    def _fail(self, dec: d.Pending) -> None:
+        where = self.cache.queues.class_of(dec.workload)
+        if where is None:
+            return
+        self._failed[where] = dec
+        told = self._told.get(where)
+        if told is None or not _same(told[0], dec):
+            self._told[where] = (dec, set())
+
+    def _skip(
+        self, now: float, drains: bool, out: list[d.Decision]
+    ) -> list[tuple[str, m.Workload]]:
+        """The heads of the next cycle that is not a no-op. The cycles before it, whose
+        every head failed as its class did on this snapshot, are done here: their heads
+        parked and their decisions added to `out`."""
+        cache, failed = self.cache, self._failed
+        while True:
+            heads = cache.queue_heads(now)
+            if not heads or drains or any(self._class(w.key) not in failed for _, w in heads):
+                return heads
+            queues = cache.queues
+            if all((g, c) in failed for g, _ in heads for c in queues.classes_of(g)):
+                for g, _ in heads:
+                    self._park_queue(g, out)
+                return []
+            for _, w in heads:
+                self._again(self._class(w.key), w.key, out)
+                cache.park(w.key)
+                self.checker.forget(w.key)
+
+    def _again(self, where: tuple[str, Hashable], key: str, out: list[d.Decision]) -> None:
+        """Tell `key` its class's failure unless that was the last thing it was told."""
+        told = self._told.get(where)
+        if told is None or key not in told[1]:
+            out.append(dataclasses.replace(self._failed[where], workload=m.WorkloadKey(key)))
+
+    def _park_queue(self, group: str, out: list[d.Decision]) -> None:
+        cache = self.cache
+        for c, members in cache.queues.classes_of(group).items():
+            told = self._told.get((group, c))
+            for key in sorted(members - told[1] if told is not None else members):
+                if not cache.queue_asleep(key):
+                    self._again((group, c), key, out)
+        for key in [k for k in self.checker.nominations if cache.queues.group_of.get(k) == group]:
+            if not cache.queue_asleep(key):
+                self.checker.forget(key)
+        cache.queue_park_all(group)
+
+    def _tell(self, dec: d.Decision) -> None:
+        """Remember which workloads were last told their class's failure."""
+        key = str(dec.workload)
+        where = self._told_in.pop(key, None)
+        if where is not None and (told := self._told.get(where)) is not None:
+            told[1].discard(key)
+        if isinstance(dec, d.Pending):
+            where = self.cache.queues.class_of(key)
+            told = self._told.get(where) if where is not None else None
+            if where is not None and told is not None and _same(told[0], dec):
+                told[1].add(key)
+                self._told_in[key] = where
 
     def _place(self, dec: d.Decision, snapshot: Snapshot, evicting: set[str]) -> d.Decision:
         """An admitted gang that involves topology or devices is placed now, on the inventory
@@ -109,3 +231,8 @@ class Decider:
         if checked is not None:
             self.cache.inventory.hold(checked)
         return dec
+
+
+def _same(a: d.Pending, b: d.Pending) -> bool:
+    """The same decision for two workloads (all but the workload's name)."""
+    return dataclasses.replace(a, workload=b.workload) == b

@@ -54,6 +54,7 @@ def fork(cache: Cache) -> Cache:
         if isinstance(value, dict | set):
             setattr(copy, f.name, type(value)(value))
     copy.inventory = cache.inventory.fork()
+    copy.queues = cache.queues.fork()
     return copy
 
 

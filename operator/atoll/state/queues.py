@@ -1,0 +1,218 @@
+"""Pending queues: each ClusterQueue's pending workloads in queue order, and which of them
+are parked as inadmissible.
+
+Mirrors Kueue's pkg/cache/queue/cluster_queue.go: one queue per ClusterQueue in heap order
+(`engine.ordering.queue_key`) plus the inadmissible workloads that a capacity or queue change
+(`Cache.bump`, a new epoch) sends back. Kept up to date one changed workload at a time
+(`touch`), so that taking the heads costs the changes since the last time, not the length
+of the queues.
+
+A workload is parked in two ways, with the same meaning: one at a time (`Cache.park`, a
+failed head), or a whole queue at once (`park_all`), as a marker: every workload in the
+queue when it was set stays parked until the next epoch, exactly as if each had been parked
+on its own, but without touching each. A workload that leaves the queue while the marker
+covers it is parked on its own then, so that it comes back parked, as it would have.
+
+Each workload also has an equivalence class (`engine.ordering.scheduling_class`): what the
+engine cycle reads from it. Workloads of one class in one queue get the same decision from
+the same snapshot (Kueue's scheduling equivalence hashing).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Hashable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+
+QueueKey = tuple[bool, int, float, str, str]
+
+
+@dataclass(slots=True)
+class _Queue:
+    order: list[tuple[QueueKey, str]] = field(default_factory=list)
+    """(queue key, workload key), sorted: the queue order."""
+    entry: dict[str, QueueKey] = field(default_factory=dict)
+    cls: dict[str, Hashable] = field(default_factory=dict)
+    classes: dict[Hashable, set[str]] = field(default_factory=dict)
+    """The members of each equivalence class present in the queue."""
+    marker: tuple[int, int] | None = None
+    """(epoch, seq): the members with a seq up to this one were all parked at that epoch."""
+    fresh: set[str] = field(default_factory=set)
+    """Members that joined after the marker was set."""
+    cursor: int = 0
+    """`order[:cursor]` are known to be parked at `cursor_epoch`."""
+    cursor_epoch: int = -1
+
+    def copy(self) -> _Queue:
+        return _Queue(
+            order=list(self.order),
+            entry=dict(self.entry),
+            cls=dict(self.cls),
+            classes={c: set(ks) for c, ks in self.classes.items()},
+            marker=self.marker,
+            fresh=set(self.fresh),
+            cursor=self.cursor,
+            cursor_epoch=self.cursor_epoch,
+        )
+
+
+@dataclass(slots=True)
+class PendingQueues:
+    """The pending workloads of a cache by queue (see the module docstring)."""
+
+    groups: dict[str, _Queue] = field(default_factory=dict)
+    group_of: dict[str, str] = field(default_factory=dict)
+    seq: dict[str, int] = field(default_factory=dict)
+    """When each workload last became unparked (entered a queue, changed its spec, was
+    assumed): a marker covers the members with a lower seq only."""
+    next_seq: int = 1
+    dirty: set[str] = field(default_factory=set)
+    """Workloads whose place in the queues may have changed since `place` last saw them."""
+    deferred: list[tuple[float, str]] = field(default_factory=list)
+    """(requeueAt, key) of workloads waiting for their backoff to end (a heap)."""
+    version: int = -1
+    """The cache's queue-objects version the queues were built for."""
+
+    def fork(self) -> PendingQueues:
+        return PendingQueues(
+            groups={g: q.copy() for g, q in self.groups.items()},
+            group_of=dict(self.group_of),
+            seq=dict(self.seq),
+            next_seq=self.next_seq,
+            dirty=set(self.dirty),
+            deferred=list(self.deferred),
+            version=self.version,
+        )
+
+    # -- changes --------------------------------------------------------------------------
+    def touch(self, key: str) -> None:
+        self.dirty.add(key)
+
+    def renew(self, key: str) -> None:
+        """`key` is no longer parked by any marker (the cache unparked it)."""
+        self.seq[key] = self.next_seq
+        self.next_seq += 1
+        self.dirty.add(key)
+
+    def defer(self, at: float, key: str) -> None:
+        heapq.heappush(self.deferred, (at, key))
+
+    def due(self, now: float) -> None:
+        """Mark the workloads whose backoff ended by `now` as changed."""
+        while self.deferred and self.deferred[0][0] <= now:
+            self.dirty.add(heapq.heappop(self.deferred)[1])
+
+    def rebuild(self, version: int, epoch: int, parked: MutableMapping[str, int]) -> set[str]:
+        """Empty every queue (the queue objects changed); returns the keys that were in one."""
+        keys = set(self.group_of)
+        for key in keys:
+            self.place(key, None, epoch, parked)
+        self.groups.clear()
+        self.version = version
+        return keys
+
+    def place(
+        self,
+        key: str,
+        target: tuple[str, QueueKey, Hashable] | None,
+        epoch: int,
+        parked: MutableMapping[str, int],
+    ) -> None:
+        """Put `key` in queue `target` = (group, queue key, class), or in none."""
+        old = self.group_of.get(key)
+        if old is not None:
+            q = self.groups[old]
+            if target is None or target[0] != old:
+                if self._covered(q, key, epoch):
+                    parked[key] = epoch  # it stays parked without the marker
+                del self.group_of[key]
+            self._remove(q, key)
+            if not q.entry and q.marker is None:
+                del self.groups[old]
+        if target is None:
+            return
+        group, qkey, cls = target
+        if old != group:
+            self.seq[key] = self.next_seq
+            self.next_seq += 1
+            self.group_of[key] = group
+        q = self.groups.setdefault(group, _Queue())
+        i = bisect.bisect_left(q.order, (qkey, key))
+        q.order.insert(i, (qkey, key))
+        q.cursor = min(q.cursor, i)
+        q.entry[key] = qkey
+        q.cls[key] = cls
+        q.classes.setdefault(cls, set()).add(key)
+        if q.marker is not None and self.seq[key] > q.marker[1]:
+            q.fresh.add(key)
+
+    def _remove(self, q: _Queue, key: str) -> None:
+        qkey = q.entry.pop(key)
+        i = bisect.bisect_left(q.order, (qkey, key))
+        del q.order[i]
+        if i < q.cursor:
+            q.cursor -= 1
+        cls = q.cls.pop(key)
+        members = q.classes[cls]
+        members.discard(key)
+        if not members:
+            del q.classes[cls]
+        q.fresh.discard(key)
+
+    # -- parking --------------------------------------------------------------------------
+    def _covered(self, q: _Queue, key: str, epoch: int) -> bool:
+        m = q.marker
+        return m is not None and m[0] == epoch and self.seq.get(key, 0) <= m[1]
+
+    def asleep(self, key: str, epoch: int, parked: MutableMapping[str, int]) -> bool:
+        """Whether `key` is parked at `epoch` (on its own or by its queue's marker)."""
+        if parked.get(key) == epoch:
+            return True
+        group = self.group_of.get(key)
+        return group is not None and self._covered(self.groups[group], key, epoch)
+
+    def park_all(self, group: str, epoch: int) -> None:
+        """Park every workload now in `group` until the next epoch."""
+        q = self.groups[group]
+        q.marker = (epoch, self.next_seq - 1)
+        q.fresh = set()
+
+    def parked_keys(self, epoch: int, parked: MutableMapping[str, int]) -> set[str]:
+        out = {k for k, e in parked.items() if e == epoch}
+        for q in self.groups.values():
+            m = q.marker
+            if m is not None and m[0] == epoch:
+                out.update(k for k in q.entry if self.seq[k] <= m[1])
+        return out
+
+    # -- heads ----------------------------------------------------------------------------
+    def heads(self, epoch: int, parked: MutableMapping[str, int]) -> Iterator[tuple[str, str]]:
+        """(group, key) of the first unparked workload of every queue, by group name."""
+        for group in sorted(self.groups):
+            head = self._head(self.groups[group], epoch, parked)
+            if head is not None:
+                yield group, head
+
+    def _head(self, q: _Queue, epoch: int, parked: MutableMapping[str, int]) -> str | None:
+        if q.marker is not None and q.marker[0] != epoch:
+            q.marker, q.fresh = None, set()
+        if not q.order:
+            return None
+        if q.marker is not None:
+            awake = [k for k in q.fresh if parked.get(k) != epoch]
+            return min(awake, key=lambda k: (q.entry[k], k)) if awake else None
+        if q.cursor_epoch != epoch:
+            q.cursor, q.cursor_epoch = 0, epoch
+        i, order = q.cursor, q.order
+        while i < len(order) and parked.get(order[i][1]) == epoch:
+            i += 1
+        q.cursor = i
+        return order[i][1] if i < len(order) else None
+
+    def classes_of(self, group: str) -> dict[Hashable, set[str]]:
+        return self.groups[group].classes
+
+    def class_of(self, key: str) -> tuple[str, Hashable] | None:
+        group = self.group_of.get(key)
+        return None if group is None else (group, self.groups[group].cls[key])
