@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from atoll.engine.decisions import Decision, Preempt
@@ -117,6 +117,16 @@ cohort_jobs = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(cohort_jobs, st.sampled_from(["BestEffortFIFO", "StrictFIFO"]))
+@example(  # the freed quota went to an older Job of another queue (test_preemption_pingpong)
+    [
+        *[(1, 0, 1, "la", "low")] * 4,
+        (1, 0, 1, "la", "high"),
+        (3, 0, 1, "lb", "low"),
+        (3, 0, 1, "lc", "high"),
+        (3, 10, 1, "la", "high"),
+    ],
+    "BestEffortFIFO",
+)
 def test_reclaim_in_a_cohort_never_livelocks(
     specs: list[tuple[int, int, int, str, str]], strategy: str
 ) -> None:
