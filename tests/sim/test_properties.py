@@ -127,6 +127,19 @@ cohort_jobs = st.lists(
     ],
     "BestEffortFIFO",
 )
+@example(  # a reclaimed victim comes back once its queue is within nominal again: no loop
+    [
+        *[(1, 0, 1, "la", "low")] * 4,
+        (1, 10, 1, "lc", "low"),
+        (3, 0, 1, "lc", "low"),
+        (4, 0, 1, "la", "low"),
+        (1, 0, 1, "la", "low"),
+        (3, 0, 1, "la", "low"),
+        (1, 0, 1, "la", "low"),
+        (3, 0, 1, "lb", "low"),
+    ],
+    "BestEffortFIFO",
+)
 def test_reclaim_in_a_cohort_never_livelocks(
     specs: list[tuple[int, int, int, str, str]], strategy: str
 ) -> None:
