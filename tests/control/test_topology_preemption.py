@@ -33,6 +33,7 @@ def _setup(
     *,
     cohort: bool = False,
     lender_preemption: dict[str, Any] | None = None,
+    strategy: str | None = None,
 ) -> tuple[Scheduler, FakeCluster]:
     cache = Cache()
     cache.inventory = cluster("dgx-h100")
@@ -40,6 +41,8 @@ def _setup(
         ResourceFlavor.from_dict({"metadata": {"name": "rf"}, "spec": {"topologyName": "default"}})
     )
     spec: dict[str, Any] = {"preemption": preemption} if preemption else {}
+    if strategy:
+        spec["queueingStrategy"] = strategy
     if cohort:
         # cq lends nothing and borrows all it uses from cq-b's large quota.
         cache.set_cohort(Cohort.from_dict({"metadata": {"name": "co"}, "spec": {}}))
@@ -224,9 +227,10 @@ async def test_waits_for_its_victims_without_preempting_again_then_lands_in_thei
 
 
 async def test_the_freed_rack_is_kept_for_the_preemptor() -> None:
-    # The preemptor borrows (its queue has no quota of its own), so a gang of the lending
-    # queue goes first in every cycle; the rack being freed must not go to it.
-    sched, fake = _setup(cohort=True)
+    # The preemptor borrows (its queue has no quota of its own) from a StrictFIFO queue (so it
+    # is no sticky preemptor, which would go first), so a gang of the lending queue goes first
+    # in every cycle; the rack being freed must not go to it.
+    sched, fake = _setup(cohort=True, strategy="StrictFIFO")
     lows = await _fill(sched, fake, [5] * 4 + [5] * 4 + [1] * 4 + [5] * 4)
     big = await _add(sched, fake, "big", pods=4, priority=100, level=RACK)
     await sched.run_once()

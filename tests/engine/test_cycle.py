@@ -68,6 +68,16 @@ ORDER = [
         {"old": "admit:f", "new": "pending:WaitingForQuota"},
         id="then-older-first",
     ),
+    pytest.param(
+        [cq("a", 0), cq("b", 4)],
+        [
+            workload("fits", "b", gpu=4, priority=10, at=0.0),
+            replace(workload("preemptor", "a", gpu=4, at=5.0), sticky=True),
+        ],
+        0,
+        {"preemptor": "admit:f", "fits": "pending:WaitingForQuota"},
+        id="a-sticky-preemptor-goes-first-of-all",
+    ),
 ]
 
 

@@ -3,6 +3,8 @@ order and preemption strategies."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from atoll.engine.cycle import run_cycle
@@ -78,6 +80,18 @@ def test_admission_prefers_the_lower_share_over_priority() -> None:
         "admit:f",
         "pending:WaitingForQuota",
     )
+
+
+def test_a_sticky_preemptor_wins_the_tournament_over_a_lower_share() -> None:
+    # wb's subtree would borrow less, but wa already evicted workloads for this quota
+    cqs = [cq("a", 1), cq("b", 1), cq("c", 4)]
+    running = [run("a-old", "a", 3), run("b-old", "b", 1)]
+    heads = [
+        replace(workload("wa", "a", gpu=2, priority=100), sticky=True),
+        workload("wb", "b", gpu=2, priority=0),
+    ]
+    fair = by_workload(run_cycle(snapshot(cqs, running=running, fair=FAIR), heads))
+    assert (summary(fair["wa"]), summary(fair["wb"])) == ("admit:f", "pending:WaitingForQuota")
 
 
 def _borrowed_cohort() -> tuple[ClusterQueue, ...]:

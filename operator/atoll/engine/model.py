@@ -254,7 +254,8 @@ class Workload:
     sticky: bool = False
     """It issued preemptions from the head of a BestEffortFIFO queue and is not admitted
     yet: it stays at the head, ahead of the workloads it was picked over (Kueue's sticky
-    preemptor), so that the quota its victims free is not handed back to them."""
+    preemptor), and goes first in its cycle (`ordering.cycle_key`), so that the quota its
+    victims free is not handed back to them nor taken by another queue's head."""
     key: WorkloadKey = field(init=False)
 
     def __post_init__(self) -> None:

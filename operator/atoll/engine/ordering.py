@@ -3,7 +3,8 @@
 Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: the sticky preemptor of a
 BestEffortFIFO queue, then priority, then queue-order timestamp, then UID; StrictFIFO vs
 BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
-(`makeClassicalIterator`: workloads that don't borrow first, then priority, then FIFO).
+(`makeClassicalIterator`: sticky preemptors first, as with Kueue's PrioritizePreemptorWorkloads
+gate, then workloads that don't borrow, then priority, then FIFO).
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ def scheduling_class(w: Workload, *, by_time: bool) -> Hashable:
     )
 
 
-def cycle_key(borrow_level: int, w: Workload) -> tuple[int, int, float, str, str]:
-    """Order of the heads in one cycle: non-borrowing before borrowing (then less
-    borrowing first), then higher priority, then older."""
-    return (borrow_level, -w.priority, w.queued_at, w.uid, w.key)
+def cycle_key(borrow_level: int, w: Workload) -> tuple[bool, int, int, float, str, str]:
+    """Order of the heads in one cycle: a sticky preemptor first, then non-borrowing before
+    borrowing (then less borrowing first), then higher priority, then older.
+
+    The preemptor goes first so that the quota its victims freed is its own: an older head
+    of another queue taking it (in the same cohort, borrowing as much) would leave the
+    preemptor without candidates, parked, and its victims at the head of its queue, free
+    to reclaim that quota from the thief, only to be preempted again: a livelock (what
+    Kueue's PrioritizePreemptorWorkloads gate fixes, Kueue#13662; atoll always does it).
+    """
+    return (not w.sticky, borrow_level, -w.priority, w.queued_at, w.uid, w.key)
 
 
 def select_heads(

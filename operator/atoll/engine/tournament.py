@@ -2,9 +2,10 @@
 
 Mirrors Kueue's pkg/scheduler/fair_sharing_iterator.go: at every cohort, each child offers
 its best head; the one whose subtree would have the lowest share after admitting it wins
-(subtrees that would not borrow on the workload's resources first, then lower DRS, then
-higher priority, then older). The shares are recomputed before every pick, so each
-admission in the cycle moves the next winner.
+(a sticky preemptor first, for the reason `ordering.cycle_key` gives; then subtrees that
+would not borrow on the workload's resources, then lower DRS, then higher priority, then
+older). The shares are recomputed before every pick, so each admission in the cycle moves
+the next winner.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _shares(ov: UsageOverlay, heads: Sequence[Head]) -> dict[tuple[int, Workload
 
 
 def _before(a: Head, b: Head, sa: Share, sb: Share) -> bool:
+    if a.workload.sticky != b.workload.sticky:
+        return a.workload.sticky
     a_borrows = any(fr in sa.borrowed for fr, v in a.assignment.usage.items() if v > 0)
     b_borrows = any(fr in sb.borrowed for fr, v in b.assignment.usage.items() if v > 0)
     if a_borrows != b_borrows:

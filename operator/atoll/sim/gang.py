@@ -396,11 +396,16 @@ class GangSimulator:
 
     def _settle(self, t: float) -> None:
         """Cycle until a cycle makes no progress (the live loop's `while progress`). A
-        cycle whose decisions repeat an earlier cycle of the same instant means the engine
-        ping-pongs (e.g. a preemptor and its requeued victim taking turns): the instant is
-        ended there and the repetition reported in the notes."""
+        cycle that repeats an earlier cycle of the same instant, from the same workloads
+        holding quota, means the engine ping-pongs (e.g. a preemptor and its requeued
+        victim taking turns): the instant is ended there and the repetition reported in the
+        notes. (The same decisions from another state are no loop: a reclaimed victim may
+        be admitted again once its queue is back within nominal quota.)"""
         now = sw.EPOCH + t
-        seen: set[tuple[tuple[str, str], ...]] = set()
+        seen: set[tuple[tuple[tuple[str, str], ...], int]] = set()
+        # XOR of the hashes of the workloads admitted or evicted in this instant: equal
+        # values mean the same workloads hold quota (Zobrist hashing, O(1) per decision)
+        holding = 0
         while self._drains or any(self._pending.values()):
             decisions = self.decider.decide(now)
             self.cycles += 1
@@ -411,10 +416,17 @@ class GangSimulator:
                     continue  # the heads behind the parked ones get their turn now
                 return
             key = _progress_key(decisions)
-            if key in seen:
+            for dec in decisions:
+                match dec:
+                    case d.Admit() | d.Evict():
+                        holding ^= hash(dec.workload)
+                    case d.Preempt():
+                        for v in dec.victims:
+                            holding ^= hash(v.workload)
+            if (key, holding) in seen:
                 self.notes.append(f"t={t:g}s: the engine repeats a cycle (livelock): {key}")
                 return
-            seen.add(key)
+            seen.add((key, holding))
         self._place_waiting(t)
 
     def _sample(self, t: float) -> None:
