@@ -200,11 +200,17 @@ def test_raising_parallelism_of_an_admitted_job_rebuilds_its_workload(
 
 @pytest.fixture
 def no_webhook(cluster: KubeCluster, operator: OperatorProcess) -> Iterator[None]:
-    """The webhook bypassed: its configuration deleted; the operator, restarted after the test,
-    creates it again."""
+    """The webhook bypassed: its configuration deleted and the operator run with
+    `--webhook off` (a replica serving the webhook would create it again within a second);
+    after the test the operator runs as before and creates it again."""
+    operator.stop()
     cluster.kubectl("delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION)
+    extra = operator.extra
+    operator.extra = (*extra, "--webhook", "off")
+    operator.start()
     yield
     operator.stop()
+    operator.extra = extra
     operator.start()
 
 
