@@ -32,9 +32,11 @@ TEST_SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
 class KubeCluster:
     """A kubeconfig plus a kubectl to drive it."""
 
-    def __init__(self, kubeconfig: Path, kubectl_path: str) -> None:
+    def __init__(self, kubeconfig: Path, kubectl_path: str, sandbox: Sandbox | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl_path
+        self.sandbox = sandbox
+        """The sandbox behind it (None for ATOLL_TEST_KUBECONFIG), to add processes to."""
         self._crds_applied = False
 
     def kubectl(
@@ -108,7 +110,7 @@ class KubeCluster:
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _missing_component(reason: str) -> NoReturn:
+def missing_component(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"cluster tests need {reason} (CI never skips them)", pytrace=False)
     pytest.skip(f"cluster tests need {reason}")
@@ -122,16 +124,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
         if not os.access(kubectl, os.X_OK):
             kubectl = shutil.which("kubectl") or ""
         if not kubectl:
-            _missing_component("kubectl")
+            missing_component("kubectl")
         yield KubeCluster(Path(external), kubectl)
         return
     missing = binaries.missing()
     if missing:
-        _missing_component(f"the sandbox binaries ({', '.join(missing)}): run `make sandbox-bin`")
+        missing_component(f"the sandbox binaries ({', '.join(missing)}): run `make sandbox-bin`")
     sandbox = Sandbox(root=tmp_path_factory.mktemp("sandbox"))
     sandbox.up(load_shape(TEST_SHAPE), log=lambda _m: None)
     try:
-        yield KubeCluster(sandbox.kubeconfig, str(sandbox.kubectl_path))
+        yield KubeCluster(sandbox.kubeconfig, str(sandbox.kubectl_path), sandbox)
     finally:
         sandbox.down(log=lambda _m: None)
 
