@@ -38,7 +38,7 @@ test: $(STAMP) sandbox-bin lint ## everything: install, build sandbox binaries, 
 test-unit: $(STAMP) ## only the tests that need no cluster
 	$(BIN)/pytest -m 'not cluster'
 
-sandbox-up: $(STAMP) sandbox-bin ## start the local control plane with fake GPU nodes (SHAPE=... WITH=jobset)
+sandbox-up: $(STAMP) sandbox-bin ## start the local control plane with fake GPU nodes (SHAPE=... WITH=jobset,lws)
 	$(ATOLL) sandbox up --shape $(SHAPE) $(if $(WITH),--with $(WITH))
 
 sandbox-down: $(STAMP) ## stop every sandbox process and remove its state

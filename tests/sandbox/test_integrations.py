@@ -4,7 +4,6 @@ CRDs installed from the module, webhooks on loopback; objects atoll does not man
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,16 @@ from atoll.sandbox.processes import Proc, is_ours
 from tests.conftest import KubeCluster, missing_component
 
 JOBSET = integrations.INTEGRATIONS["jobset"]
+LWS = integrations.INTEGRATIONS["lws"]
+SLEEPER = {
+    "name": "main",
+    "image": "registry.invalid/atoll/sleep:1",
+    "resources": {"requests": {"cpu": "100m"}},
+}
 
 
 def test_with_names_parse_in_order_and_unknown_names_are_refused() -> None:
-    assert integrations.parse("jobset, ") == [JOBSET]
+    assert integrations.parse("jobset, lws") == [JOBSET, LWS]
     assert integrations.parse(None) == []
     with pytest.raises(ValueError, match="unknown integration 'kubeflow'"):
         integrations.parse("jobset,kubeflow")
@@ -31,10 +36,13 @@ def test_controller_binary_is_cached_by_version(monkeypatch: pytest.MonkeyPatch)
     assert f"jobset-{JOBSET.version}" in path.parts
 
 
-def test_wrapper_module_pins_the_controller_version() -> None:
-    go_mod = (binaries.modules_dir() / JOBSET.name / "go.mod").read_text()
-    assert f"tool {JOBSET.package}" in go_mod
-    assert f"{JOBSET.module_path} {JOBSET.version}" in go_mod
+@pytest.mark.parametrize(
+    "integration", list(integrations.INTEGRATIONS.values()), ids=lambda i: i.name
+)
+def test_wrapper_module_pins_the_controller_version(integration: integrations.Integration) -> None:
+    go_mod = (binaries.modules_dir() / integration.name / "go.mod").read_text()
+    assert f"tool {integration.package}" in go_mod
+    assert f"{integration.module_path} {integration.version}" in go_mod
 
 
 def test_webhooks_point_at_loopback_and_pod_hooks_only_at_the_kinds_pods(tmp_path: Path) -> None:
@@ -64,31 +72,38 @@ def test_webhooks_point_at_loopback_and_pod_hooks_only_at_the_kinds_pods(tmp_pat
     assert "objectSelector" not in jobset
 
 
-@pytest.fixture(scope="session")
-def jobset_controller(cluster: KubeCluster) -> Iterator[Proc | None]:
-    """JobSet's controller inside the session's sandbox, started on first use."""
+def _controller(
+    cluster: KubeCluster, integration: integrations.Integration, crd: str
+) -> Proc | None:
+    """The integration's controller inside the session's sandbox, started on first use (on
+    ATOLL_TEST_KUBECONFIG's cluster it must already run)."""
     if cluster.sandbox is None:
-        found = cluster.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", check=False)
-        if found.returncode != 0:
-            missing_component("the JobSet controller on ATOLL_TEST_KUBECONFIG's cluster")
-        yield None
-        return
-    if not JOBSET.binary().exists():
-        missing_component("the JobSet controller: run `atoll sandbox build --with jobset`")
-    yield integrations.start(cluster.sandbox, JOBSET, log=lambda _m: None)
+        if cluster.kubectl("get", "crd", crd, check=False).returncode != 0:
+            missing_component(f"the {integration.process} on ATOLL_TEST_KUBECONFIG's cluster")
+        return None
+    if not integration.binary().exists():
+        missing_component(
+            f"the {integration.process}: run `atoll sandbox build --with {integration.name}`"
+        )
+    return integrations.start(cluster.sandbox, integration, log=lambda _m: None)
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(cluster: KubeCluster) -> Proc | None:
+    return _controller(cluster, JOBSET, "jobsets.jobset.x-k8s.io")
+
+
+@pytest.fixture(scope="session")
+def lws_controller(cluster: KubeCluster) -> Proc | None:
+    return _controller(cluster, LWS, "leaderworkersets.leaderworkerset.x-k8s.io")
 
 
 def _jobset(name: str, namespace: str) -> str:
     def replicated(rj: str, replicas: int, pods: int) -> dict:  # type: ignore[type-arg]
-        container = {
-            "name": "main",
-            "image": "registry.invalid/atoll/sleep:1",
-            "resources": {"requests": {"cpu": "100m"}},
-        }
         job_spec = {
             "parallelism": pods,
             "completions": pods,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+            "template": {"spec": {"restartPolicy": "Never", "containers": [SLEEPER]}},
         }
         return {"name": rj, "replicas": replicas, "template": {"spec": job_spec}}
 
@@ -133,3 +148,33 @@ def test_unlabelled_jobset_runs_its_jobs_and_pods(
     assert all(p["status"]["phase"] == "Succeeded" for p in pods["items"])
     if jobset_controller is not None:
         assert is_ours(jobset_controller)
+
+
+@pytest.mark.cluster
+def test_unlabelled_leaderworkerset_runs_its_leader_and_workers(
+    cluster: KubeCluster, namespace: str, lws_controller: Proc | None
+) -> None:
+    body = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 3,
+                "workerTemplate": {"spec": {"containers": [SLEEPER]}},
+            },
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(body))
+    label = "leaderworkerset.sigs.k8s.io/name=serve"
+
+    def running() -> list[dict]:  # type: ignore[type-arg]
+        out = cluster.kubectl("get", "pods", "-n", namespace, "-l", label, "-o", "json").stdout
+        return [p for p in json.loads(out)["items"] if p["status"].get("phase") == "Running"]
+
+    cluster.wait_for("the leader and 2 workers Running", lambda: len(running()) == 3, timeout=120)
+    names = sorted(p["metadata"]["name"] for p in running())
+    assert names == ["serve-0", "serve-0-1", "serve-0-2"]
+    if lws_controller is not None:
+        assert is_ours(lws_controller)

@@ -69,6 +69,17 @@ INTEGRATIONS = {
         config_api="config.jobset.x-k8s.io/v1alpha1",
         pod_label="jobset.sigs.k8s.io/jobset-name",
     ),
+    "lws": Integration(
+        name="lws",
+        module_path="sigs.k8s.io/lws",
+        version="v0.7.0",
+        package="sigs.k8s.io/lws/cmd",
+        version_var="sigs.k8s.io/lws/pkg/version.GitVersion",
+        crd_dir="config/crd/bases",
+        webhook_manifest="config/webhook/manifests.yaml",
+        config_api="config.lws.x-k8s.io/v1alpha1",
+        pod_label="leaderworkerset.sigs.k8s.io/name",
+    ),
 }
 
 
@@ -135,7 +146,13 @@ def start(
     sandbox.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f", str(source / integration.crd_dir)
     )
-    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    crds = [
+        f"crd/{doc['metadata']['name']}"
+        for path in sorted((source / integration.crd_dir).glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "CustomResourceDefinition"
+    ]
+    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
     workdir = sandbox.root / integration.name
     certs = pki.write_serving_pki(workdir / "certs", dns=("localhost",), ips=("127.0.0.1",))
     health, webhook = free_port(), free_port()
