@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install atoll (editable) with the dev tools
 
-sandbox-bin: $(STAMP) ## build the sandbox binaries and the JobSet controller from Go modules if missing
-	$(ATOLL) sandbox build --with jobset
+sandbox-bin: $(STAMP) ## build the sandbox binaries and the JobSet and LWS controllers from Go modules if missing
+	$(ATOLL) sandbox build --with jobset,lws
 
 lint: $(STAMP) ## ruff, mypy --strict and the layer contract test
 	$(BIN)/ruff check operator tests bench
