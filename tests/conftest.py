@@ -36,8 +36,8 @@ class KubeCluster:
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl_path
         self.sandbox = sandbox
-        """The test sandbox, whose processes fault tests stop and pause (None on a cluster
-        given by ATOLL_TEST_KUBECONFIG)."""
+        """The test sandbox (None on a cluster given by ATOLL_TEST_KUBECONFIG): fault tests stop
+        and pause its processes, integration tests add controllers to it."""
         self._crds_applied = False
 
     def kubectl(
@@ -112,7 +112,7 @@ class KubeCluster:
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _missing_component(reason: str) -> NoReturn:
+def missing_component(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"cluster tests need {reason} (CI never skips them)", pytrace=False)
     pytest.skip(f"cluster tests need {reason}")
@@ -126,12 +126,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
         if not os.access(kubectl, os.X_OK):
             kubectl = shutil.which("kubectl") or ""
         if not kubectl:
-            _missing_component("kubectl")
+            missing_component("kubectl")
         yield KubeCluster(Path(external), kubectl)
         return
     missing = binaries.missing()
     if missing:
-        _missing_component(f"the sandbox binaries ({', '.join(missing)}): run `make sandbox-bin`")
+        missing_component(f"the sandbox binaries ({', '.join(missing)}): run `make sandbox-bin`")
     sandbox = Sandbox(root=tmp_path_factory.mktemp("sandbox"))
     sandbox.up(load_shape(TEST_SHAPE), log=lambda _m: None)
     try:

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from atoll.sandbox import binaries
+from atoll.sandbox import binaries, integrations
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.processes import StartError
+from atoll.sandbox.processes import StartError, rss_mib
 from atoll.sandbox.shapes import ShapeError, load_shape
 
 
@@ -22,10 +22,14 @@ def _sandbox(args: argparse.Namespace) -> Sandbox:
     return Sandbox(root=Path(args.dir) if args.dir else None)
 
 
-def _build(_args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace) -> int:
     try:
         timings = binaries.build(log=_err)
-    except binaries.BuildError as e:
+        for integration in integrations.parse(args.with_):
+            seconds = integrations.build(integration, log=_err)
+            if seconds is not None:
+                timings[integration.process] = seconds
+    except (binaries.BuildError, ValueError) as e:
         _err(f"atoll sandbox build: {e}")
         return 1
     for what, seconds in timings.items():
@@ -38,8 +42,11 @@ def _up(args: argparse.Namespace) -> int:
     try:
         shape = load_shape(Path(args.shape)) if args.shape else None
         sandbox = _sandbox(args)
+        wanted = integrations.parse(args.with_)
         sandbox.up(shape, log=_err)
-    except (ShapeError, StartError) as e:
+        for integration in wanted:
+            integrations.start(sandbox, integration, log=_err)
+    except (ShapeError, StartError, binaries.BuildError, ValueError) as e:
         _err(f"atoll sandbox up: {e}")
         return 1
     print(_env_lines(sandbox))
@@ -58,7 +65,9 @@ def _status(args: argparse.Namespace) -> int:
         print(f"sandbox not running (state folder {sandbox.root})")
         return 3
     for c in components:
-        print(f"{c.name:<25} pid {c.pid:<8} {'running' if c.running else 'STOPPED'}  log {c.log}")
+        state_word = "running" if c.running else "STOPPED"
+        rss = f"{rss_mib(c.pid):6.0f} MiB" if c.running else "     - MiB"
+        print(f"{c.name:<25} pid {c.pid:<8} {state_word}  rss {rss}  log {c.log}")
     state = sandbox.load_state()
     if state is not None:
         print(f"api server: https://127.0.0.1:{state.apiserver_port}  shapes: {state.shapes}")
@@ -101,11 +110,20 @@ def register(sub: Any) -> None:
 
     parser.set_defaults(func=_usage)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
-    verbs.add_parser(
+    with_help = (
+        "integration controllers, comma-separated, built from their Go modules "
+        f"({', '.join(integrations.INTEGRATIONS)})"
+    )
+    build = verbs.add_parser(
         "build", help="build the binaries from Go modules if missing (first time ~10 min)"
-    ).set_defaults(func=_build)
+    )
+    build.add_argument("--with", dest="with_", metavar="NAMES", help=with_help)
+    build.set_defaults(func=_build)
     up = verbs.add_parser("up", help="start the control plane (harmless when already up)")
     up.add_argument("--shape", help="cluster shape file, e.g. examples/clusters/dgx-h100.yaml")
+    up.add_argument(
+        "--with", dest="with_", metavar="NAMES", help=with_help + ": CRDs, controller, webhooks"
+    )
     up.set_defaults(func=_up)
     verbs.add_parser("down", help="stop every sandbox process by pid, remove state").set_defaults(
         func=_down

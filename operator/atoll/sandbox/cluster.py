@@ -47,6 +47,7 @@ KCM_CONTROLLERS = (
     "namespace-controller",
     "pod-garbage-collector-controller",
     "ttl-after-finished-controller",
+    "statefulset-controller",  # LeaderWorkerSet's leader and worker groups are StatefulSets
 )
 
 

@@ -91,6 +91,18 @@ def stop(proc: Proc, *, grace: float = 10.0) -> bool:
     return True
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory (VmRSS) of a process in MiB; 0 when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def tail(path: str, lines: int = 20) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])

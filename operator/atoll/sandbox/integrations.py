@@ -1,0 +1,188 @@
+"""The job integrations' own controllers in the sandbox (JobSet first).
+
+Each controller is built from its Go module, pinned by a wrapper module under
+`deploy/sandbox/<name>`, into the binary cache keyed by its version, niced, and only when
+missing. `start` installs its CRDs from the same module (server-side apply), runs it as one
+more sandbox process on loopback (no leader election, metrics off, its own cert management
+off), and registers its admission webhooks from the module's webhook manifests with a
+loopback URL and a self-signed CA (`atoll.pki`), so no cert-manager and no Service is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from atoll import pki
+from atoll.sandbox import binaries
+from atoll.sandbox.cluster import Sandbox
+from atoll.sandbox.processes import Proc, free_port, http_ok, wait_until
+
+
+@dataclass(frozen=True, slots=True)
+class Integration:
+    """How one integration's controller is built, configured and started."""
+
+    name: str
+    module_path: str
+    version: str
+    package: str
+    version_var: str
+    crd_dir: str
+    webhook_manifest: str
+    config_api: str
+    pod_label: str
+    """Pod webhooks are narrowed to pods with this label: the sandbox's other pods never
+    depend on this controller being up."""
+
+    @property
+    def process(self) -> str:
+        return f"{self.name}-controller"
+
+    def binary(self) -> Path:
+        return (
+            binaries.cache_root()
+            / "sandbox"
+            / f"{self.name}-{self.version}"
+            / "bin"
+            / (self.process)
+        )
+
+    def source(self) -> Path:
+        return binaries.module_source(self.name, self.module_path, self.version)
+
+
+INTEGRATIONS = {
+    "jobset": Integration(
+        name="jobset",
+        module_path="sigs.k8s.io/jobset",
+        version="v0.11.0",
+        package="sigs.k8s.io/jobset",
+        version_var="sigs.k8s.io/jobset/pkg/version.GitVersion",
+        crd_dir="config/components/crd/bases",
+        webhook_manifest="config/components/webhook/manifests.yaml",
+        config_api="config.jobset.x-k8s.io/v1alpha1",
+        pod_label="jobset.sigs.k8s.io/jobset-name",
+    ),
+    "lws": Integration(
+        name="lws",
+        module_path="sigs.k8s.io/lws",
+        version="v0.7.0",
+        package="sigs.k8s.io/lws/cmd",
+        version_var="sigs.k8s.io/lws/pkg/version.GitVersion",
+        crd_dir="config/crd/bases",
+        webhook_manifest="config/webhook/manifests.yaml",
+        config_api="config.lws.x-k8s.io/v1alpha1",
+        pod_label="leaderworkerset.sigs.k8s.io/name",
+    ),
+}
+
+
+def parse(names: str | None) -> list[Integration]:
+    """`jobset,lws` → the integrations, in order; unknown names raise ValueError."""
+    out = []
+    for name in (n.strip() for n in (names or "").split(",")):
+        if not name:
+            continue
+        if name not in INTEGRATIONS:
+            known = ", ".join(INTEGRATIONS)
+            raise ValueError(f"unknown integration {name!r} (known: {known})")
+        out.append(INTEGRATIONS[name])
+    return out
+
+
+def build(integration: Integration, *, log: Callable[[str], None] = print) -> float | None:
+    """Build the controller into the cache if missing; the seconds spent, None when cached."""
+    out = integration.binary()
+    if out.exists():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    what = f"{integration.module_path} {integration.version}"
+    log(f"building {what} into {out} (first time: minutes; cached afterwards)")
+    seconds = binaries.go_build(
+        what,
+        integration.name,
+        (integration.package,),
+        str(tmp),
+        ldflags=f"-s -w -X {integration.version_var}={integration.version}",
+    )
+    tmp.replace(out)
+    return seconds
+
+
+def webhooks(integration: Integration, source: Path, port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The module's webhook configurations, pointed at the controller on 127.0.0.1:`port`."""
+    bundle = base64.b64encode(ca).decode()
+    docs = [d for d in yaml.safe_load_all((source / integration.webhook_manifest).read_text()) if d]
+    for doc in docs:
+        doc["metadata"] = {"name": f"{integration.name}-{doc['metadata']['name']}"}
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+            if any("pods" in rule.get("resources", ()) for rule in hook.get("rules", ())):
+                hook["objectSelector"] = {
+                    "matchExpressions": [{"key": integration.pod_label, "operator": "Exists"}]
+                }
+    return docs
+
+
+def start(
+    sandbox: Sandbox, integration: Integration, *, log: Callable[[str], None] = print
+) -> Proc:
+    """CRDs, the controller process (once its /readyz answers) and its webhooks."""
+    binary = integration.binary()
+    if not binary.exists():
+        raise binaries.BuildError(
+            f"{integration.process} not built: run `atoll sandbox build --with {integration.name}`"
+        )
+    source = integration.source()
+    log(f"installing {integration.name} CRDs from {source / integration.crd_dir}")
+    sandbox.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", str(source / integration.crd_dir)
+    )
+    crds = [
+        f"crd/{doc['metadata']['name']}"
+        for path in sorted((source / integration.crd_dir).glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "CustomResourceDefinition"
+    ]
+    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+    workdir = sandbox.root / integration.name
+    certs = pki.write_serving_pki(workdir / "certs", dns=("localhost",), ips=("127.0.0.1",))
+    health, webhook = free_port(), free_port()
+    config = {
+        "apiVersion": integration.config_api,
+        "kind": "Configuration",
+        "webhook": {
+            "host": "127.0.0.1",
+            "port": webhook,
+            "certDir": str(certs.serving_cert.parent),
+        },
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        "metrics": {"bindAddress": "0"},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+    }
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    log(f"starting {integration.process} (webhooks on https://127.0.0.1:{webhook})")
+    argv = [str(binary), f"--kubeconfig={sandbox.kubeconfig}", f"--config={config_path}"]
+    proc = sandbox.add_process(integration.process, argv)
+    ready = f"http://127.0.0.1:{health}/readyz"
+    wait_until(proc, lambda: http_ok(ready), timeout=120, what="/readyz")
+    hooks = webhooks(integration, source, webhook, certs.ca_cert.read_bytes())
+    sandbox.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": hooks}),
+    )
+    return proc

@@ -1,0 +1,180 @@
+"""The integrations' real controllers run in the sandbox: built from their pinned Go modules,
+CRDs installed from the module, webhooks on loopback; objects atoll does not manage work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from atoll.sandbox import binaries, integrations
+from atoll.sandbox.processes import Proc, is_ours
+from tests.conftest import KubeCluster, missing_component
+
+JOBSET = integrations.INTEGRATIONS["jobset"]
+LWS = integrations.INTEGRATIONS["lws"]
+SLEEPER = {
+    "name": "main",
+    "image": "registry.invalid/atoll/sleep:1",
+    "resources": {"requests": {"cpu": "100m"}},
+}
+
+
+def test_with_names_parse_in_order_and_unknown_names_are_refused() -> None:
+    assert integrations.parse("jobset, lws") == [JOBSET, LWS]
+    assert integrations.parse(None) == []
+    with pytest.raises(ValueError, match="unknown integration 'kubeflow'"):
+        integrations.parse("jobset,kubeflow")
+
+
+def test_controller_binary_is_cached_by_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATOLL_CACHE_DIR", "/tmp/atoll-cache-test")
+    path = JOBSET.binary()
+    assert path.parts[:3] == ("/", "tmp", "atoll-cache-test")
+    assert f"jobset-{JOBSET.version}" in path.parts
+
+
+@pytest.mark.parametrize(
+    "integration", list(integrations.INTEGRATIONS.values()), ids=lambda i: i.name
+)
+def test_wrapper_module_pins_the_controller_version(integration: integrations.Integration) -> None:
+    go_mod = (binaries.modules_dir() / integration.name / "go.mod").read_text()
+    assert f"tool {integration.package}" in go_mod
+    assert f"{integration.module_path} {integration.version}" in go_mod
+
+
+def test_webhooks_point_at_loopback_and_pod_hooks_only_at_the_kinds_pods(tmp_path: Path) -> None:
+    manifest = tmp_path / JOBSET.webhook_manifest
+    manifest.parent.mkdir(parents=True)
+    hook = {
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"name": "webhook-service", "path": "/mutate--v1-pod"}},
+        "name": "mpod.kb.io",
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]}],
+    }
+    other = dict(hook, name="mjobset.kb.io", rules=[{"resources": ["jobsets"]}])
+    doc = {
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "mutating-webhook-configuration"},
+        "webhooks": [hook, other],
+    }
+    manifest.write_text(yaml.safe_dump(doc))
+    [out] = integrations.webhooks(JOBSET, tmp_path, 9443, b"CA")
+    assert out["metadata"]["name"] == "jobset-mutating-webhook-configuration"
+    pod, jobset = out["webhooks"]
+    assert pod["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate--v1-pod",
+        "caBundle": "Q0E=",
+    }
+    assert pod["objectSelector"]["matchExpressions"][0]["key"] == JOBSET.pod_label
+    assert "objectSelector" not in jobset
+
+
+def _controller(
+    cluster: KubeCluster, integration: integrations.Integration, crd: str
+) -> Proc | None:
+    """The integration's controller inside the session's sandbox, started on first use (on
+    ATOLL_TEST_KUBECONFIG's cluster it must already run)."""
+    if cluster.sandbox is None:
+        if cluster.kubectl("get", "crd", crd, check=False).returncode != 0:
+            missing_component(f"the {integration.process} on ATOLL_TEST_KUBECONFIG's cluster")
+        return None
+    if not integration.binary().exists():
+        missing_component(
+            f"the {integration.process}: run `atoll sandbox build --with {integration.name}`"
+        )
+    return integrations.start(cluster.sandbox, integration, log=lambda _m: None)
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(cluster: KubeCluster) -> Proc | None:
+    return _controller(cluster, JOBSET, "jobsets.jobset.x-k8s.io")
+
+
+@pytest.fixture(scope="session")
+def lws_controller(cluster: KubeCluster) -> Proc | None:
+    return _controller(cluster, LWS, "leaderworkersets.leaderworkerset.x-k8s.io")
+
+
+def _jobset(name: str, namespace: str) -> str:
+    def replicated(rj: str, replicas: int, pods: int) -> dict:  # type: ignore[type-arg]
+        job_spec = {
+            "parallelism": pods,
+            "completions": pods,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [SLEEPER]}},
+        }
+        return {"name": rj, "replicas": replicas, "template": {"spec": job_spec}}
+
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicatedJobs": [replicated("leader", 1, 1), replicated("workers", 2, 2)]},
+    }
+    return json.dumps(body)
+
+
+@pytest.mark.cluster
+def test_unlabelled_jobset_runs_its_jobs_and_pods(
+    cluster: KubeCluster, namespace: str, jobset_controller: Proc | None
+) -> None:
+    cluster.kubectl("create", "-f", "-", input=_jobset("plain", namespace))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Completed",
+        "jobset/plain",
+        "-n",
+        namespace,
+        "--timeout=120s",
+        timeout=130,
+    )
+    label = "jobset.sigs.k8s.io/jobset-name=plain"
+    jobs = json.loads(
+        cluster.kubectl("get", "jobs", "-n", namespace, "-l", label, "-o", "json").stdout
+    )
+    assert sorted(j["metadata"]["name"] for j in jobs["items"]) == [
+        "plain-leader-0",
+        "plain-workers-0",
+        "plain-workers-1",
+    ]
+    assert all(not j["spec"].get("suspend") for j in jobs["items"])
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", namespace, "-l", label, "-o", "json").stdout
+    )
+    assert len(pods["items"]) == 5
+    assert all(p["spec"].get("nodeName") for p in pods["items"])
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods["items"])
+    if jobset_controller is not None:
+        assert is_ours(jobset_controller)
+
+
+@pytest.mark.cluster
+def test_unlabelled_leaderworkerset_runs_its_leader_and_workers(
+    cluster: KubeCluster, namespace: str, lws_controller: Proc | None
+) -> None:
+    body = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 3,
+                "workerTemplate": {"spec": {"containers": [SLEEPER]}},
+            },
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(body))
+    label = "leaderworkerset.sigs.k8s.io/name=serve"
+
+    def running() -> list[dict]:  # type: ignore[type-arg]
+        out = cluster.kubectl("get", "pods", "-n", namespace, "-l", label, "-o", "json").stdout
+        return [p for p in json.loads(out)["items"] if p["status"].get("phase") == "Running"]
+
+    cluster.wait_for("the leader and 2 workers Running", lambda: len(running()) == 3, timeout=120)
+    names = sorted(p["metadata"]["name"] for p in running())
+    assert names == ["serve-0", "serve-0-1", "serve-0-2"]
+    if lws_controller is not None:
+        assert is_ours(lws_controller)
