@@ -19,7 +19,7 @@ import pytest
 
 from atoll.api.configuration import Configuration
 from atoll.sandbox.cluster import Sandbox
-from tests.conftest import KubeCluster
+from tests.conftest import KubeCluster, missing_component
 from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, create, holder, one_queue, replica
 from tests.kube.podwatch import PodWatch
@@ -35,7 +35,10 @@ WEBHOOK = Configuration().atoll.webhook_configuration_name
 def sandbox(cluster: KubeCluster, solo: None) -> Sandbox:
     """The test sandbox, with the session's operator stopped (`solo`)."""
     if cluster.sandbox is None:
-        pytest.skip("fault tests stop and pause the test sandbox's processes")
+        missing_component(
+            "the test sandbox: fault tests stop and pause its processes, which a cluster "
+            "given by ATOLL_TEST_KUBECONFIG does not let them do"
+        )
     return cluster.sandbox
 
 
