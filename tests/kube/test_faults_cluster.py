@@ -22,7 +22,7 @@ from atoll.sandbox.cluster import Sandbox
 from tests.conftest import KubeCluster, missing_component
 from tests.kube import builders as b
 from tests.kube.conftest import OperatorProcess, create, holder, one_queue, replica
-from tests.kube.podwatch import PodWatch
+from tests.kube.watches import PodWatch
 
 pytestmark = pytest.mark.cluster
 QUOTA = 8

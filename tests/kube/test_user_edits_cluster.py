@@ -21,7 +21,7 @@ from tests.kube.conftest import (
     is_true,
     workload_of,
 )
-from tests.kube.workloadwatch import ClusterWatch, timed
+from tests.kube.watches import ClusterWatch, timed
 
 pytestmark = pytest.mark.cluster
 WEBHOOK_CONFIGURATION = "mutating.atoll.dev"

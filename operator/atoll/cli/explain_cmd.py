@@ -15,12 +15,12 @@ from atoll.api.configuration import ConfigurationError
 from atoll.api.core import Job
 from atoll.api.workload import Workload
 from atoll.cli.errors import FAILED, USAGE, complain
-from atoll.cli.kubeconfig import KubeconfigError, check_kubeconfig
 from atoll.cli.run_cmd import add_configuration_options, configuration
 from atoll.control import jobframework as jf
 from atoll.control.explain import JobWhatIf, explain, what_if_workload
 from atoll.engine.model import FairSharing
 from atoll.kube import live
+from atoll.kube.connection import KubeconfigError, check_kubeconfig
 from atoll.kube.operator import fair_sharing, new_cache
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache

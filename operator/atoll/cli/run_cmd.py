@@ -18,9 +18,9 @@ from atoll.api.configuration import (
     parse_override,
 )
 from atoll.cli.errors import FAILED, complain
-from atoll.cli.kubeconfig import KubeconfigError, check_kubeconfig
 from atoll.kube import connection
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
+from atoll.kube.connection import KubeconfigError, check_kubeconfig
 from atoll.kube.operator import RunOptions, configure_logging, run
 
 

@@ -16,10 +16,10 @@ from atoll.api.configuration import ConfigurationError
 from atoll.api.core import Job
 from atoll.cli.errors import FAILED, USAGE, complain
 from atoll.cli.explain_cmd import NotQueuedError, live_what_if, print_answer
-from atoll.cli.kubeconfig import KubeconfigError
 from atoll.cli.run_cmd import add_configuration_options
 from atoll.control.explain import JobWhatIf
 from atoll.control.jobframework import ComposeError
+from atoll.kube.connection import KubeconfigError
 from atoll.kube.live import ClusterReadError
 from atoll.sandbox import shapes
 from atoll.sim.gang import GangSimulator, Settings

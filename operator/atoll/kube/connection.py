@@ -1,8 +1,10 @@
 """Reaching the API server: which credentials (a kubeconfig or the in-cluster service
 account), and waiting at start-up until the server answers.
 
-A kubeconfig that is missing or unreadable is a `KubeconfigError` with one line saying why
-(`atoll run` exits 2 on it); a server that does not answer yet is waited for, with one log
+A kubeconfig that is missing, unreadable or not a kubeconfig is a `KubeconfigError` with one
+line naming the file and saying why (`check_kubeconfig`, which the commands also call before
+anything else, so that it is a usage error with exit 2 rather than a client library's
+traceback); a server that does not answer yet is waited for, with one log
 line per backoff window ("waiting for the API server at URL: <error>").
 """
 
@@ -22,8 +24,55 @@ log = structlog.get_logger("atoll.kube")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
-class KubeconfigError(RuntimeError):
-    """No usable credentials: the kubeconfig is missing, unreadable or incomplete."""
+class KubeconfigError(ValueError):
+    """No usable credentials: the kubeconfig is missing, unreadable or incomplete; the
+    message names the file."""
+
+
+def _candidates(explicit: Path | None) -> tuple[list[Path], str]:
+    if explicit is not None:
+        return [explicit], "--kubeconfig"
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p], "$KUBECONFIG"
+    return [Path.home() / ".kube" / "config"], "the default"
+
+
+def check_kubeconfig(explicit: Path | None, *, in_cluster: bool = False) -> None:
+    """Raise KubeconfigError unless the kubeconfig the client will load (`explicit`, else
+    $KUBECONFIG, else ~/.kube/config; nothing when `in_cluster` without `explicit`) exists
+    and is a YAML mapping with a current context."""
+    if explicit is None and in_cluster:
+        return
+    paths, origin = _candidates(explicit)
+    existing = [p for p in paths if p.exists()]
+    if not existing:
+        names = ", ".join(str(p) for p in paths)
+        raise KubeconfigError(
+            f"kubeconfig {names} ({origin}) does not exist: give --kubeconfig FILE or set "
+            "KUBECONFIG"
+        )
+    current = None
+    for path in existing:
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise KubeconfigError(f"kubeconfig {path}: cannot read it: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise KubeconfigError(f"kubeconfig {path}: not valid YAML{where}") from e
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise KubeconfigError(
+                f"kubeconfig {path}: the top level is a {type(doc).__name__}, not a mapping "
+                "(apiVersion: v1, kind: Config, clusters, users, contexts, current-context)"
+            )
+        current = current or doc.get("current-context")
+    if not current:
+        names = ", ".join(str(p) for p in existing)
+        raise KubeconfigError(f"kubeconfig {names}: no current-context set")
 
 
 async def load(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
@@ -31,9 +80,8 @@ async def load(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
     credentials (when `in_cluster`), else $KUBECONFIG or ~/.kube/config."""
     where = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG", "~/.kube/config")
     try:
+        await asyncio.to_thread(check_kubeconfig, kubeconfig, in_cluster=in_cluster)
         if kubeconfig is not None:
-            if not await asyncio.to_thread(kubeconfig.is_file):
-                raise KubeconfigError(f"cannot load the kubeconfig {kubeconfig}: no such file")
             await config.load_kube_config(config_file=str(kubeconfig))
         elif in_cluster:
             config.load_incluster_config()
