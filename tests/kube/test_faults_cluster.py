@@ -142,9 +142,7 @@ def test_apiserver_graceful_restart_while_admitting(
         fault="apiserver-graceful-restart",
         outage_s=round(back - began, 1),
         first_pod_after_s=None if recovered is None else round(recovered, 1),
-        unadmitted_pods=len(watch.record.unadmitted),
-        max_gpus=watch.record.max_gpus,
-        quota=QUOTA,
+        **watch.numbers(),
     )
 
 
@@ -175,9 +173,7 @@ def test_etcd_paused_while_admitting(
     report.update(
         fault="etcd-paused-10s",
         first_pod_after_s=None if recovered is None else round(recovered, 1),
-        unadmitted_pods=len(watch.record.unadmitted),
-        max_gpus=watch.record.max_gpus,
-        quota=QUOTA,
+        **watch.numbers(),
     )
 
 
@@ -207,13 +203,10 @@ def test_operator_started_while_the_apiserver_is_down_waits_then_admits(
         up = time.monotonic()
         op.wait_ready(timeout=120)
         ready_after = time.monotonic() - up
-        watch = PodWatch(cluster, namespace, QUOTA).start()
-        try:
+        with PodWatch(cluster, namespace, QUOTA) as watch:
             _jobs(cluster, namespace, [f"j{i:02d}" for i in range(8)])
             _wait_done(cluster, namespace, 8)
             _alive(op)
-        finally:
-            watch.stop()
         waits = op.log.read_text(errors="replace").count("waiting for the API server")
     finally:
         op.stop()
@@ -223,7 +216,7 @@ def test_operator_started_while_the_apiserver_is_down_waits_then_admits(
         fault="unreachable-start",
         ready_after_apiserver_s=round(ready_after, 1),
         wait_log_lines=waits,
-        unadmitted_pods=len(watch.record.unadmitted),
+        **watch.numbers(),
     )
 
 
@@ -264,7 +257,7 @@ def test_two_replicas_one_stopping_the_survivor_serves_and_admits(
         fault="leader-replica-stops",
         job_create_accepted_after_s=round(accepted_after, 1),
         creates_refused_meanwhile=refused,
-        unadmitted_pods=len(watch.record.unadmitted),
+        **watch.numbers(),
     )
 
 

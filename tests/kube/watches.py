@@ -155,7 +155,7 @@ class Record:
 
 
 class PodWatch:
-    """Start with `start()`, stop with `stop()`."""
+    """Start with `start()`, stop with `stop()` (or use it as a context manager)."""
 
     def __init__(self, cluster: KubeCluster, namespace: str, quota_gpus: int) -> None:
         self.cluster = cluster
@@ -170,6 +170,20 @@ class PodWatch:
     def start(self) -> PodWatch:
         self._follow = Follow(self.cluster, "pods", self.namespace, self._on_event, self._clear)
         return self
+
+    def __enter__(self) -> PodWatch:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def numbers(self) -> dict[str, object]:
+        """What every fault test reports: pods that ran unadmitted, the most GPUs bound."""
+        return {
+            "unadmitted_pods": len(self.record.unadmitted),
+            "max_gpus": self.record.max_gpus,
+            "quota": self.quota,
+        }
 
     def stop(self) -> None:
         if self._follow is not None:
