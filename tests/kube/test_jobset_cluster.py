@@ -57,10 +57,15 @@ def jobset(
     leader_gpus: int = 8,
     run: str = "600s",
     priority: str | None = None,
+    required_topology: str | None = None,
 ) -> dict[str, Any]:
+    annotations = {"atoll.dev/run-duration": run}
+    if required_topology is not None:
+        annotations[b.REQUIRED_TOPOLOGY] = required_topology
+
     def replicated(rj: str, replicas: int, g: int) -> dict[str, Any]:
         pod = {
-            "metadata": {"annotations": {"atoll.dev/run-duration": run}},
+            "metadata": {"annotations": dict(annotations)},
             "spec": {
                 "restartPolicy": "Never",
                 "containers": [
@@ -328,3 +333,43 @@ def test_unlabelled_jobsets_are_left_alone(
         timeout=130,
     )
     assert workload_of(cluster, namespace, "plain") is None
+
+
+def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    topo, rf = b.dgx_topology(namespace)
+    apply(
+        cluster,
+        topo,
+        rf,
+        b.cluster_queue(f"cq-{namespace}", f"rf-{namespace}", gpus=128),
+        b.local_queue("q", namespace, f"cq-{namespace}"),
+    )
+    create(cluster, jobset("ring", namespace, required_topology=b.RACK))  # workers: a rack
+    cluster.wait_for(
+        "the JobSet to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "ring")
+    assert wl is not None
+    assert all(a.get("topologyAssignment") for a in wl["status"]["admission"]["podSetAssignments"])
+    cluster.wait_for(
+        "the 5 pods to be bound",
+        lambda: (
+            sum(1 for p in pods_of(cluster, namespace, "ring") if p["spec"].get("nodeName")) == 5
+        ),
+        timeout=90,
+    )
+    racks = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(b.RACK)
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    by_set: dict[str, set[str]] = {}
+    for pod in pods_of(cluster, namespace, "ring"):
+        rj = pod["metadata"]["labels"]["kueue.x-k8s.io/podset"]
+        by_set.setdefault(rj, set()).add(racks[pod["spec"]["nodeName"]])
+    assert by_set.keys() == {"leader", "workers"}
+    assert len(by_set["workers"]) == 1
+    assert len(by_set["leader"]) == 1
