@@ -16,6 +16,7 @@ import yaml
 
 from atoll.api.configuration import Configuration, load_configuration, parse_bind_address
 from atoll.api.meta import LabelSelector
+from atoll.kube import webhook
 from atoll.sandbox import binaries
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -314,7 +315,7 @@ def test_services_reach_the_operator_pods(name: str, port: int, container_port: 
 
 
 def test_webhook_sees_job_creates_and_updates_through_the_webhook_service() -> None:
-    (hook,) = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]
+    hook = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"][0]
     service_ref = hook["clientConfig"]["service"]
     service = _one("Service", service_ref["name"])
 
@@ -336,9 +337,22 @@ def test_webhook_sees_job_creates_and_updates_through_the_webhook_service() -> N
 
 
 def test_webhook_ca_bundle_is_left_for_the_operator() -> None:
-    (hook,) = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]
+    for hook in _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]:
+        assert not hook["clientConfig"].get("caBundle")
 
-    assert not hook["clientConfig"].get("caBundle")
+
+def test_every_webhook_calls_the_handler_of_its_kind() -> None:
+    hooks = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]
+    for hook in hooks:
+        handler = hook["clientConfig"]["service"]["path"].removeprefix("/")
+        group, version, plural = webhook.RULES[handler]
+        (rule,) = hook["rules"]
+        assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == (
+            [group],
+            [version],
+            [plural],
+        )
+    assert len(hooks) == len(webhook.RULES)
 
 
 @pytest.mark.parametrize(
@@ -351,11 +365,10 @@ def test_webhook_ca_bundle_is_left_for_the_operator() -> None:
     ],
 )
 def test_webhook_skips_system_namespaces(namespace: str, mutated: bool) -> None:
-    (hook,) = _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]
-    selector = LabelSelector.model_validate(hook["namespaceSelector"])
     labels = {"kubernetes.io/metadata.name": namespace}
-
-    assert selector.matches(labels) is mutated
+    for hook in _one("MutatingWebhookConfiguration", "atoll-mutating")["webhooks"]:
+        selector = LabelSelector.model_validate(hook["namespaceSelector"])
+        assert selector.matches(labels) is mutated
     assert _config().managed_jobs_namespace_selector.matches(labels) is mutated
 
 

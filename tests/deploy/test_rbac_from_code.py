@@ -66,6 +66,8 @@ SANDBOX_ONLY = {
 IMPLIED: dict[Grant, str] = {
     ("batch", "jobs/finalizers", "update"): "Workloads are owned by their Job with "
     "blockOwnerDeletion (jobframework.build_workload)",
+    ("jobset.x-k8s.io", "jobsets/finalizers", "update"): "Workloads are owned by their "
+    "JobSet with blockOwnerDeletion (jobframework.owned_workload)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf follows served kinds",
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"): "kopf follows served kinds",
 }
@@ -76,20 +78,20 @@ LIVE_ONLY = {"live.py"}
 def _watched() -> set[Grant]:
     cache = Cache()
     registry = kopf.OperatorRegistry()
-    handlers.register(
-        registry,
-        handlers.Wiring(
-            cache=cache,
-            wake=lambda: None,
-            jobs=WorkQueue("jobs"),
-            queues_changed=lambda: None,
-            ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
-            pods=WorkQueue("pods"),
-            seen_workload=lambda _raw: None,
-            gone_workload=lambda _key: None,
-        ),
+    wiring = handlers.Wiring(
+        cache=cache,
+        wake=lambda: None,
+        jobs=WorkQueue("jobs"),
+        queues_changed=lambda: None,
+        ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
+        pods=WorkQueue("pods"),
+        seen_workload=lambda _raw: None,
+        gone_workload=lambda _key: None,
     )
+    handlers.register(registry, wiring)
+    handlers.register_jobsets(registry, wiring, WorkQueue("jobsets"))  # every integration
     webhook.register(registry, lambda _job: True, all_jobs=False)
+    webhook.register_jobsets(registry, lambda _js: True)
     grants = set()
     for handler in registry._watching.get_all_handlers():
         plural = handler.selector.any_name or handler.selector.plural

@@ -16,12 +16,14 @@ from atoll.api import labels as keys
 from atoll.api.core import (
     Container,
     Job,
+    JobCondition,
     PodTemplateMeta,
     PodTemplateSpec,
     PriorityClass,
     Toleration,
 )
-from atoll.api.meta import ObjectMeta, OwnerReference
+from atoll.api.jobset import JobSet
+from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import (
@@ -65,7 +67,7 @@ def workload_name(job_name: str, job_uid: str, *, kind: str = "Job", group: str 
     return f"{prefix}-{digest[:_HASH_LEN]}"
 
 
-def queue_name(job: Job) -> str | None:
+def queue_name(job: KubeObject) -> str | None:
     return (job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
 
 
@@ -96,7 +98,7 @@ def _min_count(job: Job, count: int) -> int | None:
     return value
 
 
-def _topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
+def topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
     try:
         return tas.podset_topology_request(template)
     except tas.TopologyAnnotationError as e:
@@ -124,7 +126,25 @@ def resolve_priority(
     priority_classes: Mapping[str, PriorityClass],
 ) -> Priority:
     """WorkloadPriorityClass label, else the pods' PriorityClass, else the global default."""
-    wpc_name = (job.metadata.labels or {}).get(keys.PRIORITY_CLASS_LABEL)
+    return owner_priority(
+        job.metadata.labels or {},
+        job.spec.template.spec.priority_class_name,
+        workload_classes,
+        priority_classes,
+    )
+
+
+def owner_priority(
+    labels: Mapping[str, str],
+    pod_priority_class: str | None,
+    workload_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+    *,
+    field: str = "spec.template.spec.priorityClassName",
+) -> Priority:
+    """Any kind's priority: the WorkloadPriorityClass label of the owner, else the PriorityClass
+    of its pods, else the global default PriorityClass (Kueue's order)."""
+    wpc_name = labels.get(keys.PRIORITY_CLASS_LABEL)
     if wpc_name:
         wpc = workload_classes.get(wpc_name)
         if wpc is None:
@@ -139,13 +159,13 @@ def resolve_priority(
             name=wpc_name,
         )
         return Priority(wpc.value, ref)
-    pc_name = job.spec.template.spec.priority_class_name
+    pc_name = pod_priority_class
     if pc_name:
         pc = priority_classes.get(pc_name)
         if pc is None:
             raise ComposeError(
                 "ErrWorkloadCompose",
-                f"PriorityClass {pc_name!r} (spec.template.spec.priorityClassName) not found",
+                f"PriorityClass {pc_name!r} ({field}) not found",
             )
         ref = PriorityClassRef(
             group=PriorityClassGroup("scheduling.k8s.io"),
@@ -166,7 +186,7 @@ def resolve_priority(
     return Priority(0, None)
 
 
-def _max_exec_seconds(job: Job) -> int | None:
+def max_exec_seconds(job: KubeObject) -> int | None:
     raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
     return int(raw) if raw and raw.isdigit() else None
 
@@ -177,50 +197,73 @@ def build_workload(job: Job, priority: Priority) -> Workload:
     annotation)."""
     for error in job_errors(job):
         raise ComposeError("ErrWorkloadCompose", error)
-    name = job.metadata.name or ""
-    uid = job.metadata.uid or ""
     count = pod_count(job)
     template = job.spec.template
-    owner = OwnerReference(
-        api_version="batch/v1",
-        kind="Job",
+    pod_set = PodSet(
+        name=MAIN_POD_SET,
+        template=workload_template(template),
+        count=count,
+        min_count=_min_count(job, count),
+        topology_request=topology_request(template),
+    )
+    return owned_workload(job, (pod_set,), priority)
+
+
+def owned_workload(
+    owner: KubeObject,
+    pod_sets: Sequence[PodSet],
+    priority: Priority,
+    *,
+    group: str = "batch",
+) -> Workload:
+    """The Workload of any owner kind: Kueue's name, the controller owner reference, the
+    job-uid label and the resource-in-use finalizer. Raises ComposeError on an invalid queue
+    name."""
+    for error in job_errors(owner):
+        raise ComposeError("ErrWorkloadCompose", error)
+    name = owner.metadata.name or ""
+    uid = owner.metadata.uid or ""
+    ref = OwnerReference(
+        api_version=owner.API_VERSION,
+        kind=owner.KIND,
         name=name,
         uid=uid,
         controller=True,
         block_owner_deletion=True,
     )
     labels = {keys.JOB_UID_LABEL: uid} if uid and len(uid) <= 63 else None
-    pod_set = PodSet(
-        name=MAIN_POD_SET,
-        template=workload_template(template),
-        count=count,
-        min_count=_min_count(job, count),
-        topology_request=_topology_request(template),
-    )
     return Workload(
         metadata=ObjectMeta(
-            name=workload_name(name, uid),
-            namespace=job.metadata.namespace,
+            name=workload_name(name, uid, kind=owner.KIND, group=group),
+            namespace=owner.metadata.namespace,
             labels=labels,
-            owner_references=(owner,),
+            owner_references=(ref,),
             finalizers=(keys.RESOURCE_IN_USE_FINALIZER,),
         ),
         spec=WorkloadSpec(
-            pod_sets=(pod_set,),
-            queue_name=queue_name(job),
+            pod_sets=tuple(pod_sets),
+            queue_name=queue_name(owner),
             priority_class_ref=priority.ref,
             priority=priority.value,
-            maximum_execution_time_seconds=_max_exec_seconds(job),
+            maximum_execution_time_seconds=max_exec_seconds(owner),
         ),
     )
 
 
 def job_finished(job: Job) -> tuple[bool, str, str]:
     """(finished, reason Succeeded|Failed, message) from the Job's Complete/Failed conditions."""
-    for cond in job.status.conditions or ():
-        if cond.status == "True" and cond.type in ("Complete", "Failed"):
-            reason = "Succeeded" if cond.type == "Complete" else "Failed"
-            return True, reason, cond.message or f"Job {cond.type.lower()}"
+    return finished_from(job.status.conditions, "Complete", "Job")
+
+
+def finished_from(
+    conditions: Sequence[JobCondition] | None, complete: str, kind: str
+) -> tuple[bool, str, str]:
+    """(finished, reason Succeeded|Failed, message) from a `complete` or Failed condition
+    that is True (Kueue's `Finished` of Jobs and JobSets)."""
+    for cond in conditions or ():
+        if cond.status == "True" and cond.type in (complete, "Failed"):
+            reason = "Succeeded" if cond.type == complete else "Failed"
+            return True, reason, cond.message or f"{kind} {cond.type.lower()}"
     return False, "", ""
 
 
@@ -229,18 +272,24 @@ def active_pods(job: Job) -> int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobStart:
-    """What starting a Job writes: the merged template fields and the unsuspend."""
+class TemplateStart:
+    """What starting writes into one pod template: the merged fields."""
 
     node_selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
-    parallelism: int | None
-    """Set for partial admission (the admitted count), else None."""
     scheduling_gates: tuple[str, ...] = ()
     """The pod template's gates after the start: with a topology assignment the pods are
     created gated until the ungater pins each to its domain."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStart(TemplateStart):
+    """What starting a Job writes: the merged template fields and the unsuspend."""
+
+    parallelism: int | None
+    """Set for partial admission (the admitted count), else None."""
 
 
 def _merge(kind: str, base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -255,6 +304,46 @@ def _merge(kind: str, base: Mapping[str, str], extra: Mapping[str, str]) -> dict
     return merged
 
 
+def template_start(
+    template: PodTemplateSpec,
+    *,
+    pod_set: str,
+    workload: str,
+    cluster_queue: str,
+    local_queue: str,
+    flavors: Sequence[ResourceFlavor],
+    topology: bool = False,
+) -> TemplateStart:
+    """Merge an admitted pod set into its pod template: the flavors' node labels and
+    tolerations, Kueue's labels and the workload annotation (Kueue's `podset.Merge`). Raises
+    StartConflictError on a conflicting key."""
+    spec = template.spec
+    meta = template.metadata or PodTemplateMeta()
+    node_labels: dict[str, str] = {}
+    tolerations = list(spec.tolerations or ())
+    for flavor in flavors:
+        node_labels = _merge("flavor nodeLabels", node_labels, flavor.spec.node_labels or {})
+        for tol in flavor.spec.tolerations or ():
+            if tol not in tolerations:
+                tolerations.append(tol)
+    node_selector = _merge("nodeSelector", spec.node_selector or {}, node_labels)
+    queue_labels = {keys.PODSET_LABEL: pod_set, keys.LOCAL_QUEUE_LABEL: local_queue}
+    if len(cluster_queue) <= 63:
+        queue_labels[keys.CLUSTER_QUEUE_LABEL] = cluster_queue
+    labels = _merge("label", meta.labels or {}, queue_labels)
+    annotations = _merge("annotation", meta.annotations or {}, {keys.WORKLOAD_ANNOTATION: workload})
+    gates = tuple(g.name for g in spec.scheduling_gates or ())
+    if topology and TOPOLOGY_GATE not in gates:
+        gates += (TOPOLOGY_GATE,)
+    return TemplateStart(
+        node_selector=node_selector,
+        tolerations=tuple(tolerations),
+        labels=labels,
+        annotations=annotations,
+        scheduling_gates=gates,
+    )
+
+
 def start_plan(
     job: Job,
     *,
@@ -267,32 +356,23 @@ def start_plan(
 ) -> JobStart:
     """Merge the admission into the Job's template: the flavors' node labels and tolerations,
     Kueue's labels and the workload annotation. Raises StartConflictError on a conflicting key."""
-    spec = job.spec.template.spec
-    meta = job.spec.template.metadata or PodTemplateMeta()
-    node_labels: dict[str, str] = {}
-    tolerations = list(spec.tolerations or ())
-    for flavor in flavors:
-        node_labels = _merge("flavor nodeLabels", node_labels, flavor.spec.node_labels or {})
-        for tol in flavor.spec.tolerations or ():
-            if tol not in tolerations:
-                tolerations.append(tol)
-    node_selector = _merge("nodeSelector", spec.node_selector or {}, node_labels)
-    queue_labels = {keys.PODSET_LABEL: MAIN_POD_SET, keys.LOCAL_QUEUE_LABEL: local_queue}
-    if len(cluster_queue) <= 63:
-        queue_labels[keys.CLUSTER_QUEUE_LABEL] = cluster_queue
-    labels = _merge("label", meta.labels or {}, queue_labels)
-    annotations = _merge("annotation", meta.annotations or {}, {keys.WORKLOAD_ANNOTATION: workload})
+    merged = template_start(
+        job.spec.template,
+        pod_set=MAIN_POD_SET,
+        workload=workload,
+        cluster_queue=cluster_queue,
+        local_queue=local_queue,
+        flavors=flavors,
+        topology=topology,
+    )
     full = pod_count(job)
-    gates = tuple(g.name for g in spec.scheduling_gates or ())
-    if topology and TOPOLOGY_GATE not in gates:
-        gates += (TOPOLOGY_GATE,)
     return JobStart(
-        node_selector=node_selector,
-        tolerations=tuple(tolerations),
-        labels=labels,
-        annotations=annotations,
+        node_selector=merged.node_selector,
+        tolerations=merged.tolerations,
+        labels=merged.labels,
+        annotations=merged.annotations,
         parallelism=admitted_count if admitted_count != full else None,
-        scheduling_gates=gates,
+        scheduling_gates=merged.scheduling_gates,
     )
 
 
@@ -318,14 +398,14 @@ def queue_name_error(name: str) -> str | None:
     return None if why is None else f'{QUEUE_NAME_FIELD}: Invalid value: "{name}": {why}'
 
 
-def job_errors(job: Job) -> list[str]:
+def job_errors(job: KubeObject) -> list[str]:
     """What the webhook refuses in a Job it manages, on CREATE and on UPDATE."""
     name = queue_name(job)
     error = None if name is None else queue_name_error(name)
     return [error] if error else []
 
 
-def job_update_errors(old: Job, new: Job) -> list[str]:
+def job_update_errors(old: Job | JobSet, new: Job | JobSet) -> list[str]:
     """What the webhook refuses in a Job UPDATE that changes the queue name: an invalid
     name, or any change (removal included) while the Job runs, i.e. is unsuspended after the
     update, as Kueue does. Other updates pass, so atoll can still stop a Job whose invalid
@@ -365,6 +445,11 @@ def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object
     ]
 
 
+def template_resources(template: PodTemplateSpec) -> tuple[object, object]:
+    """The containers' and init containers' names and resources (what must match)."""
+    return _resources(template.spec.containers), _resources(template.spec.init_containers)
+
+
 def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = None) -> str | None:
     """Why the Job no longer matches its Workload (None when it does): its pod count, its
     minimum count, the containers' resources or the maximum execution time changed. A Job
@@ -389,6 +474,6 @@ def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = No
         spec.init_containers
     ) != _resources(wl_spec.init_containers):
         return "the containers' resources changed"
-    if _max_exec_seconds(job) != wl.spec.maximum_execution_time_seconds:
+    if max_exec_seconds(job) != wl.spec.maximum_execution_time_seconds:
         return "the maximum execution time changed"
     return None

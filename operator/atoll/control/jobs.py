@@ -14,15 +14,17 @@ import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from atoll.api import labels as keys
 from atoll.api.core import Job
-from atoll.api.meta import Condition, LabelSelector
+from atoll.api.meta import Condition, KubeObject, LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
 from atoll.control.admission import without_reservation
+from atoll.control.integrations import Integration, JobIntegration
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
@@ -55,6 +57,8 @@ class JobSettings:
     managed_namespaces: LabelSelector | None = None
     """Namespaces whose Jobs atoll manages (None: all but kube-system)."""
     pods_ready: PodsReadySettings = PodsReadySettings()
+    enabled: bool = True
+    """Whether the kind's framework is in `integrations.frameworks` (off: never managed)."""
 
 
 def job_ref(job: Job) -> ObjectRef:
@@ -73,17 +77,25 @@ def is_suspended(job: Job) -> bool:
 
 
 class JobController:
+    """Kueue's generic reconciler for one managed kind (`integration`; batch/v1 Jobs by
+    default): `job` below is an object of that kind."""
+
     def __init__(
         self,
         cache: Cache,
         workloads: WorkloadStore,
-        jobs: JobStore,
+        jobs: JobStore | None,
         emit: Emit,
         *,
         settings: JobSettings = JobSettings(),
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        integration: Integration[Any] | None = None,
     ) -> None:
+        if integration is None:
+            assert jobs is not None
+            integration = JobIntegration(jobs)
+        self.kind: Integration[Any] = integration
         self.metrics = metrics
         self.cache = cache
         self.workloads = workloads
@@ -95,30 +107,36 @@ class JobController:
     def _now(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
 
-    def _namespace_managed(self, job: Job) -> bool:
+    def _namespace_managed(self, job: KubeObject) -> bool:
         ns = job.namespace or ""
         if ns == "kube-system":
             return False
         selector = self.settings.managed_namespaces
         return selector is None or selector.matches(self.cache.namespaces.get(ns, {}))
 
-    def manages(self, job: Job) -> bool:
-        if not self._namespace_managed(job):
+    def manages(self, job: KubeObject) -> bool:
+        if (
+            not self.settings.enabled
+            or not self._namespace_managed(job)
+            or self.kind.owned_elsewhere(job)
+        ):
             return False
         return bool(jf.queue_name(job)) or self.settings.manage_jobs_without_queue_name
 
     async def reconcile(self, key: str) -> float | None:
         """One pass for the Job `namespace/name`; returns when to look again (seconds)."""
-        job = self.cache.jobs.get(key)
+        if not self.settings.enabled:
+            return None
+        job = self.kind.objects(self.cache).get(key)
         if job is None or job.metadata.deletion_timestamp is not None:
-            for orphan in self.cache.workloads_of_job(key):
+            for orphan in self._owned(key):
                 await self._finish_orphan(orphan)
             return None
         if not self.manages(job):
             if not jf.queue_name(job) and self._namespace_managed(job):
                 return await self._unqueued(job)
             return None
-        owned = self.cache.workloads_of_job(key)
+        owned = self._owned(key)
         mine = [w for w in owned if self._owner_uid(w) == job.metadata.uid]
         for stale in (w for w in owned if w not in mine):
             await self._finish_orphan(stale)
@@ -127,11 +145,11 @@ class JobController:
             await self._drop_finalizer(wl)
             return None
         if wl is not None and wls.is_deleting(wl):
-            if not is_suspended(job):
+            if not self.kind.suspended(job):
                 await self._stop(job, wl, "The workload is being deleted")
             await self._drop_finalizer(wl)
             return None
-        finished, reason, message = jf.job_finished(job)
+        finished, reason, message = self.kind.finished(job)
         if finished:
             if wl is not None:
                 await self._finish(job, wl, reason, message)
@@ -141,13 +159,13 @@ class JobController:
         mismatch = self._mismatch(job, wl)
         if mismatch is not None:
             return await self._rebuild(job, wl, mismatch)
-        if wls.is_evicted(wl) or (not wls.has_quota(wl) and not is_suspended(job)):
+        if wls.is_evicted(wl) or (not wls.has_quota(wl) and not self.kind.suspended(job)):
             return await self._evicted(job, wl)
         if not wls.has_quota(wl):
             if wl.spec.queue_name != jf.queue_name(job):
                 await self._move(job, wl)
             return await self._requeue_check(wl)
-        if is_suspended(job):
+        if self.kind.suspended(job):
             if wls.is_admitted(wl):
                 await self._start(job, wl)
             return None
@@ -161,17 +179,19 @@ class JobController:
         ready = await self._pods_ready(job, wl)
         return min((t for t in (budget, ready) if t is not None), default=None)
 
-    def _count_unadmitted(self, job: Job) -> None:
+    def _count_unadmitted(self, job: Any) -> None:
         """A Job that ran without admission was just suspended (e.g. created while no
         operator served the webhook): counted, so that such windows are visible."""
         log.warning("unadmitted job stopped", job=wls.key_of(job.namespace, job.name))
         if self.metrics is not None:
-            self.metrics.unadmitted_job_stopped(jf.active_pods(job))
+            self.metrics.unadmitted_job_stopped(self.kind.active_pods(job))
 
-    @staticmethod
-    def _owner_uid(wl: Workload) -> str | None:
+    def _owned(self, key: str) -> list[Workload]:
+        return self.cache.workloads_of_job(key, kind=self.kind.kind)
+
+    def _owner_uid(self, wl: Workload) -> str | None:
         for ref in wl.metadata.owner_references or ():
-            if ref.kind == "Job" and ref.controller:
+            if ref.kind == self.kind.kind and ref.controller:
                 return ref.uid
         return None
 
@@ -219,7 +239,7 @@ class JobController:
             )
         await self._drop_finalizer(wl)
 
-    async def _finish(self, job: Job, wl: Workload, reason: str, message: str) -> None:
+    async def _finish(self, job: Any, wl: Workload, reason: str, message: str) -> None:
         now = self._now()
         written = await self._set_status(
             wl,
@@ -245,19 +265,19 @@ class JobController:
             if self.metrics is not None and adm is not None:
                 self.metrics.workload_finished(adm.cluster_queue)
             await self.emit(
-                job_ref(job),
+                self.kind.ref(job),
                 "Normal",
                 "FinishedWorkload",
                 f"Workload '{wls.wl_key(wl)}' is declared finished",
             )
             await self._drop_finalizer(written)
 
-    async def _create(self, job: Job) -> float | None:
-        if not is_suspended(job):
-            await self.jobs.suspend_job(wls.key_of(job.namespace, job.name))
+    async def _create(self, job: Any) -> float | None:
+        if not self.kind.suspended(job):
+            await self.kind.suspend(job)
             self._count_unadmitted(job)
-            await self.emit(job_ref(job), "Normal", "Stopped", "No matching Workload")
-        if jf.active_pods(job) > 0:
+            await self.emit(self.kind.ref(job), "Normal", "Stopped", "No matching Workload")
+        if self.kind.active_pods(job) > 0:
             return 1.0  # wait until the running pods are gone
         wl = await self._compose(job)
         if wl is None:
@@ -266,37 +286,32 @@ class JobController:
         self.cache.set_workload(created)
         log.info("workload created", job=wls.key_of(job.namespace, job.name), workload=wl.name)
         await self.emit(
-            job_ref(job),
+            self.kind.ref(job),
             "Normal",
             "CreatedWorkload",
             f"Created Workload: {wls.key_of(job.namespace, wl.name)}",
         )
         return None
 
-    async def _compose(self, job: Job) -> Workload | None:
+    async def _compose(self, job: Any) -> Workload | None:
         """The Workload for the Job, or None with a Warning event saying why it has none."""
         try:
-            priority = jf.resolve_priority(
-                job, self.cache.workload_classes, self.cache.priority_classes
-            )
-            return jf.build_workload(job, priority)
+            return self.kind.compose(job, self.cache)
         except jf.ComposeError as e:
-            await self.emit(job_ref(job), "Warning", e.reason, str(e))
+            await self.emit(self.kind.ref(job), "Warning", e.reason, str(e))
             return None
 
-    def _mismatch(self, job: Job, wl: Workload) -> str | None:
-        adm = wl.status.admission if wls.has_quota(wl) else None
-        count = adm.pod_set_assignments[0].count if adm and adm.pod_set_assignments else None
-        return jf.workload_mismatch(job, wl, admitted_count=count)
+    def _mismatch(self, job: Any, wl: Workload) -> str | None:
+        return self.kind.mismatch(job, wl)
 
-    async def _rebuild(self, job: Job, wl: Workload, why: str) -> float | None:
+    async def _rebuild(self, job: Any, wl: Workload, why: str) -> float | None:
         """The Job no longer matches its Workload (its parallelism or resources were edited):
         stop it, release the stale quota once no pod is active, and rebuild the Workload from
         the Job in place, so it queues again for what the Job now asks. Mirrors Kueue's
         `ensureOneWorkload` (stop a Job without a matching Workload, update the Workload of a
         suspended Job to match it)."""
         key = wls.key_of(job.namespace, job.name)
-        if not is_suspended(job) or jf.carries_admission(job):
+        if not self.kind.suspended(job) or self.kind.carries_admission(job):
             log.info("job no longer matches its workload", job=key, reason=why)
             await self._stop(
                 job,
@@ -305,7 +320,7 @@ class JobController:
                 "existent Workload",
             )
             return 1.0
-        if jf.active_pods(job) > 0:
+        if self.kind.active_pods(job) > 0:
             return 1.0  # quota is released only when no pod of the gang is active
         rebuilt = await self._compose(job)
         if rebuilt is None:
@@ -323,7 +338,7 @@ class JobController:
         if await self._release(written, "The workload no longer matches its job") is None:
             return None
         await self.emit(
-            job_ref(job),
+            self.kind.ref(job),
             "Normal",
             "UpdatedWorkload",
             f"Updated not matching Workload for suspended job: {wls.wl_key(wl)} ({why})",
@@ -354,13 +369,13 @@ class JobController:
             return written
         return self.cache.workloads.get(wls.wl_key(wl))
 
-    async def _move(self, job: Job, wl: Workload) -> None:
+    async def _move(self, job: Any, wl: Workload) -> None:
         """A suspended Job's queue-name label changed: the Workload follows it (Kueue's
         `QueueNameChange`); a name no LocalQueue can have gets a Warning event instead."""
         queue = jf.queue_name(job)
         error = jf.queue_name_error(queue) if queue else None
         if error is not None:
-            await self.emit(job_ref(job), "Warning", "ErrWorkloadCompose", error)
+            await self.emit(self.kind.ref(job), "Warning", "ErrWorkloadCompose", error)
             return
         written = await self.workloads.update_workload_spec(
             wls.wl_key(wl), wl.spec.model_copy(update={"queue_name": queue})
@@ -368,86 +383,70 @@ class JobController:
         self.cache.set_workload(written)
         log.info("workload moved", workload=wls.wl_key(wl), local_queue=queue)
         await self.emit(
-            job_ref(job),
+            self.kind.ref(job),
             "Normal",
             "UpdatedWorkload",
             f"Moved Workload {wls.wl_key(wl)} to LocalQueue {queue}",
         )
 
-    async def _unqueued(self, job: Job) -> float | None:
+    async def _unqueued(self, job: Any) -> float | None:
         """The Job lost its queue-name label (Kueue's webhook refuses that while it runs; this
         is the path when the webhook was bypassed): it is no longer queued, so it is stopped,
         and once no pod of it is active its Workload is deleted, releasing the quota."""
         key = wls.key_of(job.namespace, job.name)
         owned = [
             w
-            for w in self.cache.workloads_of_job(key)
+            for w in self._owned(key)
             if self._owner_uid(w) == job.metadata.uid and not wls.is_finished(w)
         ]
         if not owned:
             return None
         wl = owned[0]
-        finished, reason, message = jf.job_finished(job)
+        finished, reason, message = self.kind.finished(job)
         if finished:
             await self._finish(job, wl, reason, message)
             return None
-        if not is_suspended(job):
-            await self._stop(job, wl, "The queue-name label was removed: the Job is not queued")
+        if not self.kind.suspended(job):
+            await self._stop(
+                job, wl, f"The queue-name label was removed: the {self.kind.kind} is not queued"
+            )
             return 1.0
-        if jf.active_pods(job) > 0:
+        if self.kind.active_pods(job) > 0:
             return 1.0
         await self._drop_finalizer(wl)
         await self.workloads.delete_workload(wls.wl_key(wl))
         log.info("workload deleted", workload=wls.wl_key(wl), reason="QueueNameRemoved")
         await self.emit(
-            job_ref(job),
+            self.kind.ref(job),
             "Warning",
             "DeletedWorkload",
-            f"Deleted Workload {wls.wl_key(wl)}: the Job lost its queue-name label; add the "
-            "label back to queue it again",
+            f"Deleted Workload {wls.wl_key(wl)}: the {self.kind.kind} lost its queue-name "
+            "label; add the label back to queue it again",
         )
         return None
 
-    async def _stop(self, job: Job, wl: Workload, message: str) -> None:
-        pod_set = wl.spec.pod_sets[0]
-        partial = pod_set.min_count is not None
-        await self.jobs.stop_job(
-            wls.key_of(job.namespace, job.name),
-            pod_set.template,
-            pod_set.count if partial else None,
-        )
-        await self.emit(job_ref(job), "Normal", "Stopped", message)
+    async def _stop(self, job: Any, wl: Workload, message: str) -> None:
+        await self.kind.stop(job, wl)
+        await self.emit(self.kind.ref(job), "Normal", "Stopped", message)
 
-    async def _start(self, job: Job, wl: Workload) -> None:
+    async def _start(self, job: Any, wl: Workload) -> None:
         adm = wl.status.admission
         assert adm is not None
-        assignment = adm.pod_set_assignments[0]
-        flavor_names = sorted(set((assignment.flavors or {}).values()))
-        flavors = [self.cache.flavors[f] for f in flavor_names if f in self.cache.flavors]
         try:
-            plan = jf.start_plan(
-                job,
-                workload=wl.name,
-                cluster_queue=adm.cluster_queue,
-                local_queue=wl.spec.queue_name or "",
-                flavors=flavors,
-                admitted_count=assignment.count or wl.spec.pod_sets[0].count,
-                topology=assignment.topology_assignment is not None,
-            )
+            await self.kind.start(job, wl, self.cache.flavors)
         except jf.StartConflictError as e:
             await self._finish(job, wl, "FailedToStart", str(e))
             return
-        await self.jobs.start_job(wls.key_of(job.namespace, job.name), plan)
         log.info("job started", job=wls.key_of(job.namespace, job.name), workload=wl.name)
         await self.emit(
-            job_ref(job), "Normal", "Started", f"Admitted by clusterQueue {adm.cluster_queue}"
+            self.kind.ref(job), "Normal", "Started", f"Admitted by clusterQueue {adm.cluster_queue}"
         )
 
-    async def _evicted(self, job: Job, wl: Workload) -> float | None:
+    async def _evicted(self, job: Any, wl: Workload) -> float | None:
         evicted = wls.condition(wl, wls.EVICTED)
-        if not is_suspended(job):
+        if not self.kind.suspended(job):
             await self._stop(job, wl, evicted.message if evicted else "Not admitted")
-        if jf.active_pods(job) > 0:
+        if self.kind.active_pods(job) > 0:
             return 1.0  # quota is released only when no pod of the gang is active
         if not wls.has_quota(wl):
             return await self._requeue_check(wl)
@@ -571,15 +570,12 @@ class JobController:
         log.info("workload deactivated", workload=wls.wl_key(wl), reason=reason)
         await self.workloads.deactivate_workload(wls.wl_key(wl))
 
-    async def _pods_ready(self, job: Job, wl: Workload) -> float | None:
+    async def _pods_ready(self, job: Any, wl: Workload) -> float | None:
         settings = self.settings.pods_ready
         if not settings.enable:
             return None
         adm = wl.status.admission
-        count = (adm.pod_set_assignments[0].count if adm else None) or wl.spec.pod_sets[0].count
-        uncounted = job.status.uncounted_terminated_pods
-        done = (job.status.succeeded or 0) + len((uncounted.succeeded if uncounted else None) or ())
-        ready = (job.status.ready or 0) + done >= count
+        ready = self.kind.ready(job, wl)
         current = wls.condition(wl, wls.PODS_READY)
         was_ready = current is not None and current.status.value == "True"
         now = self._now()

@@ -3,7 +3,7 @@ with kubernetes_asyncio, tests with fakes. Every method is idempotent and retrie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,7 +11,7 @@ from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
-from atoll.control.jobframework import JobStart
+from atoll.control.jobframework import JobStart, TemplateStart
 
 
 class NotFoundError(LookupError):
@@ -75,6 +75,19 @@ class JobStore(Protocol):
         ...
 
     async def suspend_job(self, key: str) -> None: ...
+
+
+class JobSetStore(Protocol):
+    async def start_jobset(self, key: str, plans: Mapping[str, TemplateStart]) -> None:
+        """Unsuspend the JobSet and merge each replicated job's admission (by name) into its
+        pod template (one write)."""
+        ...
+
+    async def stop_jobset(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        """Suspend the JobSet and restore each replicated job's pod template exactly."""
+        ...
+
+    async def suspend_jobset(self, key: str) -> None: ...
 
 
 class QueueStatusStore(Protocol):

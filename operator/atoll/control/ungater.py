@@ -50,6 +50,10 @@ class PodStore(Protocol):
         ...
 
 
+def _pod_set(pod: Pod) -> str:
+    return (pod.metadata.labels or {}).get(keys.PODSET_LABEL, "main")
+
+
 def _gates(pod: Pod) -> tuple[str, ...]:
     return tuple(g.name for g in pod.spec.scheduling_gates or ())
 
@@ -60,6 +64,9 @@ class Seat:
 
     node: str | None
     selector: Mapping[str, str]
+    pod_set: str = "main"
+    """The pod set the pod belongs to (a JobSet's replicated job): each has its own
+    assignment, and its pods count only against it."""
 
 
 @dataclass(slots=True)
@@ -100,7 +107,7 @@ class Ungater:
             return None
         self.gang_of[key] = wl_key
         seats = self.pinned.setdefault(wl_key, {})
-        seat = Seat(pod.spec.node_name, dict(pod.spec.node_selector or {}))
+        seat = Seat(pod.spec.node_name, dict(pod.spec.node_selector or {}), _pod_set(pod))
         before = seats.get(pod.name)
         seats[pod.name] = seat  # counts against its domain (also after restarts)
         return key if seat.node and (before is None or before.node != seat.node) else None
@@ -127,14 +134,22 @@ class Ungater:
         wl = self.cache.workloads.get(wl_name)
         if wl is None or not wls.is_admitted(wl) or wl.status.admission is None:
             return 1.0 if pod is not None else None  # the admission is not seen yet
-        pod_set = ((pod.metadata.labels if pod else None) or {}).get(keys.PODSET_LABEL, "main")
+        pod_set = _pod_set(pod) if pod else None
+        if pod_set is None:
+            pod_set = (
+                self.pinned.get(wl_name, {}).get(key.partition("/")[2], Seat(None, {})).pod_set
+            )
         assignment = next(
             (a for a in wl.status.admission.pod_set_assignments if a.name == pod_set), None
         )
         if assignment is None or assignment.topology_assignment is None:
             return None
         assigned = domains(assignment.topology_assignment)
-        seats = self.pinned.get(wl_name, {})
+        seats = {
+            name: seat
+            for name, seat in self.pinned.get(wl_name, {}).items()
+            if seat.pod_set == pod_set
+        }
         for other, seat in seats.items():
             if any(self._inside(seat, labels) for labels, _ in assigned):
                 continue
@@ -150,7 +165,7 @@ class Ungater:
                 selector = {**(pod.spec.node_selector or {}), **labels}
                 gates = tuple(g for g in _gates(pod) if g != TOPOLOGY_GATE)
                 await self.pods.ungate_pod(key, selector, gates)
-                self.pinned.setdefault(wl_name, {})[pod.name] = Seat(None, selector)
+                self.pinned.setdefault(wl_name, {})[pod.name] = Seat(None, selector, pod_set)
                 self.gated.pop(key, None)
                 log.info("pod ungated", workload=wl_name, pod=key, domain=labels)
                 return None

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
+from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -93,3 +94,20 @@ async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
             return 0
         raise
     return each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)
+
+
+async def serves_jobsets(api: client.ApiClient, cache: Cache) -> bool:
+    """List JobSets into the cache; False when the cluster does not serve them (the JobSet
+    CRD is not installed)."""
+    custom = client.CustomObjectsApi(api)
+    try:
+        raw = await retry.call(
+            lambda: custom.list_cluster_custom_object("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+            what="JobSet listing",
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    each(JobSet, raw.get("items", []), cache.set_jobset)
+    return True

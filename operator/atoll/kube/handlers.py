@@ -7,7 +7,7 @@ handlers in worker threads, and the cache is single-threaded (the loop reads it 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kopf
@@ -17,6 +17,10 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PriorityClass
+from atoll.api.jobset import GROUP as JOBSET_GROUP
+from atoll.api.jobset import PLURAL as JOBSET_PLURAL
+from atoll.api.jobset import VERSION as JOBSET_VERSION
+from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -47,6 +51,8 @@ class Wiring:
     seen_workload: Callable[[Mapping[str, Any]], None]
     """The raw Workload, for the writer's next status write (no GET before it)."""
     gone_workload: Callable[[str], None]
+    owners: dict[str, WorkQueue] = field(default_factory=dict)
+    """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -64,6 +70,17 @@ def _owner_job(wl: Workload) -> str | None:
         if ref.kind == "Job":
             return wls.key_of(wl.namespace, ref.name)
     return None
+
+
+def _queue_owner(wl: Workload, w: Wiring) -> None:
+    """Queue the Workload's owner (a Job, or an object of another managed kind)."""
+    job = _owner_job(wl)
+    if job is not None:
+        w.jobs.add(job)
+    for ref in wl.metadata.owner_references or ():
+        queue = w.owners.get(ref.kind)
+        if queue is not None and ref.controller:
+            queue.add(wls.key_of(wl.namespace, ref.name))
 
 
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
@@ -139,9 +156,7 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         else:
             w.cache.set_workload(wl)
             w.seen_workload(body)
-        job = _owner_job(wl)
-        if job is not None:
-            w.jobs.add(job)
+        _queue_owner(wl, w)
         w.wake()
         w.queues_changed()
 
@@ -158,6 +173,22 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         else:
             w.cache.set_job(job)
         w.jobs.add(key)
+
+
+def register_jobsets(registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue) -> None:
+    """Watch JobSets (the JobSet integration): cache them and queue them for reconciling."""
+
+    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, registry=registry)
+    async def _jobset(type: str | None, body: kopf.Body, **_: Any) -> None:
+        obj = _parse(JobSet, body)
+        if obj is None:
+            return
+        key = wls.key_of(obj.namespace, obj.name)
+        if type == "DELETED":
+            w.cache.delete_jobset(key)
+        else:
+            w.cache.set_jobset(obj)
+        queue.add(key)
 
 
 def _watch(

@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from atoll import __version__
 from atoll.api.configuration import Configuration
+from atoll.control import integrations
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -63,10 +64,11 @@ class RunOptions:
     workers: int = 4
 
 
-def job_settings(cfg: Configuration) -> JobSettings:
+def job_settings(cfg: Configuration, framework: str = integrations.BATCH_JOB) -> JobSettings:
     wfpr = cfg.wait_for_pods_ready
     strategy = wfpr.requeuing_strategy
     return JobSettings(
+        enabled=framework in cfg.integrations.frameworks,
         manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
         managed_namespaces=cfg.managed_jobs_namespace_selector,
         pods_ready=PodsReadySettings(
@@ -132,6 +134,26 @@ class Operator:
             metrics=self.metrics,
         )
         self.job_queue = WorkQueue("jobs")
+        if cfg.unsupported_frameworks:
+            log.warning(
+                "integrations not run by atoll, ignored", frameworks=cfg.unsupported_frameworks
+            )
+        self.kinds: dict[str, tuple[JobController, WorkQueue]] = {}
+        """The other managed kinds (JobSet, …) enabled by `integrations.frameworks`: their
+        reconciler and queue, by kind. Watched only once their CRD is found (`_start`)."""
+        for kind in integrations.enabled(cfg.integrations.frameworks, self.writer):
+            if kind.framework == integrations.BATCH_JOB:
+                continue
+            ctl = JobController(
+                self.cache,
+                self.writer,
+                None,
+                self.writer.emit,
+                settings=job_settings(cfg, kind.framework),
+                metrics=self.metrics,
+                integration=kind,
+            )
+            self.kinds[kind.kind] = (ctl, WorkQueue(kind.kind.lower()))
         self.pod_queue = WorkQueue("pods")
         self.ungater = Ungater(self.cache, self.writer, self.writer, self.writer.emit)
         self.queues = QueueStatusReporter(
@@ -183,25 +205,26 @@ class Operator:
 
     def _kopf_registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
-        handlers.register(
-            registry,
-            handlers.Wiring(
-                cache=self.cache,
-                wake=self.scheduler.wake,
-                jobs=self.job_queue,
-                queues_changed=self._queues_dirty.set,
-                ungater=self.ungater,
-                pods=self.pod_queue,
-                seen_workload=self.writer.observe_workload,
-                gone_workload=self.writer.forget_workload,
-            ),
+        self._wiring = handlers.Wiring(
+            cache=self.cache,
+            wake=self.scheduler.wake,
+            jobs=self.job_queue,
+            queues_changed=self._queues_dirty.set,
+            ungater=self.ungater,
+            pods=self.pod_queue,
+            seen_workload=self.writer.observe_workload,
+            gone_workload=self.writer.forget_workload,
+            owners={kind: queue for kind, (_, queue) in self.kinds.items()},
         )
+        handlers.register(registry, self._wiring)
         if self.opts.webhook != "off":
             webhook.register(
                 registry,
                 self.jobs.manages,
                 all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
             )
+            if "JobSet" in self.kinds:
+                webhook.register_jobsets(registry, self.kinds["JobSet"][0].manages)
 
         @kopf.on.login(registry=registry)
         def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -290,6 +313,9 @@ class Operator:
             self.metrics.set_role(ReplicaRole.LEADER)
         for key in list(self.cache.jobs):
             self.job_queue.add(key)
+        for ctl, queue in self.kinds.values():
+            for key in list(ctl.kind.objects(self.cache)):
+                queue.add(key)
         for key in list(self.ungater.gated):
             self.pod_queue.add(key)
         self._queues_dirty.set()
@@ -301,6 +327,9 @@ class Operator:
                 tg.create_task(self._queue_status_loop())
                 for _ in range(self.opts.workers):
                     tg.create_task(self.job_queue.work(self.jobs.reconcile))
+                for ctl, queue in self.kinds.values():
+                    for _ in range(self.opts.workers):
+                        tg.create_task(queue.work(ctl.reconcile))
                 tg.create_task(self.pod_queue.work(self.ungater.reconcile))
                 tg.create_task(self.writer.send_events())
         finally:
@@ -362,11 +391,28 @@ class Operator:
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
         )
 
+    async def _watch_kinds(self) -> None:
+        """Watch each enabled kind whose CRD the cluster serves; an integration whose CRD is
+        missing is skipped with a log line (restart atoll once it is installed)."""
+        if "JobSet" not in self.kinds:
+            return
+        queue = self.kinds["JobSet"][1]
+        if not await bootstrap.serves_jobsets(self.api, self.cache):
+            log.warning(
+                "integration skipped: its CRD is not installed",
+                framework=integrations.JOBSET,
+                crd="jobsets.jobset.x-k8s.io",
+            )
+            return
+        handlers.register_jobsets(self._kopf, self._wiring, queue)
+        log.info("integration enabled", framework=integrations.JOBSET)
+
     async def _start(self) -> None:
         """Wait for the API server, set up the webhook's certificate, list everything."""
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
         counts = await bootstrap.load(self.api, self.cache)
+        await self._watch_kinds()
         log.info("initial sync done", **counts)
         self.synced.set()
 

@@ -32,11 +32,22 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job
+from atoll.api.jobset import GROUP as JOBSET_GROUP
+from atoll.api.jobset import PLURAL as JOBSET_PLURAL
+from atoll.api.jobset import VERSION as JOBSET_VERSION
+from atoll.api.jobset import JobSet
 from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.control import jobframework as jf
 from atoll.kube import retry
 
 WEBHOOK_ID = "mutate-batch-v1-job"
+JOBSET_WEBHOOK_ID = "mutate-jobset-x-k8s-io-v1alpha2-jobset"
+"""Kueue's path of the JobSet webhook."""
+RULES: dict[str, tuple[str, str, str]] = {
+    WEBHOOK_ID: ("batch", "v1", "jobs"),
+    JOBSET_WEBHOOK_ID: (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL),
+}
+"""(group, version, plural) each mutating handler is called for."""
 MAX_REVIEW_BYTES = 32 * 1024 * 1024
 """The largest AdmissionReview the webhook reads. The API server takes request bodies up to
 3 MiB and an UPDATE review carries the object twice (old and new), so this leaves room for
@@ -79,6 +90,35 @@ def register(
             patch.setdefault("spec", {})["suspend"] = True
         elif before is not None and jf.suspends_on_update(before, job):
             patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
+
+
+def register_jobsets(registry: kopf.OperatorRegistry, manages: Callable[[JobSet], bool]) -> None:
+    """The JobSet integration's webhook (Kueue's): a managed JobSet is suspended at creation,
+    and its queue name follows the same rules as a Job's."""
+
+    @kopf.on.mutate(
+        JOBSET_GROUP,
+        JOBSET_VERSION,
+        JOBSET_PLURAL,
+        id=JOBSET_WEBHOOK_ID,
+        operations=["CREATE", "UPDATE"],
+        registry=registry,
+    )
+    async def admit_jobsets(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+        old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
+        try:
+            obj = JobSet.from_dict(dict(body))
+            before = JobSet.from_dict(dict(old)) if old else None
+        except ValueError:
+            return  # the JobSet's own webhook validates it; never block one we cannot read
+        if not manages(obj) and not (before is not None and manages(before)):
+            return
+        errors = jf.job_update_errors(before, obj) if before is not None else jf.job_errors(obj)
+        if errors:
+            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+            raise kopf.AdmissionError(message, code=422)
+        if before is None and not obj.spec.suspend:
+            patch.setdefault("spec", {})["suspend"] = True
 
 
 class WebhookServer(kopf.WebhookServer):
@@ -146,6 +186,7 @@ def url_webhooks(
     for handler in registry._webhooks.get_all_handlers():
         if str(handler.reason) != "mutating":
             continue
+        group, version, plural = RULES.get(handler.id, ("batch", "v1", "jobs"))
         hooks.append(
             {
                 "name": f"{handler.id}.{configuration}",
@@ -171,10 +212,10 @@ def url_webhooks(
                 "objectSelector": object_selector(all_jobs=all_jobs),
                 "rules": [
                     {
-                        "apiGroups": ["batch"],
-                        "apiVersions": ["v1"],
+                        "apiGroups": [group],
+                        "apiVersions": [version],
                         "operations": list(handler.operations or ["*"]),
-                        "resources": ["jobs"],
+                        "resources": [plural],
                         "scope": "Namespaced",
                     }
                 ],

@@ -9,6 +9,7 @@ Jobs are changed with JSON merge patches carrying the resourceVersion they were 
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import json
 from collections import OrderedDict
@@ -24,7 +25,7 @@ from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
-from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart
+from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, TemplateStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
 from atoll.kube.ratelimit import TokenBucket
@@ -57,6 +58,14 @@ def api_message(e: ApiException) -> str:
 def _split(key: str) -> tuple[str, str]:
     ns, _, name = key.partition("/")
     return ns, name
+
+
+def _set_or_drop(obj: dict[str, Any], field: str, value: Any) -> None:
+    """Set `obj[field]`, or drop it when `value` is empty."""
+    if value:
+        obj[field] = value
+    else:
+        obj.pop(field, None)
 
 
 def _removed(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -404,6 +413,115 @@ class KubeWriter:
                 if e.status != 422 or attempt == _RETRIES - 1:
                     raise
                 await asyncio.sleep(0.1 * (attempt + 1))
+
+    # -- JobSets --------------------------------------------------------------------------
+    async def _get_jobset(self, key: str) -> dict[str, Any]:
+        ns, name = _split(key)
+        try:
+            raw: dict[str, Any] = await self._call(
+                "get",
+                lambda: self.custom.get_namespaced_custom_object(
+                    "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", name
+                ),
+            )
+        except ApiError as e:
+            if e.status == 404:
+                raise NotFoundError(key) from e
+            raise
+        return raw
+
+    async def _patch_jobset_retrying(
+        self, key: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> None:
+        """Merge-patch the JobSet with what `build` makes of it, under its resourceVersion
+        (replicatedJobs is a list: a patch carries all of it)."""
+        ns, name = _split(key)
+        for _ in range(_RETRIES):
+            raw = await self._get_jobset(key)
+            body = build(raw)
+            if body is None:
+                return
+            body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"]["resourceVersion"]
+            try:
+                await self._call(
+                    "patch",
+                    lambda body=body: self.custom.patch_namespaced_custom_object(  # type: ignore[misc]
+                        "jobset.x-k8s.io",
+                        "v1alpha2",
+                        ns,
+                        "jobsets",
+                        name,
+                        body,
+                        _content_type=MERGE,
+                    ),
+                )
+                return
+            except ApiError as e:
+                if e.status == 404:
+                    raise NotFoundError(key) from e
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"jobset {key}: patch kept conflicting")
+
+    async def suspend_jobset(self, key: str) -> None:
+        await self._patch_jobset_retrying(
+            key, lambda raw: None if raw["spec"].get("suspend") else {"spec": {"suspend": True}}
+        )
+
+    async def start_jobset(self, key: str, plans: Mapping[str, TemplateStart]) -> None:
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            if not raw["spec"].get("suspend"):
+                return None
+            rjs = copy.deepcopy(raw["spec"].get("replicatedJobs") or [])
+            for rj in rjs:
+                plan = plans.get(rj.get("name"))
+                if plan is None:
+                    continue
+                pod = (
+                    rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                )
+                meta = pod.setdefault("metadata", {})
+                meta["labels"] = dict(plan.labels)
+                meta["annotations"] = dict(plan.annotations)
+                spec = pod.setdefault("spec", {})
+                _set_or_drop(spec, "nodeSelector", dict(plan.node_selector))
+                _set_or_drop(spec, "tolerations", [t.to_dict() for t in plan.tolerations])
+                _set_or_drop(spec, "schedulingGates", [{"name": g} for g in plan.scheduling_gates])
+            return {"spec": {"suspend": False, "replicatedJobs": rjs}}
+
+        await self._patch_jobset_retrying(key, build)
+
+    async def stop_jobset(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        """Suspend and restore every replicated job's pod template from the Workload in one
+        write (JobSet lets a JobSet being suspended change its pod templates), as Kueue's
+        stop does for JobSets."""
+
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            rjs = copy.deepcopy(raw["spec"].get("replicatedJobs") or [])
+            changed = not raw["spec"].get("suspend")
+            for rj in rjs:
+                want = templates.get(rj.get("name"))
+                if want is None:
+                    continue
+                want_raw = want.to_dict()
+                want_meta = want_raw.get("metadata") or {}
+                want_spec = want_raw.get("spec") or {}
+                pod = (
+                    rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                )
+                meta = pod.setdefault("metadata", {})
+                spec = pod.setdefault("spec", {})
+                before = copy.deepcopy(pod)
+                _set_or_drop(meta, "labels", dict(want_meta.get("labels") or {}))
+                _set_or_drop(meta, "annotations", dict(want_meta.get("annotations") or {}))
+                for field in ("nodeSelector", "tolerations", "schedulingGates"):
+                    _set_or_drop(spec, field, want_spec.get(field))
+                changed = changed or pod != before
+            if not changed:
+                return None
+            return {"spec": {"suspend": True, "replicatedJobs": rjs}}
+
+        await self._patch_jobset_retrying(key, build)
 
     # -- pods -----------------------------------------------------------------------------
     async def ungate_pod(

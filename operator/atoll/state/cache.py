@@ -18,6 +18,7 @@ from typing import Any
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
+from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
@@ -69,6 +70,7 @@ class Cache:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
+    jobsets: dict[str, JobSet] = field(default_factory=dict)
     assumed: dict[str, m.Admission] = field(default_factory=dict)
     """Admissions decided by this process and not yet seen in the Workload's status."""
     evicting: set[str] = field(default_factory=set)
@@ -299,8 +301,17 @@ class Cache:
     def delete_job(self, key: str) -> None:
         self.jobs.pop(key, None)
 
-    def workloads_of_job(self, job_key: str, job_uid: str | None = None) -> list[Workload]:
-        """Workloads whose controller owner is the Job `namespace/name` (and uid, if given)."""
+    def set_jobset(self, jobset: JobSet) -> None:
+        self.jobsets[wls.key_of(jobset.namespace, jobset.name)] = jobset
+
+    def delete_jobset(self, key: str) -> None:
+        self.jobsets.pop(key, None)
+
+    def workloads_of_job(
+        self, job_key: str, job_uid: str | None = None, *, kind: str = "Job"
+    ) -> list[Workload]:
+        """Workloads whose controller owner is the `kind` `namespace/name` (and uid, if
+        given)."""
         ns, _, name = job_key.partition("/")
         out = []
         for wl in self.workloads.values():
@@ -308,7 +319,7 @@ class Cache:
                 continue
             for ref in wl.metadata.owner_references or ():
                 if (
-                    ref.kind == "Job"
+                    ref.kind == kind
                     and ref.name == name
                     and (job_uid is None or ref.uid == job_uid)
                 ):

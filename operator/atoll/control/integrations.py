@@ -1,0 +1,274 @@
+"""The job framework: one adapter per managed kind, and the kinds atoll runs.
+
+An `Integration` says, for one kind (batch/v1 Job, JobSet), how to read its pod sets into a
+Workload, whether it is suspended, finished or active, how ready its pods are, and how to start
+it (unsuspend, with each admitted pod set's flavors merged into its pod template), stop it
+(suspend, templates restored from the Workload) and suspend it. `control.jobs.JobController`
+runs Kueue's reconcile loop (`ReconcileGenericJob`) over any of them, so every kind gets the
+same Workload lifecycle. Mirrors Kueue's `jobframework.GenericJob` and its integrations
+registry (framework names of `integrations.frameworks`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Final, Generic, Protocol, TypeVar
+
+from atoll.api import labels as keys
+from atoll.api.core import Job, PodTemplateSpec
+from atoll.api.jobset import JobSet
+from atoll.api.meta import KubeObject
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import PodSetAssignment, Workload
+from atoll.control import jobframework as jf
+from atoll.control import jobset as js
+from atoll.control.ports import JobSetStore, JobStore, ObjectRef
+from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+BATCH_JOB: Final = "batch/job"
+JOBSET: Final = "jobset.x-k8s.io/jobset"
+
+J = TypeVar("J", bound=KubeObject)
+
+
+class Integration(ABC, Generic[J]):
+    """How atoll manages one kind (Kueue's GenericJob, for a kind rather than an object)."""
+
+    framework: str
+    """Kueue's framework name (`integrations.frameworks`)."""
+    model: type[J]
+    group: str
+    """API group of the kind (part of the Workload name's hash)."""
+
+    @property
+    def kind(self) -> str:
+        return self.model.KIND
+
+    def ref(self, obj: J) -> ObjectRef:
+        return ObjectRef(
+            kind=self.model.KIND,
+            api_version=self.model.API_VERSION,
+            namespace=obj.namespace or "",
+            name=obj.name,
+            uid=obj.metadata.uid or "",
+        )
+
+    @abstractmethod
+    def objects(self, cache: Cache) -> Mapping[str, J]:
+        """The cached objects of the kind, by `namespace/name`."""
+
+    def owned_elsewhere(self, obj: J) -> bool:
+        """Whether another managed kind owns the object (then that kind's Workload covers it)."""
+        del obj
+        return False
+
+    @abstractmethod
+    def suspend_flag(self, obj: J) -> bool:
+        """`spec.suspend`."""
+
+    def suspended(self, obj: J) -> bool:
+        """Suspended, and not half-way through a stop (Kueue's stopping annotation)."""
+        stopping = (obj.metadata.annotations or {}).get(keys.STOPPING_ANNOTATION) == "true"
+        return self.suspend_flag(obj) and not stopping
+
+    @abstractmethod
+    def finished(self, obj: J) -> tuple[bool, str, str]:
+        """(finished, reason Succeeded|Failed, message)."""
+
+    @abstractmethod
+    def active_pods(self, obj: J) -> int:
+        """How many of its pods (or child Jobs) are still active (> 0: quota stays held)."""
+
+    @abstractmethod
+    def ready(self, obj: J, wl: Workload) -> bool:
+        """Whether all admitted pods are ready or succeeded (waitForPodsReady)."""
+
+    @abstractmethod
+    def compose(self, obj: J, cache: Cache) -> Workload:
+        """The Workload Kueue would create; raises jf.ComposeError."""
+
+    @abstractmethod
+    def mismatch(self, obj: J, wl: Workload) -> str | None:
+        """Why the object no longer matches its Workload (None when it does)."""
+
+    @abstractmethod
+    def carries_admission(self, obj: J) -> bool:
+        """Whether a pod template still carries what starting it injected."""
+
+    @abstractmethod
+    async def start(self, obj: J, wl: Workload, flavors: Mapping[str, ResourceFlavor]) -> None:
+        """Unsuspend with the admission merged in; raises jf.StartConflictError."""
+
+    @abstractmethod
+    async def stop(self, obj: J, wl: Workload) -> None:
+        """Suspend and restore the pod templates from the Workload."""
+
+    @abstractmethod
+    async def suspend(self, obj: J) -> None:
+        """Suspend (a running object that has no Workload yet)."""
+
+
+def _flavors(
+    assignment: PodSetAssignment, flavors: Mapping[str, ResourceFlavor]
+) -> list[ResourceFlavor]:
+    names = sorted(set((assignment.flavors or {}).values()))
+    return [flavors[f] for f in names if f in flavors]
+
+
+def _key(obj: KubeObject) -> str:
+    return f"{obj.namespace or ''}/{obj.name}"
+
+
+class JobIntegration(Integration[Job]):
+    """batch/v1 Job: one pod set `main`; partial admission through parallelism."""
+
+    framework = BATCH_JOB
+    model = Job
+    group = "batch"
+
+    def __init__(self, store: JobStore, *, owners: tuple[tuple[str, str], ...] = ()) -> None:
+        self.store = store
+        self.owners = owners
+        """(apiVersion prefix, kind) of managed kinds whose Jobs belong to their owner."""
+
+    def objects(self, cache: Cache) -> Mapping[str, Job]:
+        return cache.jobs
+
+    def owned_elsewhere(self, obj: Job) -> bool:
+        return any(
+            ref.controller and ref.kind == kind and ref.api_version.startswith(prefix)
+            for ref in obj.metadata.owner_references or ()
+            for prefix, kind in self.owners
+        )
+
+    def suspend_flag(self, obj: Job) -> bool:
+        return bool(obj.spec.suspend)
+
+    def finished(self, obj: Job) -> tuple[bool, str, str]:
+        return jf.job_finished(obj)
+
+    def active_pods(self, obj: Job) -> int:
+        return jf.active_pods(obj)
+
+    def ready(self, obj: Job, wl: Workload) -> bool:
+        adm = wl.status.admission
+        count = (adm.pod_set_assignments[0].count if adm else None) or wl.spec.pod_sets[0].count
+        uncounted = obj.status.uncounted_terminated_pods
+        done = (obj.status.succeeded or 0) + len((uncounted.succeeded if uncounted else None) or ())
+        return (obj.status.ready or 0) + done >= count
+
+    def compose(self, obj: Job, cache: Cache) -> Workload:
+        priority = jf.resolve_priority(obj, cache.workload_classes, cache.priority_classes)
+        return jf.build_workload(obj, priority)
+
+    def mismatch(self, obj: Job, wl: Workload) -> str | None:
+        adm = wl.status.admission if wls.has_quota(wl) else None
+        count = adm.pod_set_assignments[0].count if adm and adm.pod_set_assignments else None
+        return jf.workload_mismatch(obj, wl, admitted_count=count)
+
+    def carries_admission(self, obj: Job) -> bool:
+        return jf.carries_admission(obj)
+
+    async def start(self, obj: Job, wl: Workload, flavors: Mapping[str, ResourceFlavor]) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        assignment = adm.pod_set_assignments[0]
+        plan = jf.start_plan(
+            obj,
+            workload=wl.name,
+            cluster_queue=adm.cluster_queue,
+            local_queue=wl.spec.queue_name or "",
+            flavors=_flavors(assignment, flavors),
+            admitted_count=assignment.count or wl.spec.pod_sets[0].count,
+            topology=assignment.topology_assignment is not None,
+        )
+        await self.store.start_job(_key(obj), plan)
+
+    async def stop(self, obj: Job, wl: Workload) -> None:
+        pod_set = wl.spec.pod_sets[0]
+        partial = pod_set.min_count is not None
+        await self.store.stop_job(_key(obj), pod_set.template, pod_set.count if partial else None)
+
+    async def suspend(self, obj: Job) -> None:
+        await self.store.suspend_job(_key(obj))
+
+
+class JobSetIntegration(Integration[JobSet]):
+    """JobSet: one pod set per replicated job, admitted together."""
+
+    framework = JOBSET
+    model = JobSet
+    group = js.GROUP
+
+    def __init__(self, store: JobSetStore) -> None:
+        self.store = store
+
+    def objects(self, cache: Cache) -> Mapping[str, JobSet]:
+        return cache.jobsets
+
+    def suspend_flag(self, obj: JobSet) -> bool:
+        return bool(obj.spec.suspend)
+
+    def finished(self, obj: JobSet) -> tuple[bool, str, str]:
+        return js.finished(obj)
+
+    def active_pods(self, obj: JobSet) -> int:
+        return js.active_jobs(obj)
+
+    def ready(self, obj: JobSet, wl: Workload) -> bool:
+        del wl
+        return js.pods_ready(obj)
+
+    def compose(self, obj: JobSet, cache: Cache) -> Workload:
+        return js.build_workload(obj, cache.workload_classes, cache.priority_classes)
+
+    def mismatch(self, obj: JobSet, wl: Workload) -> str | None:
+        return js.workload_mismatch(obj, wl)
+
+    def carries_admission(self, obj: JobSet) -> bool:
+        return js.carries_admission(obj)
+
+    async def start(self, obj: JobSet, wl: Workload, flavors: Mapping[str, ResourceFlavor]) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        by_name = {str(a.name): a for a in adm.pod_set_assignments}
+        plans: dict[str, jf.TemplateStart] = {}
+        for rj in obj.spec.replicated_jobs:
+            assignment = by_name.get(rj.name)
+            plans[rj.name] = jf.template_start(
+                rj.template.spec.template,
+                pod_set=rj.name,
+                workload=wl.name,
+                cluster_queue=adm.cluster_queue,
+                local_queue=wl.spec.queue_name or "",
+                flavors=_flavors(assignment, flavors) if assignment else [],
+                topology=assignment is not None and assignment.topology_assignment is not None,
+            )
+        await self.store.start_jobset(_key(obj), plans)
+
+    async def stop(self, obj: JobSet, wl: Workload) -> None:
+        templates: dict[str, PodTemplateSpec] = {
+            str(ps.name): ps.template for ps in wl.spec.pod_sets
+        }
+        await self.store.stop_jobset(_key(obj), templates)
+
+    async def suspend(self, obj: JobSet) -> None:
+        await self.store.suspend_jobset(_key(obj))
+
+
+class Stores(JobStore, JobSetStore, Protocol):
+    """A writer of every managed kind."""
+
+
+def enabled(frameworks: tuple[str, ...], store: Stores) -> list[Integration[KubeObject]]:
+    """The integrations `integrations.frameworks` enables, among those atoll runs."""
+    out: list[Integration[KubeObject]] = []
+    owners: tuple[tuple[str, str], ...] = ()
+    if JOBSET in frameworks:
+        out.append(JobSetIntegration(store))  # type: ignore[arg-type]
+        owners += ((f"{js.GROUP}/", JobSet.KIND),)
+    if BATCH_JOB in frameworks:
+        out.insert(0, JobIntegration(store, owners=owners))  # type: ignore[arg-type]
+    return out

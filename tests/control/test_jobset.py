@@ -1,0 +1,253 @@
+"""The JobSet integration on fakes: one pod set per replicated job, admitted whole, started
+with each pod set's admission merged into its template, stopped with templates restored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from atoll.api.core import PodTemplateSpec
+from atoll.api.jobset import JobSet
+from atoll.control import jobframework as jf
+from atoll.control import jobset as js
+from atoll.control.integrations import JobSetIntegration, enabled
+from atoll.control.jobs import JobController, JobSettings
+from atoll.control.scheduler import Scheduler
+from atoll.state import workloads as wls
+from tests.control.builders import GPU, cache_with_queue, job
+from tests.control.fakes import FakeCluster
+
+
+def jobset(
+    name: str = "train",
+    *,
+    workers: int = 4,
+    gpus: int = 8,
+    labels: Mapping[str, str] | None = None,
+    **status: Any,
+) -> JobSet:
+    def rj(rj_name: str, replicas: int, parallelism: int, completions: int | None, g: int) -> dict:  # type: ignore[type-arg]
+        spec: dict[str, Any] = {
+            "parallelism": parallelism,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"requests": {GPU: str(g)}}}
+                    ]
+                }
+            },
+        }
+        if completions is not None:
+            spec["completions"] = completions
+        return {"name": rj_name, "replicas": replicas, "template": {"spec": spec}}
+
+    return JobSet.from_dict(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "labels": dict(labels or {"kueue.x-k8s.io/queue-name": "lq"}),
+            },
+            "spec": {
+                "suspend": True,
+                "replicatedJobs": [rj("leader", 1, 1, 1, 0), rj("workers", workers, 2, 1, gpus)],
+            },
+            "status": status,
+        }
+    )
+
+
+@dataclass
+class FakeJobSets(FakeCluster):
+    jobsets: dict[str, JobSet] = field(default_factory=dict)
+    jobset_starts: list[tuple[str, Mapping[str, jf.TemplateStart]]] = field(default_factory=list)
+    jobset_stops: list[tuple[str, Mapping[str, PodTemplateSpec]]] = field(default_factory=list)
+
+    def _suspend(self, key: str, value: bool) -> None:
+        obj = self.jobsets[key]
+        self.jobsets[key] = obj.model_copy(
+            update={"spec": obj.spec.model_copy(update={"suspend": value})}
+        )
+
+    async def start_jobset(self, key: str, plans: Mapping[str, jf.TemplateStart]) -> None:
+        self.jobset_starts.append((key, plans))
+        self._suspend(key, False)
+
+    async def stop_jobset(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        self.jobset_stops.append((key, templates))
+        self._suspend(key, True)
+
+    async def suspend_jobset(self, key: str) -> None:
+        self._suspend(key, True)
+
+
+def _setup(gpus: int = 64) -> tuple[JobController, FakeJobSets]:
+    fake = FakeJobSets()
+    ctl = JobController(
+        cache_with_queue(gpus=gpus),
+        fake,
+        None,
+        fake.emit,
+        settings=JobSettings(),
+        integration=JobSetIntegration(fake),
+    )
+    return ctl, fake
+
+
+def _sync(ctl: JobController, fake: FakeJobSets) -> None:
+    for obj in fake.jobsets.values():
+        ctl.cache.set_jobset(obj)
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+
+
+async def _round(ctl: JobController, fake: FakeJobSets, key: str = "ns/train") -> None:
+    _sync(ctl, fake)
+    await ctl.reconcile(key)
+    _sync(ctl, fake)
+    await Scheduler(cache=ctl.cache, store=fake, emit=fake.emit).run_once()
+    _sync(ctl, fake)
+    await ctl.reconcile(key)
+    _sync(ctl, fake)
+
+
+def test_one_pod_set_per_replicated_job_counts_replicas_times_pods_per_job() -> None:
+    # workers: 4 Jobs of min(parallelism 2, completions 1) = 1 pod each
+    leader, workers = js.pod_sets(jobset(workers=4))
+    assert (leader.name, leader.count) == ("leader", 1)
+    assert (workers.name, workers.count) == ("workers", 4)
+
+
+def test_the_workload_is_named_and_owned_as_kueue_does() -> None:
+    wl = js.build_workload(jobset(), {}, {})
+    assert wl.name == jf.workload_name("train", "uid-train", kind="JobSet", group="jobset.x-k8s.io")
+    assert wl.name.startswith("jobset-train-")
+    (owner,) = wl.metadata.owner_references or ()
+    assert (owner.api_version, owner.kind, owner.controller) == (
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        True,
+    )
+    assert wl.spec.queue_name == "lq"
+
+
+def test_an_invalid_queue_name_gets_no_workload() -> None:
+    with pytest.raises(jf.ComposeError, match="queue-name"):
+        js.build_workload(jobset(labels={"kueue.x-k8s.io/queue-name": "Bad_Name"}), {}, {})
+
+
+def test_finished_from_completed_and_failed_conditions() -> None:
+    done = jobset(conditions=[{"type": "Completed", "status": "True", "message": "ok"}])
+    failed = jobset(conditions=[{"type": "Failed", "status": "True", "message": "boom"}])
+    assert js.finished(done) == (True, "Succeeded", "ok")
+    assert js.finished(failed) == (True, "Failed", "boom")
+    assert js.finished(jobset())[0] is False
+
+
+def test_ready_when_every_child_job_is_ready_or_succeeded() -> None:
+    status = [{"name": "leader", "ready": 1}, {"name": "workers", "ready": 3, "succeeded": 0}]
+    assert not js.pods_ready(jobset(replicatedJobsStatus=status))
+    status[1]["succeeded"] = 1
+    assert js.pods_ready(jobset(replicatedJobsStatus=status))
+
+
+def test_a_changed_replica_count_no_longer_matches_its_workload() -> None:
+    wl = js.build_workload(jobset(workers=4), {}, {})
+    assert js.workload_mismatch(jobset(workers=4), wl) is None
+    assert "workers has 5 pods" in (js.workload_mismatch(jobset(workers=5), wl) or "")
+
+
+async def test_a_jobset_is_admitted_whole_and_started_per_replicated_job() -> None:
+    ctl, fake = _setup(gpus=64)
+    fake.jobsets["ns/train"] = jobset(workers=4, gpus=8)
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert wls.is_admitted(wl)
+    assert [a.count for a in wl.status.admission.pod_set_assignments] == [1, 4]  # type: ignore[union-attr]
+    ((key, plans),) = fake.jobset_starts
+    assert key == "ns/train"
+    assert set(plans) == {"leader", "workers"}
+    assert plans["workers"].labels["kueue.x-k8s.io/podset"] == "workers"
+    assert plans["leader"].annotations["kueue.x-k8s.io/workload"] == wl.name
+    assert not fake.jobsets["ns/train"].spec.suspend
+
+
+async def test_a_jobset_beyond_capacity_is_never_started_in_part() -> None:
+    ctl, fake = _setup(gpus=24)
+    fake.jobsets["ns/train"] = jobset(workers=4, gpus=8)  # 32 GPUs
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert not wls.has_quota(wl)
+    assert fake.jobset_starts == []
+    assert fake.jobsets["ns/train"].spec.suspend
+
+
+async def test_an_evicted_jobset_is_suspended_with_its_templates_restored() -> None:
+    ctl, fake = _setup(gpus=64)
+    fake.jobsets["ns/train"] = jobset()
+    await _round(ctl, fake)
+    (key,) = fake.workloads
+    evicted = fake.workloads[key]
+    fake.workloads[key] = evicted.model_copy(
+        update={
+            "status": wls.status_with(
+                evicted,
+                conditions=wls.with_condition(
+                    evicted.status.conditions or (),
+                    wls.EVICTED,
+                    status=True,
+                    reason="Preempted",
+                    message="Preempted to accommodate a workload",
+                    now=evicted.status.conditions[0].last_transition_time,  # type: ignore[index]
+                ),
+            )
+        }
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/train")
+    ((_, templates),) = fake.jobset_stops
+    assert set(templates) == {"leader", "workers"}
+    assert fake.jobsets["ns/train"].spec.suspend
+    assert not wls.has_quota(fake.workloads[key])  # no child Job active: quota released
+
+
+async def test_unlabelled_jobsets_are_left_alone() -> None:
+    ctl, fake = _setup()
+    fake.jobsets["ns/train"] = jobset(labels={"team": "a"}).model_copy(
+        update={"spec": jobset().spec.model_copy(update={"suspend": False})}
+    )
+    await _round(ctl, fake)
+    assert fake.workloads == {}
+    assert not fake.jobsets["ns/train"].spec.suspend
+
+
+def test_frameworks_enable_kinds_by_kueue_name() -> None:
+    fake = FakeJobSets()
+    assert [i.framework for i in enabled(("batch/job",), fake)] == ["batch/job"]
+    kinds = enabled(("jobset.x-k8s.io/jobset", "batch/job"), fake)
+    assert [i.framework for i in kinds] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    assert [i.framework for i in enabled(("pod",), fake)] == []
+
+
+def test_jobs_owned_by_a_managed_jobset_belong_to_it() -> None:
+    fake = FakeJobSets()
+    job_kind = enabled(("batch/job", "jobset.x-k8s.io/jobset"), fake)[0]
+    raw = job("train-workers-0").to_dict()
+    raw["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "name": "train",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    owned, child = type(job("x")).from_dict(raw), job("train-workers-0")
+    assert job_kind.owned_elsewhere(owned)
+    assert not job_kind.owned_elsewhere(child)

@@ -1,0 +1,375 @@
+"""JobSets end to end against the real JobSet controller (v0.11, built into the sandbox): a
+labelled JobSet is suspended at creation, admitted whole (one pod set per replicated job, each
+with its own flavor), started by unsuspending it, and suspended again when preempted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atoll.sandbox.processes import Proc
+from tests.conftest import KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    condition,
+    create,
+    get_json,
+    is_true,
+    replacing_operator,
+)
+from tests.sandbox.test_integrations import jobset_controller
+
+pytestmark = pytest.mark.cluster
+__all__ = ["jobset_controller"]
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+FRAMEWORKS = 'integrations.frameworks=["batch/job", "jobset.x-k8s.io/jobset"]'
+
+
+@pytest.fixture(scope="module")
+def jobset_operator(
+    cluster: KubeCluster,
+    operator: OperatorProcess,
+    jobset_controller: Proc | None,
+    tmp_path_factory: pytest.TempPathFactory,
+    dgx: list[str],
+) -> Iterator[OperatorProcess]:
+    """`atoll run` with the JobSet integration enabled, started once the JobSet CRD is
+    installed (the session's operator is started again afterwards)."""
+    del jobset_controller, dgx
+    log_dir = tmp_path_factory.mktemp("jobset-operator")
+    with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
+        yield op
+
+
+def jobset(
+    name: str,
+    namespace: str,
+    *,
+    queue: str | None = "q",
+    workers: int = 4,
+    gpus: int = 8,
+    leader_gpus: int = 8,
+    run: str = "600s",
+    priority: str | None = None,
+    required_topology: str | None = None,
+) -> dict[str, Any]:
+    annotations = {"atoll.dev/run-duration": run}
+    if required_topology is not None:
+        annotations[b.REQUIRED_TOPOLOGY] = required_topology
+
+    def replicated(rj: str, replicas: int, g: int) -> dict[str, Any]:
+        pod = {
+            "metadata": {"annotations": dict(annotations)},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "registry.invalid/atoll/trainer:1",
+                        "resources": {
+                            "requests": {"cpu": "1", b.GPU: str(g)},
+                            "limits": {b.GPU: str(g)},
+                        },
+                    }
+                ],
+            },
+        }
+        job_spec = {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}
+        return {"name": rj, "replicas": replicas, "template": {"spec": job_spec}}
+
+    labels = {b.QUEUE_LABEL: queue} if queue else {}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicatedJobs": [
+                replicated("leader", 1, leader_gpus),
+                replicated("workers", workers, gpus),
+            ]
+        },
+    }
+
+
+def workload_of(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    for wl in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            if ref["kind"] == "JobSet" and ref["name"] == name:
+                return dict(wl)
+    return None
+
+
+def pods_of(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", f"{NAME_LABEL}={name}")
+    return list(pods["items"])
+
+
+def _get_jobset(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = get_json(cluster, "get", "jobset", name, "-n", namespace)
+    return got
+
+
+def _queue(cluster: KubeCluster, ns: str, gpus: int, **cq: Any) -> str:
+    rf, cq_name = f"rf-{ns}", f"cq-{ns}"
+    apply(
+        cluster,
+        b.flavor(rf),
+        b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
+        b.local_queue("q", ns, cq_name),
+    )
+    return cq_name
+
+
+def test_a_jobset_is_admitted_whole_and_a_second_waits_whole_with_the_numbers(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    cq = _queue(cluster, namespace, gpus=40)
+    out = create(cluster, jobset("first", namespace), jobset("second", namespace))
+    assert out.returncode == 0
+    for name in ("first", "second"):
+        assert _get_jobset(cluster, namespace, name)["spec"]["suspend"] is True  # the webhook
+    cluster.wait_for(
+        "the first JobSet's Workload to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "first")
+    assert wl is not None
+    assert wl["metadata"]["name"].startswith("jobset-first-")
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+        ("leader", 1),
+        ("workers", 4),
+    ]
+    assert [p["count"] for p in wl["status"]["admission"]["podSetAssignments"]] == [1, 4]
+    cluster.wait_for(
+        "the first JobSet's 5 pods to run",
+        lambda: (
+            sum(1 for p in pods_of(cluster, namespace, "first") if p["spec"].get("nodeName")) == 5
+        ),
+    )
+    pods = pods_of(cluster, namespace, "first")
+    assert {p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods} == {
+        "leader",
+        "workers",
+    }
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in pods)
+    # The second needs 40 more GPUs: it waits whole, with the numbers, and has no pod.
+    cluster.wait_for(
+        "the second JobSet to wait with a reason",
+        lambda: (
+            (condition(workload_of(cluster, namespace, "second"), "QuotaReserved") or {})
+            .get("message", "")
+            .startswith("couldn't assign flavors")
+        ),
+    )
+    waiting = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
+    assert waiting is not None
+    assert waiting["status"] == "False"
+    assert "nvidia.com/gpu" in waiting["message"]
+    assert any(ch.isdigit() for ch in waiting["message"])
+    assert pods_of(cluster, namespace, "second") == []
+    assert _get_jobset(cluster, namespace, "second")["spec"]["suspend"] is True
+    table = cluster.kubectl("get", "workloads", "-n", namespace).stdout
+    assert "jobset-first-" in table
+    assert "jobset-second-" in table
+
+
+def test_a_jobset_beyond_capacity_is_never_admitted_in_part(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    _queue(cluster, namespace, gpus=32)
+    create(cluster, jobset("big", namespace))  # 40 GPUs
+    cluster.wait_for(
+        "the JobSet's Workload to be pending",
+        lambda: condition(workload_of(cluster, namespace, "big"), "QuotaReserved") is not None,
+    )
+    time.sleep(3)
+    wl = workload_of(cluster, namespace, "big")
+    assert wl is not None
+    assert not is_true(wl, "QuotaReserved")
+    assert "admission" not in (wl.get("status") or {})
+    assert pods_of(cluster, namespace, "big") == []
+    assert _get_jobset(cluster, namespace, "big")["spec"]["suspend"] is True
+
+
+def test_pod_sets_needing_different_flavors_get_them(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    block = "topology.atoll.dev/block"
+    small, big = f"small-{namespace}", f"big-{namespace}"
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": f"cq-{namespace}"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", b.GPU],
+                    "flavors": [
+                        {
+                            "name": small,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": 100},
+                                {"name": b.GPU, "nominalQuota": 8},
+                            ],
+                        },
+                        {
+                            "name": big,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": 100},
+                                {"name": b.GPU, "nominalQuota": 32},
+                            ],
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+    apply(
+        cluster,
+        b.flavor(small, {block: "block-0"}),
+        b.flavor(big, {block: "block-1"}),
+        cq,
+        b.local_queue("q", namespace, f"cq-{namespace}"),
+    )
+    create(cluster, jobset("mixed", namespace))
+    cluster.wait_for(
+        "the JobSet to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "mixed"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "mixed")
+    assert wl is not None
+    leader, workers = wl["status"]["admission"]["podSetAssignments"]
+    assert leader["flavors"][b.GPU] == small
+    assert workers["flavors"][b.GPU] == big
+    spec = _get_jobset(cluster, namespace, "mixed")["spec"]
+    selectors = {
+        rj["name"]: rj["template"]["spec"]["template"]["spec"].get("nodeSelector")
+        for rj in spec["replicatedJobs"]
+    }
+    assert selectors == {"leader": {block: "block-0"}, "workers": {block: "block-1"}}
+    cluster.wait_for(
+        "the 5 pods to be bound",
+        lambda: (
+            sum(1 for p in pods_of(cluster, namespace, "mixed") if p["spec"].get("nodeName")) == 5
+        ),
+    )
+    nodes = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(block)
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    for pod in pods_of(cluster, namespace, "mixed"):
+        rj = pod["metadata"]["labels"]["kueue.x-k8s.io/podset"]
+        assert nodes[pod["spec"]["nodeName"]] == ("block-0" if rj == "leader" else "block-1")
+
+
+def test_a_preempted_jobset_is_suspended_and_its_pods_go(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    del jobset_operator, tmp_path
+    _queue(cluster, namespace, gpus=40, preemption={"withinClusterQueue": "LowerPriority"})
+    apply(
+        cluster, b.priority_class(f"low-{namespace}", 1), b.priority_class(f"high-{namespace}", 100)
+    )
+    create(cluster, jobset("low", namespace, priority=f"low-{namespace}"))
+    cluster.wait_for(
+        "the low JobSet's pods to run",
+        lambda: (
+            sum(1 for p in pods_of(cluster, namespace, "low") if p["spec"].get("nodeName")) == 5
+        ),
+    )
+    before = _get_jobset(cluster, namespace, "low")["spec"]["replicatedJobs"]
+    assert before[1]["template"]["spec"]["template"]["metadata"]["annotations"].get(
+        "kueue.x-k8s.io/workload"
+    )
+    create(
+        cluster,
+        b.job("urgent", namespace, queue="q", pods=2, gpus=8, priority=f"high-{namespace}"),
+    )
+    cluster.wait_for(
+        "the low JobSet to be suspended and its pods to go",
+        lambda: (
+            _get_jobset(cluster, namespace, "low")["spec"]["suspend"] is True
+            and pods_of(cluster, namespace, "low") == []
+        ),
+        timeout=90,
+    )
+    wl = workload_of(cluster, namespace, "low")
+    evicted = condition(wl, "Evicted")
+    assert evicted is not None
+    assert evicted["reason"] == "Preempted"
+    after = _get_jobset(cluster, namespace, "low")["spec"]["replicatedJobs"]
+    for rj in after:  # the templates are restored as they were created
+        tmpl = rj["template"]["spec"]["template"]
+        assert "kueue.x-k8s.io/workload" not in (tmpl["metadata"].get("annotations") or {})
+        assert "kueue.x-k8s.io/podset" not in (tmpl["metadata"].get("labels") or {})
+
+
+def test_unlabelled_jobsets_are_left_alone(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    _queue(cluster, namespace, gpus=0)
+    create(cluster, jobset("plain", namespace, queue=None, run="1s", gpus=0, leader_gpus=0))
+    assert not _get_jobset(cluster, namespace, "plain")["spec"].get("suspend")
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Completed",
+        "jobset/plain",
+        "-n",
+        namespace,
+        "--timeout=120s",
+        timeout=130,
+    )
+    assert workload_of(cluster, namespace, "plain") is None
+
+
+def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    del jobset_operator
+    topo, rf = b.dgx_topology(namespace)
+    apply(
+        cluster,
+        topo,
+        rf,
+        b.cluster_queue(f"cq-{namespace}", f"rf-{namespace}", gpus=128),
+        b.local_queue("q", namespace, f"cq-{namespace}"),
+    )
+    create(cluster, jobset("ring", namespace, required_topology=b.RACK))  # workers: a rack
+    cluster.wait_for(
+        "the JobSet to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted"),
+    )
+    wl = workload_of(cluster, namespace, "ring")
+    assert wl is not None
+    assert all(a.get("topologyAssignment") for a in wl["status"]["admission"]["podSetAssignments"])
+    cluster.wait_for(
+        "the 5 pods to be bound",
+        lambda: (
+            sum(1 for p in pods_of(cluster, namespace, "ring") if p["spec"].get("nodeName")) == 5
+        ),
+        timeout=90,
+    )
+    racks = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(b.RACK)
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    by_set: dict[str, set[str]] = {}
+    for pod in pods_of(cluster, namespace, "ring"):
+        rj = pod["metadata"]["labels"]["kueue.x-k8s.io/podset"]
+        by_set.setdefault(rj, set()).add(racks[pod["spec"]["nodeName"]])
+    assert by_set.keys() == {"leader", "workers"}
+    assert len(by_set["workers"]) == 1
+    assert len(by_set["leader"]) == 1
