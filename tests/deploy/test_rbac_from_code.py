@@ -1,7 +1,7 @@
 """deploy/rbac.yaml grants exactly what the operator's code uses, derived from the code:
 
-- every kind the operator watches (its kopf registry, built as `atoll run` builds it): list
-  and watch;
+- every kind the operator watches (its kopf registry and its own `Watches`, built as `atoll
+  run` builds them): list and watch;
 - every kubernetes_asyncio call in `atoll/kube/` (an `ast` walk): the verb and resource its
   method name says (`read_namespaced_job` → get jobs, `patch_namespaced_job_status` → patch
   jobs/status, `…_custom_object(GROUP, VERSION, [ns,] "workloads", …)` → workloads);
@@ -24,6 +24,7 @@ import yaml
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers, webhook
+from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
 
 KUBE = Path(__file__).resolve().parents[2] / "operator" / "atoll" / "kube"
@@ -76,21 +77,25 @@ LIVE_ONLY = {"live.py"}
 def _watched() -> set[Grant]:
     cache = Cache()
     registry = kopf.OperatorRegistry()
-    handlers.register(
-        registry,
-        handlers.Wiring(
-            cache=cache,
-            wake=lambda: None,
-            jobs=WorkQueue("jobs"),
-            queues_changed=lambda: None,
-            ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
-            pods=WorkQueue("pods"),
-            seen_workload=lambda _raw: None,
-            gone_workload=lambda _key: None,
-        ),
+    wiring = handlers.Wiring(
+        cache=cache,
+        wake=lambda: None,
+        jobs=WorkQueue("jobs"),
+        queues_changed=lambda: None,
+        ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
+        pods=WorkQueue("pods"),
+        seen_workload=lambda _wl: None,
+        gone_workload=lambda _key: None,
     )
+    handlers.register(registry, wiring)
     webhook.register(registry, lambda _job: True, all_jobs=False)
-    grants = set()
+    watches = Watches()
+    handlers.register_watches(watches, wiring)
+    grants = {
+        (resource.group, resource.plural, verb)
+        for resource in watches.watches
+        for verb in ("list", "watch")
+    }
     for handler in registry._watching.get_all_handlers():
         plural = handler.selector.any_name or handler.selector.plural
         assert plural, handler
@@ -199,7 +204,7 @@ def test_the_walk_finds_the_calls_it_must() -> None:
     called, _ = _called()
 
     for grant in [
-        ("kueue.x-k8s.io", "workloads/status", "update"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("batch", "jobs", "patch"),
         ("", "pods", "patch"),
         ("coordination.k8s.io", "leases", "update"),

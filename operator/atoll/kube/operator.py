@@ -1,5 +1,6 @@
-"""`atoll run`: the operator process. kopf watches and the webhook run on every replica; the
-leader also runs the scheduling loop, the Job reconcilers and the queue status writer."""
+"""`atoll run`: the operator process. The watches (atoll's own for Workloads, kopf's for the
+other kinds) and the webhook run on every replica; the leader also runs the scheduling loop,
+the Job reconcilers and the queue status writer."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from atoll.kube import bootstrap, connection, handlers, retry, webhook
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
 from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
+from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
 from atoll.state.cache import Cache
 from atoll.state.devicequota import class_resources
@@ -154,6 +156,8 @@ class Operator:
             else None
         )
         self._kopf = self._kopf_registry()
+        self.watches = Watches()
+        handlers.register_watches(self.watches, self._wiring())
         self.elector = self._elector() if opts.leader_elect else None
 
     def _elector(self) -> LeaderElector:
@@ -181,21 +185,21 @@ class Operator:
             return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
         return None
 
+    def _wiring(self) -> handlers.Wiring:
+        return handlers.Wiring(
+            cache=self.cache,
+            wake=self.scheduler.wake,
+            jobs=self.job_queue,
+            queues_changed=self._queues_dirty.set,
+            ungater=self.ungater,
+            pods=self.pod_queue,
+            seen_workload=self.writer.observe_workload,
+            gone_workload=self.writer.forget_workload,
+        )
+
     def _kopf_registry(self) -> kopf.OperatorRegistry:
         registry = kopf.OperatorRegistry()
-        handlers.register(
-            registry,
-            handlers.Wiring(
-                cache=self.cache,
-                wake=self.scheduler.wake,
-                jobs=self.job_queue,
-                queues_changed=self._queues_dirty.set,
-                ungater=self.ungater,
-                pods=self.pod_queue,
-                seen_workload=self.writer.observe_workload,
-                gone_workload=self.writer.forget_workload,
-            ),
-        )
+        handlers.register(registry, self._wiring())
         if self.opts.webhook != "off":
             webhook.register(
                 registry,
@@ -366,7 +370,10 @@ class Operator:
         """Wait for the API server, set up the webhook's certificate, list everything."""
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
-        counts = await bootstrap.load(self.api, self.cache)
+        versions: dict[str, str] = {}
+        counts = await bootstrap.load(self.api, self.cache, versions=versions)
+        for plural, version in versions.items():
+            self.watches.start_at(bootstrap.GROUP, bootstrap.VERSION, plural, version)
         log.info("initial sync done", **counts)
         self.synced.set()
 
@@ -394,6 +401,7 @@ class Operator:
                 standalone=True,
                 stop_flag=stop,
             ),
+            self.watches.run(self.api),
             self._keep_webhook(),
         ]
         elector = self.elector
