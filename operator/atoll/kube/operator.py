@@ -157,7 +157,7 @@ class Operator:
         )
         self._kopf = self._kopf_registry()
         self.watches = Watches()
-        handlers.register_watches(self.watches, self._wiring())
+        handlers.register_watches(self.watches, self._wiring)
         self.elector = self._elector() if opts.leader_elect else None
 
     def _elector(self) -> LeaderElector:
@@ -185,8 +185,9 @@ class Operator:
             return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
         return None
 
-    def _wiring(self) -> handlers.Wiring:
-        return handlers.Wiring(
+    def _kopf_registry(self) -> kopf.OperatorRegistry:
+        registry = kopf.OperatorRegistry()
+        self._wiring = handlers.Wiring(
             cache=self.cache,
             wake=self.scheduler.wake,
             jobs=self.job_queue,
@@ -196,10 +197,7 @@ class Operator:
             seen_workload=self.writer.observe_workload,
             gone_workload=self.writer.forget_workload,
         )
-
-    def _kopf_registry(self) -> kopf.OperatorRegistry:
-        registry = kopf.OperatorRegistry()
-        handlers.register(registry, self._wiring())
+        handlers.register(registry, self._wiring)
         if self.opts.webhook != "off":
             webhook.register(
                 registry,
