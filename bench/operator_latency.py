@@ -7,7 +7,7 @@ Starts a fresh sandbox (temp folder), applies atoll's CRDs, runs `atoll run`, th
    client side, the time from sending the create to seeing the Workload `Admitted=True`
    (polled every 2 ms): webhook, Workload creation, scheduling cycle and status write;
 2. creates `--workloads` Workloads directly (a queue too small to admit them all) and reads
-   the operator's resident memory once they are all in its cache.
+   the operator's resident memory once they are all in its cache, and its peak.
 """
 
 from __future__ import annotations
@@ -139,12 +139,13 @@ async def _latencies(kubeconfig: Path, jobs: int) -> list[float]:
     return out
 
 
-def _rss_mib(pid: int) -> float:
+def _rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory now (VmRSS) or at its peak (VmHWM), in MiB."""
     status = Path(f"/proc/{pid}/status")
     if not status.exists():
         return float("nan")
     for line in status.read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -184,6 +185,7 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
                 )
             time.sleep(10)  # let the operator see and cycle over all of them
             loaded_rss = _rss_mib(pid)
+            peak_rss = _rss_mib(pid, "VmHWM")
             if math.isnan(loaded_rss):  # the operator is gone
                 log = Path(tmp) / "sb" / "logs" / "atoll-operator.log"
                 print(log.read_text()[-3000:], file=sys.stderr)
@@ -198,6 +200,7 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
         "rss_idle_mib": idle_rss,
         "workloads": workloads,
         "rss_with_workloads_mib": loaded_rss,
+        "peak_rss_mib": peak_rss,
     }
 
 

@@ -177,6 +177,26 @@ class Controller(abc.ABC):
 class Atoll(Controller):
     name = "atoll"
 
+    def __init__(
+        self, sandbox: Sandbox, budget: Budget, workdir: Path, *, tracemalloc: bool = False
+    ) -> None:
+        super().__init__(sandbox, budget, workdir)
+        self.tracemalloc = tracemalloc
+        self.tracemalloc_out = workdir / "atoll.tracemalloc.txt"
+
+    def dump_tracemalloc(self, timeout: float = 120) -> str | None:
+        """With `tracemalloc`: the live allocations report (see traced.py), else None."""
+        if not self.tracemalloc or not self.alive():
+            return None
+        self.proc.send_signal(signal.SIGUSR1)  # type: ignore[union-attr]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.tracemalloc_out.exists():
+                time.sleep(1.0)  # being written
+                return self.tracemalloc_out.read_text()
+            time.sleep(0.5)
+        return None
+
     def prepare(self) -> None:
         self.sandbox.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
         self.sandbox.kubectl("wait", "--for=condition=Established", "crd", "--all")
@@ -189,10 +209,10 @@ class Atoll(Controller):
             f"clientConnection.burst={self.budget.burst}",
             "featureGates.DisableWaitForPodsReady=true",
         )
+        entry = [str(HERE / "traced.py")] if self.tracemalloc else ["-m", "atoll"]
         return [
             sys.executable,
-            "-m",
-            "atoll",
+            *entry,
             "run",
             "--kubeconfig",
             str(self.sandbox.kubeconfig),
@@ -207,7 +227,11 @@ class Atoll(Controller):
         ]
 
     def env(self) -> dict[str, str]:
-        return dict(super().env(), PYTHONPATH=str(REPO / "operator"))
+        return dict(
+            super().env(),
+            PYTHONPATH=str(REPO / "operator"),
+            ATOLL_TRACEMALLOC_OUT=str(self.tracemalloc_out),
+        )
 
 
 # -- Kueue -----------------------------------------------------------------------------------

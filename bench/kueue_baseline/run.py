@@ -4,14 +4,17 @@ the other, in one command.
 
     make bench-kueue SCALE=0.1 [BUDGET=50/100]
     python bench/kueue_baseline/run.py [--scale 0.1] [--large-scale] [--budget 50/100]
-        [--budget 300/500] [--only atoll|kueue] [--profile] [--json] [--timeout 600]
+        [--budget 300/500] [--only atoll|kueue] [--profile] [--tracemalloc] [--json]
+        [--timeout 600]
 
 For each controller: sandbox up, CRDs (atoll's from crds/, Kueue's from its Go module), the
 controller started with qps/burst = the budget, the queues created, then the generator
 (creation at the shape's rates) and the runner (Finished after the run time; eviction undone)
 until every Workload is Finished or the timeout. One table: wall time, admissions/s, average
 and p99 time-to-admission per class, usage, evictions, controller CPU seconds and peak RSS,
-and the atoll/Kueue ratios. `--profile` samples atoll with py-spy and prints its top frames.
+and the atoll/Kueue ratios. `--profile` samples atoll with py-spy and prints its top frames;
+`--tracemalloc` runs atoll with tracemalloc and prints its biggest live allocation sites at
+the end of the run (its CPU and RSS are then not comparable).
 """
 
 from __future__ import annotations
@@ -137,15 +140,20 @@ def run_one(
             if args.kueue_on_atoll_crds:
                 result["version"] += " (atoll CRDs)"
         else:
-            controller = Atoll(sandbox, budget, workdir)
-        controller.start()
+            controller = Atoll(sandbox, budget, workdir, tracemalloc=args.tracemalloc)
+        # tracemalloc slows the start-up (the models' schemas are built under it)
+        controller.start(timeout=900 if args.tracemalloc else 120)
         console.print(f"  {system} ready (pid {controller.pid}) in {time.monotonic() - t0:.1f}s")
         if args.profile and system == "atoll":
             spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
         result.update(asyncio.run(drive(controller, sandbox, shape, args.timeout)))
         result.update(controller.sample())
-        if system == "atoll":
+        if isinstance(controller, Atoll):
             result["api_requests"] = controller.scrape()
+            report = controller.dump_tracemalloc()
+            if report is not None:
+                console.print(f"atoll tracemalloc ({controller.tracemalloc_out}):")
+                console.print("\n".join(report.splitlines()[:60]), markup=False, highlight=False)
         stop_py_spy(spy)
         if spy is not None:
             result["profile"] = profile_top(workdir / "atoll.pyspy.txt")
@@ -264,6 +272,11 @@ def parser() -> argparse.ArgumentParser:
         help="install atoll's CRDs for Kueue too (control for the API server's CRD cost)",
     )
     p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
+    p.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="run atoll with tracemalloc and print its live allocations at the end",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     p.add_argument("--out", type=Path, help="where logs go (default a new temp dir)")

@@ -1,7 +1,7 @@
 """deploy/rbac.yaml grants exactly what the operator's code uses, derived from the code:
 
-- every kind the operator watches (its kopf registry, built as `atoll run` builds it): list
-  and watch;
+- every kind the operator watches (its kopf registry and its own `Watches`, built as `atoll
+  run` builds them): list and watch;
 - every kubernetes_asyncio call in `atoll/kube/` (an `ast` walk): the verb and resource its
   method name says (`read_namespaced_job` → get jobs, `patch_namespaced_job_status` → patch
   jobs/status, `…_custom_object(GROUP, VERSION, [ns,] "workloads", …)` → workloads);
@@ -24,6 +24,7 @@ import yaml
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers, webhook
+from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
 
 KUBE = Path(__file__).resolve().parents[2] / "operator" / "atoll" / "kube"
@@ -85,14 +86,20 @@ def _watched() -> set[Grant]:
         queues_changed=lambda: None,
         ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
         pods=WorkQueue("pods"),
-        seen_workload=lambda _raw: None,
+        seen_workload=lambda _wl: None,
         gone_workload=lambda _key: None,
     )
     handlers.register(registry, wiring)
     handlers.register_jobsets(registry, wiring, WorkQueue("jobsets"))  # every integration
     webhook.register(registry, lambda _job: True, all_jobs=False)
     webhook.register_jobsets(registry, lambda _js: True)
-    grants = set()
+    watches = Watches()
+    handlers.register_watches(watches, wiring)
+    grants = {
+        (resource.group, resource.plural, verb)
+        for resource in watches.watches
+        for verb in ("list", "watch")
+    }
     for handler in registry._watching.get_all_handlers():
         plural = handler.selector.any_name or handler.selector.plural
         assert plural, handler
@@ -201,7 +208,7 @@ def test_the_walk_finds_the_calls_it_must() -> None:
     called, _ = _called()
 
     for grant in [
-        ("kueue.x-k8s.io", "workloads/status", "update"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("batch", "jobs", "patch"),
         ("", "pods", "patch"),
         ("coordination.k8s.io", "leases", "update"),

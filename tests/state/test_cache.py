@@ -91,6 +91,22 @@ def test_workloads_of_job_match_owner_name_and_uid() -> None:
     assert cache.workloads_of_job("other/a") == []
 
 
+def test_workloads_of_job_follow_owner_changes_and_deletions() -> None:
+    cache = cache_with_queue()
+    first = workload_for(job("a", uid="u1"))
+    cache.set_workload(first)
+    refs = first.metadata.owner_references or ()
+    moved_refs = tuple(r.model_copy(update={"name": "b"}) for r in refs)
+    moved = first.model_copy(
+        update={"metadata": first.metadata.model_copy(update={"owner_references": moved_refs})}
+    )
+    cache.set_workload(moved)
+    assert cache.workloads_of_job("ns/a") == []
+    assert cache.workloads_of_job("ns/b") == [moved]
+    cache.delete_workload(wls.wl_key(moved))
+    assert cache.workloads_of_job("ns/b") == []
+
+
 def _heads(cache: Cache) -> list[str]:
     return [w.name for w in select_heads(cache.pending_by_queue(NOW), cache.parked_keys())]
 

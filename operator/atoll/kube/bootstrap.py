@@ -44,21 +44,31 @@ def each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]
 
 
 async def load(
-    api: client.ApiClient, cache: Cache, *, attempts: int | None = None
+    api: client.ApiClient,
+    cache: Cache,
+    *,
+    attempts: int | None = None,
+    versions: dict[str, str] | None = None,
 ) -> dict[str, int]:
     """List everything atoll reads, retrying while the API server is unreachable or warming
     up (e.g. a CRD whose storage initializes), at most `attempts` times (None: until it
-    answers); return how many objects of each kind were loaded."""
-    return await retry.call(lambda: _load(api, cache), what="initial listing", attempts=attempts)
+    answers); return how many objects of each kind were loaded. `versions` receives the
+    resourceVersion of each Kueue kind's list, by plural (a watch can start there)."""
+    return await retry.call(
+        lambda: _load(api, cache, versions if versions is not None else {}),
+        what="initial listing",
+        attempts=attempts,
+    )
 
 
-async def _load(api: client.ApiClient, cache: Cache) -> dict[str, int]:
+async def _load(api: client.ApiClient, cache: Cache, versions: dict[str, str]) -> dict[str, int]:
     custom = client.CustomObjectsApi(api)
     counts: dict[str, int] = {}
 
     async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
         raw = await custom.list_cluster_custom_object(GROUP, VERSION, plural)
         counts[plural] = each(model, raw.get("items", []), store)
+        versions[plural] = str((raw.get("metadata") or {}).get("resourceVersion") or "")
 
     await kueue("resourceflavors", ResourceFlavor, cache.set_flavor)
     await kueue("cohorts", Cohort, cache.set_cohort)

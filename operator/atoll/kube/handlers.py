@@ -1,7 +1,11 @@
-"""kopf event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
-the scheduling loop or queue the Job for reconciliation. Only `on.event` handlers: kopf writes
-no annotation or finalizer on any object. Every handler is `async def`: kopf runs plain `def`
-handlers in worker threads, and the cache is single-threaded (the loop reads it between awaits).
+"""Watch event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
+the scheduling loop or queue the Job for reconciliation.
+
+Workloads, the busiest kind, are watched by atoll's own loops (`atoll.kube.watch`, registered
+by `register_watches`: plain functions called on the event loop); the other kinds by kopf
+(`register`). Only kopf `on.event` handlers: kopf writes no annotation or finalizer on any
+object. Every kopf handler is `async def`: kopf runs plain `def` handlers in worker threads,
+and the cache is single-threaded (the loop reads it between awaits).
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ from atoll.api.jobset import PLURAL as JOBSET_PLURAL
 from atoll.api.jobset import VERSION as JOBSET_VERSION
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
-from atoll.api.meta import KubeObject
+from atoll.api.meta import KubeObject, ObjectMeta
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
-from atoll.api.workload import Workload
+from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
+from atoll.kube.watch import Watches, object_key
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -48,8 +53,8 @@ class Wiring:
     queues_changed: Callable[[], None]
     ungater: Ungater
     pods: WorkQueue
-    seen_workload: Callable[[Mapping[str, Any]], None]
-    """The raw Workload, for the writer's next status write (no GET before it)."""
+    seen_workload: Callable[[Workload], None]
+    """The Workload as seen, for the writer's next status write (no GET before it)."""
     gone_workload: Callable[[str], None]
     owners: dict[str, WorkQueue] = field(default_factory=dict)
     """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
@@ -63,6 +68,33 @@ def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
         where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         log.warning("object not understood, ignored", kind=model.KIND, object=where, error=str(e))
         return None
+
+
+def _parse_workload(body: Mapping[str, Any], known: Workload | None) -> Workload | None:
+    """`body` as a Workload. When the cache holds the same object at the same
+    metadata.generation, its spec is unchanged (the API server bumps the generation of a
+    custom resource with a status subresource on every spec change): only the metadata and
+    the status are parsed, and the known spec is shared (most of a Workload's parsing cost
+    is its pod templates)."""
+    meta = body.get("metadata") or {}
+    if (
+        known is None
+        or meta.get("generation") is None
+        or meta.get("generation") != known.metadata.generation
+        or meta.get("uid") != known.metadata.uid
+    ):
+        return _parse(Workload, body)
+    try:
+        return known.model_copy(
+            update={
+                "api_version": body.get("apiVersion"),
+                "kind": body.get("kind"),
+                "metadata": ObjectMeta.from_dict(meta),
+                "status": WorkloadStatus.from_dict(body.get("status") or {}),
+            }
+        )
+    except ValidationError:
+        return _parse(Workload, body)  # logs what is wrong
 
 
 def _owner_job(wl: Workload) -> str | None:
@@ -145,21 +177,6 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
             w.cache.set_namespace(name, dict(body.get("metadata", {}).get("labels") or {}))
         w.wake()
 
-    @kopf.on.event(*KUEUE, "workloads", registry=registry)
-    async def _workload(type: str | None, body: kopf.Body, **_: Any) -> None:
-        wl = _parse(Workload, body)
-        if wl is None:
-            return
-        if type == "DELETED":
-            w.cache.delete_workload(wls.wl_key(wl))
-            w.gone_workload(wls.wl_key(wl))
-        else:
-            w.cache.set_workload(wl)
-            w.seen_workload(body)
-        _queue_owner(wl, w)
-        w.wake()
-        w.queues_changed()
-
     register_inventory(registry, w)
 
     @kopf.on.event("batch", "v1", "jobs", registry=registry)
@@ -189,6 +206,29 @@ def register_jobsets(registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueu
         else:
             w.cache.set_jobset(obj)
         queue.add(key)
+
+
+def register_watches(watches: Watches, w: Wiring) -> None:
+    """Register the kinds atoll watches without kopf (`atoll.kube.watch`) on `watches`."""
+
+    def workload(type: str | None, body: Mapping[str, Any]) -> None:
+        key = object_key(body)
+        if type == "DELETED":
+            wl = w.cache.workloads.get(key)
+            w.cache.delete_workload(key)
+            w.gone_workload(key)
+        else:
+            wl = _parse_workload(body, w.cache.workloads.get(key))
+            if wl is None:
+                return
+            w.cache.set_workload(wl)
+            w.seen_workload(wl)
+        if wl is not None:
+            _queue_owner(wl, w)
+        w.wake()
+        w.queues_changed()
+
+    watches.on(*KUEUE, "workloads", workload, known=lambda: list(w.cache.workloads))
 
 
 def _watch(

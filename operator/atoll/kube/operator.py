@@ -1,5 +1,6 @@
-"""`atoll run`: the operator process. kopf watches and the webhook run on every replica; the
-leader also runs the scheduling loop, the Job reconcilers and the queue status writer."""
+"""`atoll run`: the operator process. The watches (atoll's own for Workloads, kopf's for the
+other kinds) and the webhook run on every replica; the leader also runs the scheduling loop,
+the Job reconcilers and the queue status writer."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from atoll.kube import bootstrap, connection, handlers, retry, webhook
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
 from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
+from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
 from atoll.state.cache import Cache
 from atoll.state.devicequota import class_resources
@@ -176,6 +178,8 @@ class Operator:
             else None
         )
         self._kopf = self._kopf_registry()
+        self.watches = Watches()
+        handlers.register_watches(self.watches, self._wiring)
         self.elector = self._elector() if opts.leader_elect else None
 
     def _elector(self) -> LeaderElector:
@@ -411,7 +415,10 @@ class Operator:
         """Wait for the API server, set up the webhook's certificate, list everything."""
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
-        counts = await bootstrap.load(self.api, self.cache)
+        versions: dict[str, str] = {}
+        counts = await bootstrap.load(self.api, self.cache, versions=versions)
+        for plural, version in versions.items():
+            self.watches.start_at(bootstrap.GROUP, bootstrap.VERSION, plural, version)
         await self._watch_kinds()
         log.info("initial sync done", **counts)
         self.synced.set()
@@ -440,6 +447,7 @@ class Operator:
                 standalone=True,
                 stop_flag=stop,
             ),
+            self.watches.run(self.api),
             self._keep_webhook(),
         ]
         elector = self.elector

@@ -1,8 +1,10 @@
 """The ports of `atoll.control.ports`, implemented with kubernetes_asyncio.
 
-Workload status is written with a read-modify-write on the status subresource (PUT with the
-read resourceVersion, so a concurrent change is a 409 and the mutation is re-applied to the
-fresh object); fields of the status that atoll does not model are carried over untouched.
+Workload status is written with a read-modify-write on the status subresource: a JSON merge
+patch of what changed in the fields atoll models, carrying the resourceVersion the change was
+computed from (a concurrent change is a 409 and the mutation is re-applied to the fresh
+object); fields of the status that atoll does not model are left untouched. The base of a
+write is the parsed Workload last seen on the watch or in a response: no raw body is kept.
 Jobs are changed with JSON merge patches carrying the resourceVersion they were computed from.
 """
 
@@ -24,11 +26,12 @@ from atoll.api import labels as keys
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
-from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
+from atoll.api.workload import Workload, WorkloadSpec
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, TemplateStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
 from atoll.kube.ratelimit import TokenBucket
+from atoll.kube.watch import read_ok
 
 log = structlog.get_logger("atoll.kube")
 
@@ -38,11 +41,11 @@ _RETRIES = 8
 _TRANSIENT_ATTEMPTS = 12
 """Tries of one request that fails transiently (about a minute with `retry.DEFAULT`); then
 the caller's work queue takes over with its own backoff."""
-_REMEMBERED = 20_000
-"""Workloads whose last seen version the writer keeps as the base of its next write."""
+_REMEMBERED = 200_000
+"""Workloads whose last seen version the writer keeps as the base of its next write (the
+parsed Workloads the cache holds too: a reference each)."""
 _EVENT_QUEUE = 1000
 _EVENT_ATTEMPTS = 5
-_STATUS_FIELDS = {f.alias or name for name, f in WorkloadStatus.model_fields.items()}
 T = TypeVar("T")
 
 
@@ -66,6 +69,27 @@ def _set_or_drop(obj: dict[str, Any], field: str, value: Any) -> None:
         obj[field] = value
     else:
         obj.pop(field, None)
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: changed keys, maps
+    recursively, lists whole, and None for keys `new` lacks."""
+    patch: dict[str, Any] = {}
+    for k, v in new.items():
+        o = old.get(k)
+        if o == v:
+            continue
+        patch[k] = merge_patch(o, v) if isinstance(o, dict) and isinstance(v, dict) else v
+    for k in old:
+        if k not in new:
+            patch[k] = None
+    return patch
+
+
+def _newer_or_same(seen: str | None, known: str | None) -> bool:
+    if not seen or not known or not seen.isdigit() or not known.isdigit():
+        return True
+    return int(seen) >= int(known)
 
 
 def _removed(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +118,7 @@ class KubeWriter:
         self.limiter = limiter
         self.component = component
         self.on_request = on_request
-        self._last: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._last: OrderedDict[str, Workload] = OrderedDict()
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
 
@@ -126,6 +150,7 @@ class KubeWriter:
 
     # -- Workloads ------------------------------------------------------------------------
     async def _get_workload(self, key: str) -> dict[str, Any]:
+        """The raw Workload (a GET); its parsed form becomes the base of the next write."""
         ns, name = _split(key)
         try:
             raw: dict[str, Any] = await self._call(
@@ -138,24 +163,28 @@ class KubeWriter:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
-        self._remember(key, raw)
         return raw
 
-    def observe_workload(self, raw: Mapping[str, Any]) -> None:
+    async def _read_workload(self, key: str) -> Workload:
+        wl = Workload.from_dict(await self._get_workload(key))
+        self._remember(key, wl)
+        return wl
+
+    def observe_workload(self, wl: Workload) -> None:
         """A Workload seen on the watch: the base of the next status write, when newer."""
-        meta = raw.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        known = (self._last.get(key) or {}).get("metadata", {}).get("resourceVersion", "")
-        seen = str(meta.get("resourceVersion", ""))
-        if known.isdigit() and seen.isdigit() and int(seen) < int(known):
+        key = f"{wl.namespace or ''}/{wl.name}"
+        known = self._last.get(key)
+        if known is not None and not _newer_or_same(
+            wl.metadata.resource_version, known.metadata.resource_version
+        ):
             return
-        self._remember(key, dict(raw))
+        self._remember(key, wl)
 
     def forget_workload(self, key: str) -> None:
         self._last.pop(key, None)
 
-    def _remember(self, key: str, raw: dict[str, Any]) -> None:
-        self._last[key] = raw
+    def _remember(self, key: str, wl: Workload) -> None:
+        self._last[key] = wl
         self._last.move_to_end(key)
         while len(self._last) > _REMEMBERED:
             self._last.popitem(last=False)
@@ -173,41 +202,56 @@ class KubeWriter:
             if e.status != 409:
                 raise
             raw = await self._get_workload(f"{ns}/{wl.name}")
-        self._remember(f"{ns}/{wl.name}", raw)
-        return Workload.from_dict(raw)
+        created = Workload.from_dict(raw)
+        self._remember(f"{ns}/{wl.name}", created)
+        return created
 
     async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
-        """Read-modify-write of the status. The last version this writer read or wrote is the
-        first base (no GET per write); a 409 means it is stale: read the object and retry."""
+        """Read-modify-write of the status. The last version this writer saw or wrote is the
+        first base (no GET per write); a 409 means it is stale: read the object and retry.
+        The written Workload is the base with the new status and resourceVersion (the
+        response is decoded for its resourceVersion only; the watch brings the object)."""
         ns, name = _split(key)
-        raw = self._last.get(key)
+        wl = self._last.get(key)
         for _ in range(_RETRIES):
-            if raw is None:
-                raw = await self._get_workload(key)
-            status = mutate(Workload.from_dict(raw))
+            if wl is None:
+                wl = await self._read_workload(key)
+            status = mutate(wl)
             if status is None:
                 return None
-            old_status = raw.get("status") or {}
-            kept = {k: v for k, v in old_status.items() if k not in _STATUS_FIELDS}
-            body = dict(raw, status=kept | status.to_dict())
+            new = status.to_dict()
+            old = wl.status.to_dict() if wl.status is not None else {}
+            body = {
+                "metadata": {"resourceVersion": wl.metadata.resource_version},
+                "status": merge_patch(old, new),
+            }
             try:
-                written: dict[str, Any] = await self._call(
-                    "update",
-                    lambda body=body: self.custom.replace_namespaced_custom_object_status(  # type: ignore[misc]
-                        GROUP, VERSION, ns, "workloads", name, body
-                    ),
+                version = await self._call(
+                    "patch",
+                    lambda body=body: self._patch_status(ns, name, body),  # type: ignore[misc]
                 )
             except ApiError as e:
                 self._last.pop(key, None)
                 if e.status == 409:
-                    raw = None
+                    wl = None
                     continue
                 if e.status == 404:
                     raise NotFoundError(key) from e
                 raise
+            meta = wl.metadata.model_copy(update={"resource_version": version})
+            written = wl.model_copy(update={"metadata": meta, "status": status})
             self._remember(key, written)
-            return Workload.from_dict(written)
+            return written
         raise RuntimeError(f"workload {key}: status write kept conflicting")
+
+    async def _patch_status(self, ns: str, name: str, body: dict[str, Any]) -> str | None:
+        """A merge patch of a Workload's status; the written resourceVersion."""
+        resp = await self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE, _preload_content=False
+        )
+        written = json.loads(await read_ok(resp))
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
 
     async def update_workload_spec(self, key: str, spec: WorkloadSpec) -> Workload:
         nulls = {f.alias or n: None for n, f in WorkloadSpec.model_fields.items()}
@@ -221,8 +265,9 @@ class KubeWriter:
                 if e.status != 409:
                     raise
                 continue
-            self._remember(key, written)
-            return Workload.from_dict(written)
+            updated = Workload.from_dict(written)
+            self._remember(key, updated)
+            return updated
         raise RuntimeError(f"workload {key}: spec update kept conflicting")
 
     async def _patch_workload(self, key: str, body: dict[str, Any]) -> dict[str, Any]:

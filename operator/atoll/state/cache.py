@@ -49,6 +49,15 @@ ISLAND_ATTRIBUTE = "gpu.atoll.dev/island"
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
 
 
+def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
+    """(kind, `namespace/name`) of each owner of `wl`."""
+    if wl is None:
+        return ()
+    return tuple(
+        (ref.kind, wls.key_of(wl.namespace, ref.name)) for ref in wl.metadata.owner_references or ()
+    )
+
+
 def _older(new: str | None, current: str | None) -> bool:
     """Whether `new` is an older resourceVersion than `current`. Kubernetes' versions are
     opaque, but etcd-backed servers issue increasing integers; anything else is not older."""
@@ -117,6 +126,9 @@ class Cache:
     """`Evicted=True` in the status of each holding Workload version."""
     _admissions: dict[str, m.Admission | None] = field(default_factory=dict)
     """`status.admission` of each Workload in engine form, converted once per version."""
+    _owned: dict[tuple[str, str], dict[str, None]] = field(default_factory=dict)
+    """(owner kind, owner `namespace/name`) → keys of the Workloads that reference it, in the
+    order they entered the cache (`workloads_of_job` without a scan of every Workload)."""
     _e_flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
     _e_cohorts: dict[str, m.Cohort] = field(default_factory=dict)
@@ -207,6 +219,7 @@ class Cache:
             return
         self.workloads[key] = wl
         self._index(key, wl)
+        self._index_owners(key, old, wl)
         self._forget_engine_form(key)
         self._admissions.pop(key, None)
         if wls.has_quota(wl):
@@ -247,8 +260,22 @@ class Cache:
         else:
             self._waiting.pop(key, None)
 
+    def _index_owners(self, key: str, old: Workload | None, new: Workload | None) -> None:
+        before, after = _owners(old), _owners(new)
+        if before == after:
+            return
+        for owner in before:
+            keys = self._owned.get(owner)
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del self._owned[owner]
+        for owner in after:
+            self._owned.setdefault(owner, {})[key] = None
+
     def delete_workload(self, key: str) -> None:
         old = self.workloads.pop(key, None)
+        self._index_owners(key, old, None)
         self._holding.pop(key, None)
         self._waiting.pop(key, None)
         self._forget_engine_form(key)
@@ -312,11 +339,10 @@ class Cache:
     ) -> list[Workload]:
         """Workloads whose controller owner is the `kind` `namespace/name` (and uid, if
         given)."""
-        ns, _, name = job_key.partition("/")
+        _, _, name = job_key.partition("/")
         out = []
-        for wl in self.workloads.values():
-            if wl.namespace != ns:
-                continue
+        for key in self._owned.get((kind, job_key), ()):
+            wl = self.workloads[key]
             for ref in wl.metadata.owner_references or ():
                 if (
                     ref.kind == kind
