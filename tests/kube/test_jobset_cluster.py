@@ -135,8 +135,9 @@ def test_a_jobset_is_admitted_whole_and_a_second_waits_whole_with_the_numbers(
     cq = _queue(cluster, namespace, gpus=40)
     out = create(cluster, jobset("first", namespace), jobset("second", namespace))
     assert out.returncode == 0
-    for name in ("first", "second"):
-        assert _get_jobset(cluster, namespace, name)["spec"]["suspend"] is True  # the webhook
+    # The webhook suspends both at creation (the first may already be admitted and started
+    # again by now, so its pods are checked against its admission time below).
+    assert _get_jobset(cluster, namespace, "second")["spec"]["suspend"] is True
     cluster.wait_for(
         "the first JobSet's Workload to be Admitted",
         lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
@@ -156,6 +157,11 @@ def test_a_jobset_is_admitted_whole_and_a_second_waits_whole_with_the_numbers(
         ),
     )
     pods = pods_of(cluster, namespace, "first")
+    admitted_at = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]
+    early = [
+        p["metadata"]["name"] for p in pods if p["metadata"]["creationTimestamp"] < admitted_at
+    ]
+    assert early == [], f"pods created before the admission at {admitted_at}: {early}"
     assert {p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods} == {
         "leader",
         "workers",
