@@ -10,7 +10,10 @@ from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.control import jobframework as jf
+from atoll.control.integrations import Integration
+from atoll.control.jobs import JobController, JobSettings
 from atoll.state.cache import Cache
+from tests.control.fakes import FakeCluster
 
 GPU = "nvidia.com/gpu"
 
@@ -78,3 +81,16 @@ def workload_for(j: Job, *, priority: int = 0, created: str = "2026-12-01T00:00:
     raw = jf.build_workload(j, jf.Priority(priority, None)).to_dict()
     raw["metadata"] |= {"creationTimestamp": created, "uid": f"wl-{j.name}", "resourceVersion": "1"}
     return Workload.from_dict(raw)
+
+
+def controller_for(integration: Integration[Any], fake: FakeCluster, *, gpus: int) -> JobController:
+    """The reconciler of `integration`'s kind on a cache with one queue of `gpus` GPUs,
+    writing Workloads to `fake`."""
+    return JobController(
+        cache_with_queue(gpus=gpus),
+        fake,
+        None,
+        fake.emit,
+        settings=JobSettings(),
+        integration=integration,
+    )

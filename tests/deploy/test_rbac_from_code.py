@@ -69,6 +69,8 @@ IMPLIED: dict[Grant, str] = {
     "blockOwnerDeletion (jobframework.build_workload)",
     ("jobset.x-k8s.io", "jobsets/finalizers", "update"): "Workloads are owned by their "
     "JobSet with blockOwnerDeletion (jobframework.owned_workload)",
+    ("", "pods/finalizers", "update"): "a single pod's Workload is owned by the pod with "
+    "blockOwnerDeletion (podgroups.build_workload)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf follows served kinds",
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"): "kopf follows served kinds",
 }
@@ -93,6 +95,7 @@ def _watched() -> set[Grant]:
     handlers.register_jobsets(registry, wiring, WorkQueue("jobsets"))  # every integration
     webhook.register(registry, lambda _job: True, all_jobs=False)
     webhook.register_jobsets(registry, lambda _js: True)
+    webhook.register_pods(registry, lambda _pod: True)
     watches = Watches()
     handlers.register_watches(watches, wiring)
     grants = {

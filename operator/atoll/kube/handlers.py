@@ -25,6 +25,7 @@ from atoll.api.jobset import GROUP as JOBSET_GROUP
 from atoll.api.jobset import PLURAL as JOBSET_PLURAL
 from atoll.api.jobset import VERSION as JOBSET_VERSION
 from atoll.api.jobset import JobSet
+from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject, ObjectMeta
 from atoll.api.priority import WorkloadPriorityClass
@@ -58,6 +59,8 @@ class Wiring:
     gone_workload: Callable[[str], None]
     owners: dict[str, WorkQueue] = field(default_factory=dict)
     """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
+    group_pod: Callable[[Pod, bool], None] | None = None
+    """Sees every pod (and whether it was deleted): the plain-pod integration's hook."""
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -113,6 +116,9 @@ def _queue_owner(wl: Workload, w: Wiring) -> None:
         queue = w.owners.get(ref.kind)
         if queue is not None and ref.controller:
             queue.add(wls.key_of(wl.namespace, ref.name))
+    pods = w.owners.get("Pod")
+    if pods is not None and (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD) == "true":
+        pods.add(wls.key_of(wl.namespace, wl.name))  # a pod group's Workload: its group
 
 
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
@@ -320,6 +326,8 @@ def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         w.wake()
 
     def pod_seen(pod: Pod, deleted: bool) -> None:
+        if w.group_pod is not None:
+            w.group_pod(pod, deleted)
         key = w.ungater.observe(pod, deleted=deleted)
         if key is not None:
             w.pods.add(key)

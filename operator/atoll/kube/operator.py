@@ -25,7 +25,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from atoll import __version__
 from atoll.api.configuration import Configuration
-from atoll.control import integrations
+from atoll.api.core import Pod
+from atoll.api.labels import MANAGED_LABEL
+from atoll.control import integrations, podgroups
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -219,6 +221,7 @@ class Operator:
             seen_workload=self.writer.observe_workload,
             gone_workload=self.writer.forget_workload,
             owners={kind: queue for kind, (_, queue) in self.kinds.items()},
+            group_pod=self._group_pod if "Pod" in self.kinds else None,
         )
         handlers.register(registry, self._wiring)
         if self.opts.webhook != "off":
@@ -229,6 +232,8 @@ class Operator:
             )
             if "JobSet" in self.kinds:
                 webhook.register_jobsets(registry, self.kinds["JobSet"][0].manages)
+            if "Pod" in self.kinds:
+                webhook.register_pods(registry, self.kinds["Pod"][0].manages)
 
         @kopf.on.login(registry=registry)
         def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -318,7 +323,7 @@ class Operator:
         for key in list(self.cache.jobs):
             self.job_queue.add(key)
         for ctl, queue in self.kinds.values():
-            for key in list(ctl.kind.objects(self.cache)):
+            for key in ctl.kind.keys(self.cache):
                 queue.add(key)
         for key in list(self.ungater.gated):
             self.pod_queue.add(key)
@@ -394,6 +399,18 @@ class Operator:
         await webhook.patch_ca_bundle(
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
         )
+
+    def _group_pod(self, pod: Pod, deleted: bool) -> None:
+        """A pod of the plain-pod integration (labelled managed by the webhook) changed: keep
+        its group in the cache and reconcile the group."""
+        if (pod.metadata.labels or {}).get(MANAGED_LABEL) != "true":
+            return
+        key = podgroups.group_key(pod)
+        if deleted:
+            self.cache.delete_group_pod(key, pod.name)
+        else:
+            self.cache.set_group_pod(key, pod)
+        self.kinds["Pod"][1].add(key)
 
     async def _watch_kinds(self) -> None:
         """Watch each enabled kind whose CRD the cluster serves; an integration whose CRD is
