@@ -181,3 +181,21 @@ def test_what_each_flavor_lacks() -> None:
         "rf": "on flavor rf it lacks 2 more nvidia.com/gpu (needs 3, free 1)",
         "spot": "on flavor spot it lacks 1 more nvidia.com/gpu (needs 3, free 2)",
     }
+
+
+def test_explain_shows_the_reservation_of_a_backfill_queue_head() -> None:
+    cache = b.cache_with_queue(gpus=8)
+    cq = b.cluster_queue(gpus=8)
+    meta = cq.metadata.model_copy(update={"annotations": {"atoll.dev/backfill": "true"}})
+    cache.set_cluster_queue(cq.model_copy(update={"metadata": meta}))
+    _running(cache, "busy", 6, "5m")
+    key = _submit(cache, _job("big", pods=8, run="1h"), created="2026-12-01T00:05:00Z")
+    ex = explain(cache, key, NOW)
+    assert ex.reservation is not None
+    assert ex.reservation.start == NOW + 300  # the running Job's run-duration hint
+    assert "reservation: reserved 8 nvidia.com/gpu in rf from 00:15Z, in 5m" in ex.describe()
+    assert ex.to_json()["reservation"]["start"] == NOW + 300
+    plain = b.cache_with_queue(gpus=8)
+    _running(plain, "busy", 6, "5m")
+    key = _submit(plain, _job("big", pods=8, run="1h"), created="2026-12-01T00:05:00Z")
+    assert explain(plain, key, NOW).reservation is None

@@ -6,16 +6,19 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from atoll.api.localqueue import LocalQueue
 from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.admission import without_reservation
+from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
 from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 
 NOW = 1_796_000_000.0
+BACKFILL = {"atoll.dev/backfill": "true"}
 
 
 def _setup(gpus: int = 8, **cq: object) -> tuple[Scheduler, FakeCluster]:
@@ -216,3 +219,48 @@ async def test_untrusted_admissions_read_at_start_are_evicted_with_a_warning(
     assert not wls.is_evicted(fake.workloads[honest])
     ((where, _, _),) = [e for e in fake.events if e[1] == reason]
     assert where == f"Workload/{other}"
+
+
+async def test_backfill_reservation_is_told_evented_and_measured() -> None:
+    """A backfill queue: the 8-GPU head waits behind a 6-GPU Job that ends for sure in
+    10 min; a 2-GPU Job without a limit would hold GPUs the head needs then: refused."""
+    registry = CollectorRegistry()
+    cache = cache_with_queue(8)
+    cq = cluster_queue(gpus=8)
+    cache.set_cluster_queue(
+        cq.model_copy(update={"metadata": cq.metadata.model_copy(update={"annotations": BACKFILL})})
+    )
+    fake = FakeCluster()
+    sched = Scheduler(
+        cache=cache, store=fake, emit=fake.emit, clock=lambda: NOW, metrics=Metrics(registry)
+    )
+    running = job("running", pods=6)
+    labels = {**(running.metadata.labels or {}), "kueue.x-k8s.io/max-exec-time-seconds": "600"}
+    running = running.model_copy(
+        update={"metadata": running.metadata.model_copy(update={"labels": labels})}
+    )
+    cache.set_job(running)
+    created = await fake.create_workload(workload_for(running))
+    cache.set_workload(created)
+    assert (await sched.run_once()).admitted == 1
+    big = await _add(sched, fake, "big", pods=8)
+    small = await _add(sched, fake, "small", pods=2)
+    for _ in range(3):
+        await sched.run_once()
+    cond = wls.condition(fake.workloads[big], wls.QUOTA_RESERVED)
+    assert cond is not None
+    assert "reserved 8 nvidia.com/gpu in rf from " in cond.message
+    assert ", in 10m" in cond.message
+    refused = wls.condition(fake.workloads[small], wls.QUOTA_RESERVED)
+    assert refused is not None
+    assert "reserved for ns/" in refused.message
+    assert "no guaranteed end" in refused.message
+    made = [e for e in fake.events if e[1] == "ReservationMade"]
+    assert len(made) == 1
+    assert made[0][0].endswith(big.split("/")[1])
+    labels_cq = {"cluster_queue": "cq", "flavor": "rf", "resource": "nvidia.com/gpu"}
+    assert registry.get_sample_value("atoll_backfill_reserved_quota", labels_cq) == 8
+    start = registry.get_sample_value(
+        "atoll_backfill_reservation_start_seconds", {"cluster_queue": "cq"}
+    )
+    assert start == NOW + 600 + 15

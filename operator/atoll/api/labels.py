@@ -38,6 +38,15 @@ RUN_DURATION_ANNOTATION: Final = "atoll.dev/run-duration"
 """atoll's: how long a Job runs once its pods run (a Go duration). The sandbox's fake nodes
 complete pods after it, `atoll simulate` runs Jobs for it, `atoll explain` estimates with it."""
 
+BACKFILL_ANNOTATION: Final = "atoll.dev/backfill"
+"""atoll's, on a ClusterQueue: `"true"` turns on reservation and backfill for it."""
+BACKFILL_GRACE_ANNOTATION: Final = "atoll.dev/backfill-grace"
+"""atoll's, on a ClusterQueue: added to a guaranteed end (a Go duration, default 15s)."""
+BACKFILL_MIN_WAIT_ANNOTATION: Final = "atoll.dev/backfill-min-wait"
+"""atoll's, on a ClusterQueue: the head takes a reservation after waiting this long."""
+BACKFILL_MAX_HOLD_ANNOTATION: Final = "atoll.dev/backfill-max-hold"
+"""atoll's, on a ClusterQueue: how long one workload may hold a reservation."""
+
 RESOURCE_IN_USE_FINALIZER: Final = "kueue.x-k8s.io/resource-in-use"
 DEFAULT_LOCAL_QUEUE: Final = "default"
 DEFAULT_PRIORITY_CLASS: Final = "default"

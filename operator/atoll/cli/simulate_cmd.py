@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from atoll.api.configuration import ConfigurationError
 from atoll.api.core import Job
@@ -22,6 +23,7 @@ from atoll.control.jobframework import ComposeError
 from atoll.kube.connection import KubeconfigError
 from atoll.kube.live import ClusterReadError
 from atoll.sandbox import shapes
+from atoll.sim import policies
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.greedy import GreedySimulator
 from atoll.sim.render import print_report
@@ -126,6 +128,10 @@ def _simulate(args: argparse.Namespace) -> int:
     for warning in scn.warnings:
         complain("simulate", f"warning: {warning}")
     err = Console(stderr=True)
+    if args.compare_policies:
+        if args.compare:
+            return complain("simulate", "give --compare or --compare-policies, not both")
+        return _compare_policies(scn, until, out, as_json_output=args.json, console=err)
     results = run_all(scn, compare=args.compare, until=until, console=err)
     doc = as_json(scn, results)
     if out is not None:
@@ -143,6 +149,66 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print_report(results, Console())
     return 0
+
+
+def _compare_policies(
+    scn: Scenario, until: float | None, out: Path | None, *, as_json_output: bool, console: Console
+) -> int:
+    """`--compare-policies`: the scenario as BestEffortFIFO, StrictFIFO and Backfill."""
+    bars: list[Progress] = []
+
+    def progress(policy: str) -> Callable[[int, int, float], None]:
+        for done in bars:
+            done.stop()
+        bar, update = _progress(console, policy)
+        bar.start()
+        bars.append(bar)
+        return update
+
+    try:
+        results = policies.run_policies(scn, until, progress)
+    finally:
+        for bar in bars:
+            bar.stop()
+    doc = policies.as_json(scn, results)
+    if out is not None:
+        from atoll.sim.plots import write_policy_plots  # noqa: PLC0415 (see _simulate)
+
+        big = doc["policies"]["Backfill"]["bigGpus"]
+        for path in write_policy_plots(results, big, out):
+            console.print(f"wrote {path}")
+        (out / "policies.json").write_text(json.dumps(doc, indent=1))
+        console.print(f"wrote {out / 'policies.json'}")
+    if as_json_output:
+        json.dump(doc, sys.stdout)
+        print()
+    else:
+        print_policies(doc, Console())
+    return 0
+
+
+def print_policies(doc: Mapping[str, Any], console: Console) -> None:
+    big = doc["policies"]["Backfill"]["bigGpus"]
+    table = Table(title=f"{doc['scenario']}: queueing policies (waits: arrival to admission)")
+    for col in (
+        "policy",
+        "small p50",
+        "small p99",
+        f"{big}+ GPUs p50",
+        f"{big}+ GPUs p99",
+        f"{big}+ GPUs max",
+        "never admitted",
+        "GPU utilisation",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for row in policies.rows(doc):
+        table.add_row(*row)
+    console.print(table)
+    window = doc["policies"]["Backfill"]["window"]
+    console.print(f"utilisation over [0, {window / 60:.0f}m] (until the last arrival)")
+    for name, goal in doc["goals"].items():
+        mark = "met" if goal["met"] else "NOT met"
+        console.print(f"  Backfill {name}: {goal['value']} (bound {goal['bound']}): {mark}")
 
 
 def _live_what_if(job: Job, args: argparse.Namespace) -> JobWhatIf | int:
@@ -224,6 +290,13 @@ def register(sub: Any) -> None:
         "--compare",
         action="store_true",
         help="also run pod-by-pod greedy placement (kube-scheduler alone) and compare",
+    )
+    p.add_argument(
+        "--compare-policies",
+        action="store_true",
+        help="run the scenario with every ClusterQueue BestEffortFIFO, StrictFIFO, and "
+        "BestEffortFIFO with reservation and backfill (atoll.dev/backfill), and compare "
+        "the waits by Job size and the GPU utilisation",
     )
     p.add_argument(
         "--out", metavar="DIR", help="write PNG plots and results.json here (created if missing)"

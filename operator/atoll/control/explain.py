@@ -31,8 +31,10 @@ from atoll.api.workload import Workload
 from atoll.control.admission import without_reservation
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.engine.backfill import Reservation
 from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.ordering import select_heads
+from atoll.state import reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import admission_of
@@ -81,6 +83,8 @@ class Explanation:
     counterfactuals: tuple[Counterfactual, ...] = ()
     estimate: Estimate | None = None
     now: float = 0.0
+    reservation: Reservation | None = None
+    """The quota reserved for it in a backfill ClusterQueue (`atoll.dev/backfill`)."""
 
     def describe(self) -> str:
         lines = [f"Workload {self.workload}" + (f" (Job {self.job})" if self.job else "")]
@@ -100,6 +104,8 @@ class Explanation:
             lines.append(f"  {where}: {describe(self.decision)}")
         for cf in self.counterfactuals:
             lines.append(f"  {cf.text}")
+        if self.reservation is not None:
+            lines.append(f"  reservation: {reserving.brief(self.reservation, self.now)}")
         if self.estimate is not None:
             lines.append(f"  start estimate: {self._estimate_text(self.estimate)}")
         return "\n".join(lines)
@@ -136,6 +142,16 @@ class Explanation:
                 "at": est.at,
                 "inSeconds": None if est.at is None else max(0.0, est.at - self.now),
                 "note": est.note,
+            },
+            "reservation": None
+            if self.reservation is None
+            else {
+                "start": self.reservation.start,
+                "certain": self.reservation.certain,
+                "usage": [
+                    {"flavor": f, "resource": r, "amount": v}
+                    for (f, r), v in self.reservation.usage
+                ],
             },
         }
 
@@ -613,6 +629,7 @@ def explain(
         is_head=answer.decision is not None,
         counterfactuals=tuple(cfs),
         estimate=estimate_start(cache, key, now, fair_sharing, rt),
+        reservation=reserving.reservation_of(cache, key, now, fair_sharing),
     )
 
 

@@ -450,13 +450,45 @@ class Metrics:
             (),
             None,
         )
+        self._backfill_reserved = _GaugeFamily(
+            "atoll_backfill_reserved_quota",
+            "Quota reserved for the waiting head of a backfill ClusterQueue "
+            "(atoll.dev/backfill), by flavor and resource (cpu in cores).",
+            ("cluster_queue", "flavor", "resource"),
+            None,
+        )
+        self._backfill_start = _GaugeFamily(
+            "atoll_backfill_reservation_start_seconds",
+            "When the reservation of a backfill ClusterQueue starts (Unix time).",
+            ("cluster_queue",),
+            None,
+        )
+        self._backfilled = Counter(
+            "atoll_backfill_admissions_total",
+            "Workloads admitted while a reservation of their cohort tree was in force "
+            "(backfilled: ending before it starts, or using what it does not need).",
+            ("cluster_queue",),
+            registry=self._registry,
+        )
+        self._slips = Counter(
+            "atoll_backfill_reservation_slips_total",
+            "Reservations whose start moved later (a run-duration hint was exceeded).",
+            ("cluster_queue",),
+            registry=self._registry,
+        )
         self._leader = _GaugeFamily(
             "atoll_leader", "1 when this replica holds the leader lease, else 0.", (), None
         )
         self._info = _GaugeFamily(
             "atoll_build_info", "Value 1, labelled with atoll's version.", ("version",), None
         )
-        for family in (self._partial_gangs, self._leader, self._info):
+        for family in (
+            self._partial_gangs,
+            self._leader,
+            self._info,
+            self._backfill_reserved,
+            self._backfill_start,
+        ):
             self._registry.register(family)
         self._info.set((version,), 1)
         self._leader.set((), 1 if self._role is ReplicaRole.LEADER else 0)
@@ -651,6 +683,25 @@ class Metrics:
                 local_queue.namespace,
                 priority_class,
             )
+
+    # ------------------------------------------------------------------ backfill
+
+    def set_reservations(
+        self, reservations: Iterable[tuple[str, float, Iterable[tuple[str, str, float]]]]
+    ) -> None:
+        """The reservations in force: (cluster queue, start, (flavor, resource, amount))."""
+        for family in (self._backfill_reserved, self._backfill_start):
+            family.remove_where()
+        for cq, start, usage in reservations:
+            self._backfill_start.set((cq,), start)
+            for flavor, resource, amount in usage:
+                self._backfill_reserved.set((cq, flavor, resource), amount)
+
+    def backfilled(self, cluster_queue: str) -> None:
+        self._backfilled.labels(cluster_queue).inc()
+
+    def reservation_slipped(self, cluster_queue: str) -> None:
+        self._slips.labels(cluster_queue).inc()
 
     # ------------------------------------------------------------------ ClusterQueue gauges
 

@@ -27,6 +27,7 @@ from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
 from atoll.state.placing import assignments
+from atoll.state.reserving import Change
 
 log = structlog.get_logger("atoll.scheduler")
 
@@ -160,6 +161,7 @@ class Scheduler:
                 case d.Pending():
                     result.pending += 1
                     writes.append(self._pending(dec, now, result))
+        writes.extend(self._reservations())
         if writes:
             await asyncio.gather(*writes)
         if self.metrics is not None and decisions:
@@ -277,6 +279,38 @@ class Scheduler:
             self.cache.set_workload(written)
             log.info("workload preempted", workload=key, reason=message)
             await self.emit(workload_ref(written), "Normal", "Preempted", message)
+
+    def _reservations(self) -> list[Awaitable[object]]:
+        """Events for the reservations made or slid in the last step (backfill queues),
+        and their metrics."""
+        book = self._decider().book
+        events: list[Awaitable[object]] = []
+        for ev in book.events:
+            r = ev.reservation
+            wl = self.cache.workloads.get(str(r.workload))
+            if wl is not None:
+                events.append(self.emit(workload_ref(wl), "Normal", ev.change.value, ev.message))
+            if self.metrics is not None and ev.change is Change.SLID:
+                self.metrics.reservation_slipped(str(r.cluster_queue))
+        if self.metrics is not None:
+            for key in book.last_backfilled:
+                self.metrics.backfilled(self._backfilled_queue(key))
+            self.metrics.set_reservations(
+                (
+                    str(r.cluster_queue),
+                    r.start,
+                    [
+                        (str(f), str(res), v / 1000 if res == "cpu" else float(v))
+                        for (f, res), v in r.usage
+                    ],
+                )
+                for r in book.current.values()
+            )
+        return events
+
+    def _backfilled_queue(self, key: str) -> str:
+        adm = self.cache.assumed.get(key)
+        return str(adm.cluster_queue) if adm is not None else ""
 
     async def _pending(self, dec: d.Pending, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)

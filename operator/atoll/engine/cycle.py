@@ -14,9 +14,10 @@ evicted per pod.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from atoll.engine.backfill import Guard, Reservation
 from atoll.engine.decisions import (
     Admit,
     Decision,
@@ -245,8 +246,14 @@ def _go(e: Entry) -> Admit | Preempt:
     )
 
 
-def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) -> Decision:
-    """Kueue's processEntry: the decision for one nominated head, given earlier ones."""
+def process(
+    ov: UsageOverlay,
+    e: Entry,
+    preempted: dict[WorkloadKey, Target],
+    guard: Guard | None = None,
+) -> Decision:
+    """Kueue's processEntry: the decision for one nominated head, given earlier ones; with
+    a `guard`, an admission or preemption must also keep the reservations it checks."""
     a, cq, w = e.assignment, e.cluster_queue, e.workload
     if a.mode is FitMode.NO_FIT:
         return _unassignable(e, a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR)
@@ -260,14 +267,32 @@ def process(ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target]) ->
     if not _fits_after(ov, e, preempted):
         message = "Workload no longer fits after processing another workload"
         return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
+    if guard is not None:
+        leaving = [t.workload for t in e.targets]
+        refused = guard.check(ov, w, cq=cq, node=e.node, usage=a.usage, leaving=leaving)
+        if refused is not None:
+            return refused
     preempted.update((t.workload, t) for t in e.targets)
     ov.add(e.node, a.usage)
     return _go(e)
 
 
-def run_cycle(snapshot: Snapshot, heads: Iterable[Workload]) -> tuple[Decision, ...]:
+def run_cycle(
+    snapshot: Snapshot,
+    heads: Iterable[Workload],
+    reservations: Sequence[Reservation] = (),
+    now: float = 0.0,
+    guard: Guard | None = None,
+) -> tuple[Decision, ...]:
     """Decide every head once. Decisions come in processing order, then the heads that
-    could not be considered at all (inactive queues, deactivated workloads...)."""
+    could not be considered at all (inactive queues, deactivated workloads...).
+
+    With `reservations` (`engine.backfill.reserve` at `now`), the heads of backfill queues
+    must keep them (`engine.backfill.Guard`; pass one to read what it backfilled)."""
+    if reservations and guard is None:
+        guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
+    if not reservations:
+        guard = None
     ov = UsageOverlay(snapshot)
     entries: list[Entry] = []
     rejected: list[Decision] = []
@@ -282,9 +307,9 @@ def run_cycle(snapshot: Snapshot, heads: Iterable[Workload]) -> tuple[Decision, 
     preempted: dict[WorkloadKey, Target] = {}
     if snapshot.fair_sharing is None:
         entries.sort(key=lambda e: cycle_key(e.assignment.borrowing, e.workload))
-        decisions = [process(ov, e, preempted) for e in entries]
+        decisions = [process(ov, e, preempted, guard) for e in entries]
     else:
-        decisions = [process(ov, e, preempted) for e in fair_order(ov, entries)]
+        decisions = [process(ov, e, preempted, guard) for e in fair_order(ov, entries)]
     return tuple(decisions + rejected)
 
 

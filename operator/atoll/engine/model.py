@@ -185,6 +185,20 @@ class ResourceFlavor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Backfill:
+    """atoll's reservation and backfill for one ClusterQueue (the annotation
+    `atoll.dev/backfill: "true"`; no Kueue equivalent): see `engine.backfill`."""
+
+    grace_seconds: float = 15.0
+    """Added to a guaranteed end (maximum execution time, active deadline): the time the
+    Job's pods take to stop once it is reached."""
+    min_wait_seconds: float = 0.0
+    """The head of the queue takes a reservation only once it has waited this long."""
+    max_hold_seconds: float | None = None
+    """How long one workload may hold a reservation (None: until it is admitted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterQueue:
     name: ClusterQueueName
     cohort: CohortName | None = None
@@ -199,6 +213,8 @@ class ClusterQueue:
     inactive_reason: str | None = None
     """Set by the caller when the ClusterQueue is inactive for a reason the engine can't see
     (missing admission check, terminating); missing flavors and stop policies are detected."""
+    backfill: Backfill | None = None
+    """Reservation and backfill on (atoll's own); None: exactly Kueue's behaviour."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +272,11 @@ class Workload:
     yet: it stays at the head, ahead of the workloads it was picked over (Kueue's sticky
     preemptor), and goes first in its cycle (`ordering.cycle_key`), so that the quota its
     victims free is not handed back to them nor taken by another queue's head."""
+    run_limit: float | None = None
+    """Seconds it can run at most once admitted, guaranteed by something that stops it
+    (`maximumExecutionTimeSeconds`, the Job's `activeDeadlineSeconds`): the smallest."""
+    run_hint: float | None = None
+    """Seconds it is expected to run (`atoll.dev/run-duration`): an estimate, not a bound."""
     key: WorkloadKey = field(init=False)
 
     def __post_init__(self) -> None:

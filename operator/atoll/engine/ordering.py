@@ -21,13 +21,14 @@ def queue_key(w: Workload) -> tuple[bool, int, float, str, str]:
     return (not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
 
 
-def scheduling_class(w: Workload, *, by_time: bool) -> Hashable:
+def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> Hashable:
     """What a cycle reads from a pending workload to decide it: two workloads of one class
     in one ClusterQueue get the same decision from the same snapshot (Kueue's scheduling
     equivalence hash). Name and UID only order workloads; the queue-order time counts only
     where the ClusterQueue's LowerOrNewerEqualPriority compares it (`by_time`); a sticky
-    preemptor is a class of its own."""
-    return (
+    preemptor is a class of its own; the run bounds count only in a backfill queue
+    (`by_end`), whose reservations read them."""
+    base = (
         w.namespace,
         w.queue_name,
         w.pod_sets,
@@ -38,6 +39,7 @@ def scheduling_class(w: Workload, *, by_time: bool) -> Hashable:
         w.queued_at if by_time else None,
         w.key if w.sticky else None,
     )
+    return (*base, w.run_limit, w.run_hint) if by_end else base
 
 
 def cycle_key(borrow_level: int, w: Workload) -> tuple[bool, int, int, float, str, str]:

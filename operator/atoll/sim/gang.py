@@ -222,6 +222,7 @@ class GangSimulator:
         run = self._runs[key]
         job = run.sj.job
         value = sw.priority(job, self.cache.workload_classes, self.cache.priority_classes)
+        self.cache.set_job(job)  # its run bounds (activeDeadlineSeconds, run-duration)
         self.cache.set_workload(sw.build_workload(job, value=value, created=t))
         ew = self.cache.engine_workload(key)
         if ew is not None and ew.pod_sets:
@@ -334,6 +335,7 @@ class GangSimulator:
         self._finished += 1
         self._quiet_since = t
         self.cache.delete_workload(key)  # as if its Job were deleted after finishing
+        self.cache.delete_job(run.sj.key)
 
     def _handle(self, kind: Kind, key: str, gen: int, t: float) -> bool:
         """Apply one event; False when it is stale (nothing happened)."""

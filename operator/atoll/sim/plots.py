@@ -17,7 +17,7 @@ and legends sit below the axes so that they never hide a curve.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -194,3 +194,31 @@ def write_plots(results: Sequence[SimResult], out: Path, prefix: str = "") -> li
             _nodes(ax, r, end)
         written.append(_save(fig, out / f"{prefix}gpu-nodes.png"))
     return written
+
+
+def write_policy_plots(results: Mapping[str, SimResult], big: int, out: Path) -> list[Path]:
+    """`--compare-policies`: the big gangs' waits (arrival → admission, one point per
+    gang) and the GPUs busy over time, one line per policy; `policies.png`."""
+    fig, (waits_ax, busy_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for policy, r in results.items():
+        gangs = [j for j in r.jobs if j.gpus >= big]
+        xs = [j.arrival / 60.0 for j in gangs]
+        ys = [((j.wait if j.wait is not None else r.end - j.arrival) / 60.0) for j in gangs]
+        waits_ax.plot(xs, ys, marker="o", linestyle="-", label=policy)
+        tl = r.timeline
+        busy = tl.series.get("busy")
+        if busy is not None:
+            times = [t / 60.0 for t in tl.times]
+            busy_ax.step(times, list(busy), where="post", label=policy, linewidth=1)
+    waits_ax.set_title(f"jobs of {big}+ GPUs: wait (arrival to admission)")
+    waits_ax.set_xlabel("arrival (minutes)")
+    waits_ax.set_ylabel("wait (minutes)")
+    _legend(waits_ax)
+    capacity = max((sum(r.gpu_capacity.values()) for r in results.values()), default=0)
+    if capacity:
+        busy_ax.axhline(capacity, color="grey", linestyle="--", linewidth=1, label="GPUs")
+    busy_ax.set_title("GPUs busy")
+    busy_ax.set_xlabel("minutes")
+    busy_ax.set_ylabel("GPUs")
+    _legend(busy_ax)
+    return [_save(fig, out / "policies.png")]

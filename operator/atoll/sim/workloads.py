@@ -74,6 +74,12 @@ def _topology_request(job: Job) -> PodSetTopologyRequest | None:
         return None
 
 
+def _max_exec_seconds(job: Job) -> int | None:
+    """Kueue's `kueue.x-k8s.io/max-exec-time-seconds` label, as the Job integration reads it."""
+    raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
+    return int(raw) if raw and raw.isdigit() and int(raw) > 0 else None
+
+
 def build_workload(job: Job, *, value: int, created: float) -> Workload:
     """The Workload of a Job created at sim time `created` (one podSet, `main`)."""
     name = job.metadata.name or ""
@@ -103,6 +109,7 @@ def build_workload(job: Job, *, value: int, created: float) -> Workload:
             ),
             queue_name=(job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL),
             priority=value,
+            maximum_execution_time_seconds=_max_exec_seconds(job),
         ),
     )
 

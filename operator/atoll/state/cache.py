@@ -159,6 +159,7 @@ class Cache:
             old is None
             or old.spec != obj.spec
             or old.metadata.deletion_timestamp != (obj.metadata.deletion_timestamp)
+            or convert.backfill(old) != convert.backfill(obj)  # atoll.dev/backfill*
         ):
             self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
             self._queues_changed()
@@ -331,6 +332,14 @@ class Cache:
     def delete_job(self, key: str) -> None:
         self.jobs.pop(key, None)
 
+    def _owner_job(self, wl: Workload) -> Job | None:
+        """The Job that owns `wl`, if cached (its run bounds are read once, with the rest of
+        the engine workload: a Job exists before its Workload and its bounds don't change)."""
+        for ref in wl.metadata.owner_references or ():
+            if ref.kind == "Job":
+                return self.jobs.get(wls.key_of(wl.namespace, ref.name))
+        return None
+
     def set_jobset(self, jobset: JobSet) -> None:
         self.jobsets[wls.key_of(jobset.namespace, jobset.name)] = jobset
 
@@ -417,6 +426,7 @@ class Cache:
             queued_at=wls.queue_order_time(wl),
             devices=devices,
             misconfigured=misconfigured,
+            job=self._owner_job(wl),
         )
         self._engine_workloads[key] = ew
         return ew
@@ -575,7 +585,8 @@ class Cache:
             e_cq.preemption.within_cluster_queue
             is m.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
         )
-        return group, queue_key(ew), scheduling_class(ew, by_time=by_time)
+        by_end = e_cq is not None and e_cq.backfill is not None
+        return group, queue_key(ew), scheduling_class(ew, by_time=by_time, by_end=by_end)
 
     def queue_park_all(self, group: str) -> None:
         """Park every workload now in queue `group` (as `park` on each of them)."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from atoll.api import clusterqueue as api_cq
+from atoll.api import labels as keys
 from atoll.api.cohort import Cohort as ApiCohort
-from atoll.api.core import PodSpec, Taint, Toleration
+from atoll.api.configuration import parse_duration
+from atoll.api.core import Job, PodSpec, Taint, Toleration
 from atoll.api.localqueue import LocalQueue as ApiLocalQueue
 from atoll.api.meta import LabelSelector as ApiSelector
 from atoll.api.quantity import Quantity
@@ -104,10 +106,71 @@ def _weight_milli(fs: api_cq.FairSharing | None) -> int:
     return fs.weight.milli
 
 
+def _seconds(ann: dict[str, str], key: str) -> float | None:
+    text = ann.get(key)
+    if text is None:
+        return None
+    try:
+        value = parse_duration(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(
+            f"metadata.annotations[{key}]: {text!r} is not a duration such as 30s or 2h"
+        )
+    return value
+
+
+def backfill(cq: api_cq.ClusterQueue) -> tuple[m.Backfill | None, str | None]:
+    """The queue's backfill settings from its `atoll.dev/backfill*` annotations, or why
+    they are invalid (the queue is then inactive, with that reason)."""
+    ann = dict(cq.metadata.annotations or {})
+    if ann.get(keys.BACKFILL_ANNOTATION, "").lower() != "true":
+        return None, None
+    try:
+        grace = _seconds(ann, keys.BACKFILL_GRACE_ANNOTATION)
+        min_wait = _seconds(ann, keys.BACKFILL_MIN_WAIT_ANNOTATION)
+        max_hold = _seconds(ann, keys.BACKFILL_MAX_HOLD_ANNOTATION)
+    except ValueError as e:
+        return None, str(e)
+    policy = m.Backfill()
+    return (
+        m.Backfill(
+            grace_seconds=policy.grace_seconds if grace is None else grace,
+            min_wait_seconds=min_wait or 0.0,
+            max_hold_seconds=max_hold,
+        ),
+        None,
+    )
+
+
+def run_bounds(wl: ApiWorkload, job: Job | None) -> tuple[float | None, float | None]:
+    """(guaranteed run limit, run-duration hint) in seconds: the smallest of the Workload's
+    `maximumExecutionTimeSeconds` and its Job's `activeDeadlineSeconds`; the Job's
+    `atoll.dev/run-duration` (on the Job or its pod template), an estimate."""
+    limits = []
+    if wl.spec.maximum_execution_time_seconds is not None:
+        limits.append(float(wl.spec.maximum_execution_time_seconds))
+    hint = None
+    if job is not None:
+        if job.spec.active_deadline_seconds is not None:
+            limits.append(float(job.spec.active_deadline_seconds))
+        tmeta = job.spec.template.metadata
+        for ann in (job.metadata.annotations, tmeta.annotations if tmeta else None):
+            text = (ann or {}).get(keys.RUN_DURATION_ANNOTATION)
+            if text and hint is None:
+                try:
+                    hint = parse_duration(text)
+                except ValueError:
+                    hint = None
+    return (min(limits) if limits else None), hint
+
+
 def cluster_queue(cq: api_cq.ClusterQueue) -> m.ClusterQueue:
     spec = cq.spec
     pre = spec.preemption
     fung = spec.flavor_fungibility
+    policy, invalid = backfill(cq)
     return m.ClusterQueue(
         name=m.ClusterQueueName(cq.name),
         cohort=m.CohortName(spec.cohort_name) if spec.cohort_name else None,
@@ -129,6 +192,8 @@ def cluster_queue(cq: api_cq.ClusterQueue) -> m.ClusterQueue:
         stop_policy=m.StopPolicy(spec.stop_policy.value),
         namespace_selector=selector(spec.namespace_selector),
         fair_weight_milli=_weight_milli(spec.fair_sharing),
+        inactive_reason=invalid,
+        backfill=policy,
     )
 
 
@@ -216,9 +281,11 @@ def workload(
     queued_at: float,
     devices: Mapping[str, Mapping[str, int]] | None = None,
     misconfigured: str | None = None,
+    job: Job | None = None,
 ) -> m.Workload:
     """The engine's workload. `devices` adds per-pod quota resources by pod set name (DRA
-    devices, atoll.state.devicequota); `misconfigured` says why it cannot be queued."""
+    devices, atoll.state.devicequota); `misconfigured` says why it cannot be queued; `job`,
+    its Job if known, gives its run bounds (`run_bounds`)."""
     pod_sets = []
     for ps in wl.spec.pod_sets:
         spec = ps.template.spec
@@ -236,6 +303,7 @@ def workload(
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
             )
         )
+    limit, hint = run_bounds(wl, job)
     return m.Workload(
         namespace=wl.namespace or "",
         name=wl.name,
@@ -247,6 +315,8 @@ def workload(
         uid=wl.metadata.uid or "",
         active=wl.spec.active,
         misconfigured=misconfigured,
+        run_limit=limit,
+        run_hint=hint,
     )
 
 

@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
+from atoll.state.reserving import ReservationBook
 
 
 def admission_of(dec: d.Admit) -> m.Admission:
@@ -66,6 +68,8 @@ class Decider:
     _told: dict[tuple[str, Hashable], tuple[d.Pending, set[str]]] = field(default_factory=dict)
     """(queue, class) → its last failure, and the workloads whose last decision it was."""
     _told_in: dict[str, tuple[str, Hashable]] = field(default_factory=dict)
+    book: ReservationBook = field(default_factory=ReservationBook)
+    """Reservations of backfill queues (`engine.backfill`), events and counters."""
 
     def __post_init__(self) -> None:
         self.checker = TopologyChecker(self.cache)
@@ -80,7 +84,13 @@ class Decider:
         skipped: list[d.Decision] = []
         heads = [w for _, w in self._skip(now, bool(drained), skipped)]
         self.checker.prune()
-        placed, retry, failed = self._cycle(snapshot, heads)
+        holders = self.book.holders(cache, snapshot, now)
+        reservations = reserve(snapshot, holders, now) if holders else ()
+        guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
+        placed, retry, failed = self._cycle(snapshot, heads, guard)
+        admitted = {dec.workload for dec in placed if isinstance(dec, d.Admit)}
+        backfilled = {k: v for k, v in guard.backfilled.items() if k in admitted}
+        placed += self.book.update(holders, reservations, backfilled, placed, now)
         decisions = (*skipped, *placed, *drained)
         self.heads = len(heads)
         progress = self._assume(decisions, retry, failed)
@@ -94,7 +104,7 @@ class Decider:
         return decisions
 
     def _cycle(
-        self, snapshot: Snapshot, heads: list[m.Workload]
+        self, snapshot: Snapshot, heads: list[m.Workload], guard: Guard
     ) -> tuple[list[d.Decision], set[str], set[str]]:
         """The engine cycle with each admitted gang placed; the workloads to try again next
         step instead of parking them; the heads the engine itself found inadmissible."""
@@ -103,7 +113,7 @@ class Decider:
         phantom = False
         retry: set[str] = set()
         failed: set[str] = set()
-        for engine_dec in run_cycle(snapshot, heads):
+        for engine_dec in run_cycle(snapshot, heads, guard.reservations, guard.now, guard):
             if phantom and isinstance(engine_dec, d.Pending):
                 # The engine counted the quota of a gang decided earlier in this cycle that
                 # placement then turned down: this one may fit after all, so it is tried

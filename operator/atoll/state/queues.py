@@ -210,6 +210,11 @@ class PendingQueues:
         q.cursor = i
         return order[i][1] if i < len(order) else None
 
+    def first(self, group: str) -> str | None:
+        """The first workload of queue `group` in queue order, parked or not."""
+        q = self.groups.get(group)
+        return q.order[0][1] if q is not None and q.order else None
+
     def classes_of(self, group: str) -> dict[Hashable, set[str]]:
         return self.groups[group].classes
 

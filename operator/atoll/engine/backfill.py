@@ -1,0 +1,272 @@
+"""Reservation and backfill for the ClusterQueues that ask for it (`ClusterQueue.backfill`).
+
+atoll's own rule; Kueue has no equivalent (it only has StrictFIFO, which idles the quota
+behind a head that does not fit, and BestEffortFIFO, under which a big gang may wait for
+ever behind a stream of small ones). The idea is Slurm's backfill scheduler:
+
+- Reservation: the first workload of a backfill queue in queue order (the holder), when it
+  does not fit now, gets the earliest time it would fit from the admitted workloads' ends:
+  each admitted workload ends at its reservation time plus its `run_limit` (guaranteed:
+  maximum execution time or active deadline, plus the queue's grace), or else plus its
+  `run_hint` (an estimate: once exceeded it is taken as ending now, so the reservation
+  slides); work with neither never ends as far as a reservation knows. The quota the holder
+  would then be assigned is reserved from that time.
+- Backfill: another workload of a backfill queue in the holder's cohort tree is admitted
+  only when, besides fitting by Kueue's rules, either its own guaranteed end (now +
+  `run_limit` + grace) comes before the reservation's start, or the holder would still fit
+  at the start with it still running (it only uses what the reservation does not need).
+
+A reservation is never charged as usage: it only refuses admissions Kueue's rules would make,
+never makes one they would refuse, so no queue ever exceeds its quota or borrowing limits
+because of it. Queues without `backfill` are never refused anything here. Pure: `now` is an
+argument, times are float seconds on the caller's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from atoll.engine.decisions import Pending, PendingReason, Requeue
+from atoll.engine.flavors import FitMode, assign_flavors
+from atoll.engine.model import (
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    FlavorResource,
+    Workload,
+    WorkloadKey,
+)
+from atoll.engine.overlay import UsageOverlay
+from atoll.engine.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Holder:
+    """A workload that may hold a reservation: the first of its backfill queue."""
+
+    workload: Workload
+    cluster_queue: ClusterQueueName
+    since: float
+    """When it first held one (the caller remembers; `now` for a new holder)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reservation:
+    workload: WorkloadKey
+    cluster_queue: ClusterQueueName
+    start: float
+    """When the holder will fit, on the caller's clock."""
+    usage: tuple[tuple[FlavorResource, int], ...]
+    """The quota reserved from `start` (what the holder would be assigned then)."""
+    certain: bool
+    """Every end the start waits for is guaranteed (no run-duration hint among them)."""
+    since: float
+    holder: Workload = field(compare=False, repr=False)
+
+
+def _grace(snapshot: Snapshot, cq: ClusterQueueName) -> float:
+    q = snapshot.cluster_queues.get(cq)
+    return q.backfill.grace_seconds if q is not None and q.backfill is not None else 0.0
+
+
+def admitted_end(a: AdmittedWorkload, now: float, grace: float) -> tuple[float, bool] | None:
+    """When an admitted workload is expected to release its quota, and whether that is
+    guaranteed; None when nothing says. One being evicted releases it now; one only
+    assumed so far (reserved later than `now`) counts from now."""
+    if a.evicted:
+        return now, True
+    began = min(a.reserved_at, now)
+    w = a.workload
+    bound = None if w.run_limit is None else began + w.run_limit + grace
+    if w.run_hint is not None:
+        hinted = max(began + w.run_hint, now)  # a hint exceeded: it may end any moment
+        if bound is None or hinted < bound:
+            return hinted, False
+    return None if bound is None else (bound, True)
+
+
+def _ends(
+    snapshot: Snapshot, root: int, now: float, grace: float
+) -> list[tuple[float, bool, WorkloadKey]]:
+    """(end, not guaranteed, key) of the admitted workloads of one cohort tree, by end."""
+    tree = snapshot.tree
+    out = []
+    for key, a in snapshot.admitted.items():
+        n = tree.cluster_queues.get(a.cluster_queue)
+        if n is None or tree.root(n) != root:
+            continue
+        end = admitted_end(a, now, grace)
+        if end is not None:
+            out.append((end[0], not end[1], key))
+    out.sort()
+    return out
+
+
+def _reserve_one(snapshot: Snapshot, ov: UsageOverlay, h: Holder, now: float) -> Reservation | None:
+    cq = snapshot.cluster_queues.get(h.cluster_queue)
+    if cq is None or cq.backfill is None or h.workload.key in snapshot.admitted:
+        return None
+    policy = cq.backfill
+    if policy.min_wait_seconds > 0 and now - h.workload.queued_at < policy.min_wait_seconds:
+        return None
+    if policy.max_hold_seconds is not None and now - h.since > policy.max_hold_seconds:
+        return None
+    n = ov.node(cq.name)
+
+    def made(start: float, certain: bool, usage: Mapping[FlavorResource, int]) -> Reservation:
+        return Reservation(
+            workload=h.workload.key,
+            cluster_queue=cq.name,
+            start=start,
+            usage=tuple(sorted(usage.items())),
+            certain=certain,
+            since=h.since,
+            holder=h.workload,
+        )
+
+    a = assign_flavors(ov, h.workload, cq)
+    if a.mode is FitMode.FIT:
+        return made(now, True, a.usage)
+    ends = _ends(snapshot, ov.tree.root(n), now, policy.grace_seconds)
+    ov.begin()
+    try:
+        certain, i = True, 0
+        while i < len(ends):
+            start, batch = ends[i][0], []
+            while i < len(ends) and ends[i][0] == start:
+                certain = certain and not ends[i][1]
+                batch.append(ends[i][2])
+                i += 1
+            ov.remove_workloads(batch)
+            a = assign_flavors(ov, h.workload, cq)
+            if a.mode is FitMode.FIT:
+                return made(start, certain, a.usage)
+        return None
+    finally:
+        ov.rollback()
+
+
+def reserve(snapshot: Snapshot, holders: Iterable[Holder], now: float) -> tuple[Reservation, ...]:
+    """The reservation of each holder that does not fit now, or fits now (start `now`: the
+    capacity it is about to take is not given away): holders that could not fit even once
+    every admitted workload with a known end has ended get none."""
+    ov = UsageOverlay(snapshot)
+    out = []
+    for h in holders:
+        r = _reserve_one(snapshot, ov, h, now)
+        if r is not None:
+            out.append(r)
+    return tuple(out)
+
+
+@dataclass(slots=True)
+class Guard:
+    """The backfill check of one cycle: whether an admission the cycle is about to make in
+    a backfill queue keeps every reservation of its cohort tree."""
+
+    snapshot: Snapshot
+    reservations: Sequence[Reservation]
+    now: float
+    admitted: list[tuple[int, Mapping[FlavorResource, int], float | None]] = field(
+        default_factory=list
+    )
+    """(node, usage, guaranteed end) of what this cycle admitted so far."""
+    backfilled: dict[WorkloadKey, tuple[WorkloadKey, ...]] = field(default_factory=dict)
+    """The admissions allowed while reservations of their cohort tree were in force, with
+    the holders of those reservations."""
+    done: set[WorkloadKey] = field(default_factory=set)
+    """Admitted in this cycle (a holder among them holds no reservation any more)."""
+
+    def check(
+        self,
+        ov: UsageOverlay,
+        w: Workload,
+        *,
+        cq: ClusterQueue,
+        node: int,
+        usage: Mapping[FlavorResource, int],
+        leaving: Sequence[WorkloadKey],
+    ) -> Pending | None:
+        """None when `w` may take `usage` (else why not), given the victims `leaving`."""
+        own_end = None
+        if cq.backfill is not None and w.run_limit is not None:
+            own_end = self.now + w.run_limit + cq.backfill.grace_seconds
+        if cq.backfill is not None:
+            root = ov.tree.root(node)
+            inside: list[WorkloadKey] = []
+            for r in self.reservations:
+                if r.workload == w.key or r.workload in self.done:
+                    continue
+                if ov.tree.root(ov.node(r.cluster_queue)) != root:
+                    continue
+                inside.append(r.workload)
+                if own_end is not None and own_end <= r.start:
+                    continue
+                if not self._holder_fits(ov, r, node, usage, leaving):
+                    return _refused(w, cq, r, own_end)
+            if inside:
+                self.backfilled[w.key] = tuple(inside)
+        self.admitted.append((node, usage, own_end))
+        self.done.add(w.key)
+        return None
+
+    def _holder_fits(
+        self,
+        ov: UsageOverlay,
+        r: Reservation,
+        node: int,
+        usage: Mapping[FlavorResource, int],
+        leaving: Sequence[WorkloadKey],
+    ) -> bool:
+        """At the reservation's start, with `usage` still held, does the holder fit?"""
+        snapshot = self.snapshot
+        hcq = snapshot.cluster_queues[r.cluster_queue]
+        grace = _grace(snapshot, r.cluster_queue)
+        ov.begin()
+        try:
+            gone = set(leaving)
+            for key, a in snapshot.admitted.items():
+                end = admitted_end(a, self.now, grace)
+                if end is not None and end[0] <= r.start:
+                    gone.add(key)
+            ov.remove_workloads(sorted(gone))
+            for n, u, end_at in self.admitted:
+                if end_at is not None and end_at <= r.start:
+                    ov.remove(n, u)
+            ov.add(node, usage)
+            return assign_flavors(ov, r.holder, hcq).mode is FitMode.FIT
+        finally:
+            ov.rollback()
+
+
+def _refused(w: Workload, cq: ClusterQueue, r: Reservation, own_end: float | None) -> Pending:
+    why = (
+        "it has no guaranteed end (maximumExecutionTimeSeconds or activeDeadlineSeconds)"
+        if own_end is None
+        else "its guaranteed end comes after the reservation starts"
+    )
+    return Pending(
+        workload=w.key,
+        cluster_queue=cq.name,
+        reason=PendingReason.WAITING_FOR_QUOTA,
+        message=(
+            f"The quota it would use is reserved for {r.workload} ({describe(r.usage)}), and {why}"
+        ),
+        requeue=Requeue.INADMISSIBLE,
+    )
+
+
+_PLAIN = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def describe(usage: Iterable[tuple[FlavorResource, int]]) -> str:
+    """`32 nvidia.com/gpu in h100`-style text for reserved quota: the extended resources
+    (GPUs and other devices) when there are any, else every resource."""
+    items = list(usage)
+    shown = [(fr, v) for fr, v in items if fr[1] not in _PLAIN] or items
+    parts = []
+    for (flavor, resource), value in shown:
+        amount = f"{value / 1000:g}" if resource == "cpu" else str(value)
+        parts.append(f"{amount} {resource} in {flavor}")
+    return ", ".join(parts)
