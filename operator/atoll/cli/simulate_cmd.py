@@ -1,4 +1,5 @@
-"""`atoll simulate SCENARIO [--compare] [--out DIR] [--json]`: the engine, offline."""
+"""`atoll simulate SCENARIO [--compare | --compare-policies] [--out DIR] [--json]`: the engine,
+offline."""
 
 from __future__ import annotations
 
