@@ -17,9 +17,6 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PriorityClass
-from atoll.api.jobset import GROUP as JOBSET_GROUP
-from atoll.api.jobset import PLURAL as JOBSET_PLURAL
-from atoll.api.jobset import VERSION as JOBSET_VERSION
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
@@ -30,6 +27,7 @@ from atoll.api.topology import Topology
 from atoll.api.workload import Workload
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
+from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -177,17 +175,25 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
 
 def register_jobsets(registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue) -> None:
     """Watch JobSets (the JobSet integration): cache them and queue them for reconciling."""
+    register_kind(registry, w, queue, CUSTOM_KINDS[JobSet.KIND])
 
-    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, registry=registry)
-    async def _jobset(type: str | None, body: kopf.Body, **_: Any) -> None:
-        obj = _parse(JobSet, body)
+
+def register_kind(
+    registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue, kind: CustomKind
+) -> None:
+    """Watch a managed custom kind (JobSet, MPIJob): cache its objects and queue them for
+    reconciling."""
+
+    @kopf.on.event(kind.group, kind.version, kind.plural, registry=registry)
+    async def _owner(type: str | None, body: kopf.Body, **_: Any) -> None:
+        obj = _parse(kind.model, body)
         if obj is None:
             return
         key = wls.key_of(obj.namespace, obj.name)
         if type == "DELETED":
-            w.cache.delete_jobset(key)
+            kind.objects(w.cache).pop(key, None)
         else:
-            w.cache.set_jobset(obj)
+            kind.objects(w.cache)[key] = obj
         queue.add(key)
 
 

@@ -20,6 +20,7 @@ from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
+from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
@@ -71,6 +72,7 @@ class Cache:
     workloads: dict[str, Workload] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     jobsets: dict[str, JobSet] = field(default_factory=dict)
+    mpijobs: dict[str, MPIJob] = field(default_factory=dict)
     assumed: dict[str, m.Admission] = field(default_factory=dict)
     """Admissions decided by this process and not yet seen in the Workload's status."""
     evicting: set[str] = field(default_factory=set)
