@@ -118,8 +118,10 @@ KNOWN_FRAMEWORKS: Final = frozenset(
         "leaderworkerset.x-k8s.io/leaderworkerset",
     }
 )
-"""Framework names Kueue accepts in `integrations.frameworks`; atoll runs only `batch/job`."""
+"""Framework names Kueue accepts in `integrations.frameworks`."""
 BATCH_JOB_FRAMEWORK: Final = "batch/job"
+RUN_FRAMEWORKS: Final = (BATCH_JOB_FRAMEWORK, "jobset.x-k8s.io/jobset", "kubeflow.org/mpijob")
+"""The frameworks atoll runs; the other names are accepted and ignored (with a log line)."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -474,7 +476,8 @@ class Integrations(ApiModel):
     """Which job kinds are managed, and what is copied from them."""
 
     frameworks: tuple[str, ...] = (BATCH_JOB_FRAMEWORK,)
-    """Kueue framework names to manage; atoll runs `batch/job` and ignores the others."""
+    """Kueue framework names to manage; atoll runs `batch/job`, `jobset.x-k8s.io/jobset` and
+    `kubeflow.org/mpijob` and ignores the others."""
     label_keys_to_copy: tuple[str, ...] = ()
     """Job label keys copied to the Workload at creation."""
 
@@ -750,8 +753,8 @@ class Configuration(ApiModel):
 
     @property
     def unsupported_frameworks(self) -> tuple[str, ...]:
-        """Enabled Kueue integrations atoll does not run (everything but `batch/job`)."""
-        return tuple(f for f in self.integrations.frameworks if f != BATCH_JOB_FRAMEWORK)
+        """Enabled Kueue integrations atoll does not run (all but `RUN_FRAMEWORKS`)."""
+        return tuple(f for f in self.integrations.frameworks if f not in RUN_FRAMEWORKS)
 
     @property
     def lease_namespace(self) -> str:

@@ -9,6 +9,7 @@ from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
+from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
@@ -32,6 +33,7 @@ KUEUE_KINDS: Final[tuple[type[KubeObject], ...]] = (
 
 READ_KINDS: Final[tuple[type[KubeObject], ...]] = (
     Job,
+    JobSet,
     MPIJob,
     Pod,
     Node,

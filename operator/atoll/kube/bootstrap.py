@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
-from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -23,7 +22,7 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.kube import retry
-from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
+from atoll.kube.kinds import CustomKind
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -96,12 +95,6 @@ async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
             return 0
         raise
     return each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)
-
-
-async def serves_jobsets(api: client.ApiClient, cache: Cache) -> bool:
-    """List JobSets into the cache; False when the cluster does not serve them (the JobSet
-    CRD is not installed)."""
-    return await serves(api, cache, CUSTOM_KINDS[JobSet.KIND])
 
 
 async def serves(api: client.ApiClient, cache: Cache, kind: CustomKind) -> bool:

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PriorityClass
-from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -27,7 +26,7 @@ from atoll.api.topology import Topology
 from atoll.api.workload import Workload
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
-from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
+from atoll.kube.kinds import CustomKind
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -171,11 +170,6 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         else:
             w.cache.set_job(job)
         w.jobs.add(key)
-
-
-def register_jobsets(registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue) -> None:
-    """Watch JobSets (the JobSet integration): cache them and queue them for reconciling."""
-    register_kind(registry, w, queue, CUSTOM_KINDS[JobSet.KIND])
 
 
 def register_kind(

@@ -135,6 +135,10 @@ class Operator:
             metrics=self.metrics,
         )
         self.job_queue = WorkQueue("jobs")
+        if cfg.unsupported_frameworks:
+            log.warning(
+                "integrations not run by atoll, ignored", frameworks=cfg.unsupported_frameworks
+            )
         self.kinds: dict[str, tuple[JobController, WorkQueue]] = {}
         """The other managed kinds (JobSet, …) enabled by `integrations.frameworks`: their
         reconciler and queue, by kind. Watched only once their CRD is found (`_start`)."""

@@ -33,7 +33,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job
-from atoll.api.jobset import JobSet
 from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.control import jobframework as jf
 from atoll.kube import retry
@@ -87,12 +86,6 @@ def register(
             patch.setdefault("spec", {})["suspend"] = True
         elif before is not None and jf.suspends_on_update(before, job):
             patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
-
-
-def register_jobsets(registry: kopf.OperatorRegistry, manages: Callable[[JobSet], bool]) -> None:
-    """The JobSet integration's webhook (Kueue's): a managed JobSet is suspended at creation,
-    and its queue name follows the same rules as a Job's."""
-    register_kind(registry, manages, CUSTOM_KINDS[JobSet.KIND])
 
 
 def register_kind(
