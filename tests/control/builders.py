@@ -10,8 +10,11 @@ from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.control import jobframework as jf
+from atoll.control.integrations import Integration
+from atoll.control.jobs import JobController, JobSettings
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from tests.control.fakes import FakeCluster
 
 GPU = "nvidia.com/gpu"
 
@@ -97,4 +100,17 @@ def preempted(wl: Workload) -> Workload:
                 ),
             )
         }
+    )
+
+
+def controller_for(integration: Integration[Any], fake: FakeCluster, *, gpus: int) -> JobController:
+    """The reconciler of `integration`'s kind on a cache with one queue of `gpus` GPUs,
+    writing Workloads to `fake`."""
+    return JobController(
+        cache_with_queue(gpus=gpus),
+        fake,
+        None,
+        fake.emit,
+        settings=JobSettings(),
+        integration=integration,
     )

@@ -14,10 +14,10 @@ from atoll.api.jobset import JobSet
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 from atoll.control.integrations import JobSetIntegration, enabled
-from atoll.control.jobs import JobController, JobSettings
+from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
-from tests.control.builders import GPU, cache_with_queue, job, preempted
+from tests.control.builders import GPU, controller_for, job, preempted
 from tests.control.fakes import FakeCluster
 
 
@@ -89,15 +89,7 @@ class FakeJobSets(FakeCluster):
 
 def _setup(gpus: int = 64) -> tuple[JobController, FakeJobSets]:
     fake = FakeJobSets()
-    ctl = JobController(
-        cache_with_queue(gpus=gpus),
-        fake,
-        None,
-        fake.emit,
-        settings=JobSettings(),
-        integration=JobSetIntegration(fake),
-    )
-    return ctl, fake
+    return controller_for(JobSetIntegration(fake), fake, gpus=gpus), fake
 
 
 def _sync(ctl: JobController, fake: FakeJobSets) -> None:
@@ -217,7 +209,8 @@ def test_frameworks_enable_kinds_by_kueue_name() -> None:
     assert [i.framework for i in enabled(("batch/job",), fake)] == ["batch/job"]
     kinds = enabled(("jobset.x-k8s.io/jobset", "batch/job"), fake)
     assert [i.framework for i in kinds] == ["batch/job", "jobset.x-k8s.io/jobset"]
-    assert [i.framework for i in enabled(("pod",), fake)] == []
+    assert [i.framework for i in enabled(("trainer.kubeflow.org/trainjob",), fake)] == []
+    assert [i.framework for i in enabled(("pod",), fake)] == ["pod"]
 
 
 def test_jobs_owned_by_a_managed_jobset_belong_to_it() -> None:

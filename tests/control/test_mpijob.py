@@ -15,10 +15,10 @@ from atoll.api.mpijob import MPIJob
 from atoll.control import jobframework as jf
 from atoll.control import mpijob as mpi
 from atoll.control.integrations import MPIJobIntegration, enabled
-from atoll.control.jobs import JobController, JobSettings
+from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
-from tests.control.builders import GPU, cache_with_queue, job, preempted
+from tests.control.builders import GPU, controller_for, job, preempted
 from tests.control.fakes import FakeCluster
 
 
@@ -95,15 +95,7 @@ class FakeMPIJobs(FakeCluster):
 
 def _setup(gpus: int = 64) -> tuple[JobController, FakeMPIJobs]:
     fake = FakeMPIJobs()
-    ctl = JobController(
-        cache_with_queue(gpus=gpus),
-        fake,
-        None,
-        fake.emit,
-        settings=JobSettings(),
-        integration=MPIJobIntegration(fake),
-    )
-    return ctl, fake
+    return controller_for(MPIJobIntegration(fake), fake, gpus=gpus), fake
 
 
 def _sync(ctl: JobController, fake: FakeMPIJobs) -> None:

@@ -71,6 +71,8 @@ IMPLIED: dict[Grant, str] = {
     "JobSet with blockOwnerDeletion (jobframework.owned_workload)",
     ("kubeflow.org", "mpijobs/finalizers", "update"): "Workloads are owned by their "
     "MPIJob with blockOwnerDeletion (jobframework.owned_workload)",
+    ("", "pods/finalizers", "update"): "a single pod's Workload is owned by the pod with "
+    "blockOwnerDeletion (podgroups.build_workload)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf follows served kinds",
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"): "kopf follows served kinds",
 }
@@ -96,6 +98,7 @@ def _watched() -> set[Grant]:
         handlers.register_kind(registry, wiring, WorkQueue(kind.plural), kind)
         webhook.register_kind(registry, lambda _obj: True, kind)
     webhook.register(registry, lambda _job: True, all_jobs=False)
+    webhook.register_pods(registry, lambda _pod: True)
     grants = set()
     for handler in registry._watching.get_all_handlers():
         plural = handler.selector.any_name or handler.selector.plural

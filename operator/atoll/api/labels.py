@@ -17,6 +17,15 @@ PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 LOCAL_QUEUE_LABEL: Final = "kueue.x-k8s.io/local-queue-name"
 CLUSTER_QUEUE_LABEL: Final = "kueue.x-k8s.io/cluster-queue-name"
 
+POD_GROUP_NAME_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
+"""Put on the plain pods Kueue (and atoll) manage."""
+
+POD_GROUP_TOTAL_COUNT_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
+IS_GROUP_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/is-group-workload"
+ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
+"""Scheduling gate of plain pods until their Workload is admitted."""
+
 JOB_MIN_PARALLELISM_ANNOTATION: Final = "kueue.x-k8s.io/job-min-parallelism"
 JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION: Final = (
     "kueue.x-k8s.io/job-completions-equal-parallelism"

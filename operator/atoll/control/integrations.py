@@ -11,6 +11,7 @@ registry (framework names of `integrations.frameworks`).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Final, Generic, Protocol, TypeVar
@@ -25,13 +26,15 @@ from atoll.api.workload import PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 from atoll.control import mpijob as mpi
-from atoll.control.ports import JobSetStore, JobStore, MPIJobStore, ObjectRef
+from atoll.control import podgroups as pg
+from atoll.control.ports import JobSetStore, JobStore, MPIJobStore, ObjectRef, PodGroupStore
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
 BATCH_JOB: Final = "batch/job"
 JOBSET: Final = "jobset.x-k8s.io/jobset"
 MPIJOB: Final = "kubeflow.org/mpijob"
+POD: Final = "pod"
 
 J = TypeVar("J", bound=KubeObject)
 
@@ -63,6 +66,23 @@ class Integration(ABC, Generic[J]):
     @abstractmethod
     def objects(self, cache: Cache) -> Mapping[str, J]:
         """The cached objects of the kind, by `namespace/name`."""
+
+    def get(self, cache: Cache, key: str) -> J | None:
+        return self.objects(cache).get(key)
+
+    def keys(self, cache: Cache) -> list[str]:
+        return list(self.objects(cache))
+
+    def workloads(self, cache: Cache, key: str) -> list[Workload]:
+        """The Workloads that name `key` as their owner (the current one and stale ones)."""
+        return cache.workloads_of_job(key, kind=self.kind)
+
+    def owns(self, obj: J, wl: Workload) -> bool:
+        """Whether `wl` is the Workload of this very object (its controller owner's uid)."""
+        return any(
+            r.kind == self.kind and r.controller and r.uid == obj.metadata.uid
+            for r in wl.metadata.owner_references or ()
+        )
 
     def owned_elsewhere(self, obj: J) -> bool:
         """Whether another managed kind owns the object (then that kind's Workload covers it)."""
@@ -333,7 +353,116 @@ class MPIJobIntegration(Integration[MPIJob]):
         await self.store.suspend_mpijob(_key(obj))
 
 
-class Stores(JobStore, JobSetStore, MPIJobStore, Protocol):
+class PodGroupIntegration(Integration[pg.PodGroup]):
+    """Plain pods (Kueue's `pod` framework): pod groups and single pods, gated at creation
+    and ungated together once admitted. Stopping does nothing: a pod cannot be suspended,
+    and atoll never deletes pods (Kueue does), so an evicted group's quota is released only
+    once its pods end."""
+
+    framework = POD
+    model = pg.PodGroup
+    group = ""
+
+    def __init__(self, store: PodGroupStore) -> None:
+        self.store = store
+
+    @property
+    def kind(self) -> str:
+        return "Pod"
+
+    def ref(self, obj: pg.PodGroup) -> ObjectRef:
+        first = obj.pods[0] if obj.pods else None
+        return ObjectRef(
+            kind="Pod",
+            api_version="v1",
+            namespace=obj.namespace or "",
+            name=first.name if first else obj.name,
+            uid=(first.metadata.uid if first else None) or "",
+        )
+
+    def objects(self, cache: Cache) -> Mapping[str, pg.PodGroup]:
+        return {k: g for k in cache.pod_groups if (g := self.get(cache, k)) is not None}
+
+    def get(self, cache: Cache, key: str) -> pg.PodGroup | None:
+        return pg.group_of(key, cache.pod_groups.get(key, {}))
+
+    def keys(self, cache: Cache) -> list[str]:
+        return list(cache.pod_groups)
+
+    def workloads(self, cache: Cache, key: str) -> list[Workload]:
+        ns, _, name = key.partition("/")
+        found = [w for w in cache.workloads_of_job(key, kind="Pod")]
+        grouped = cache.workloads.get(key)
+        if grouped is not None and grouped not in found:
+            ann = grouped.metadata.annotations or {}
+            if ann.get(keys.IS_GROUP_WORKLOAD_ANNOTATION) == "true" and grouped.namespace == ns:
+                found.append(grouped)
+        del name
+        return found
+
+    def owns(self, obj: pg.PodGroup, wl: Workload) -> bool:
+        return pg.owns(obj, wl)
+
+    def suspend_flag(self, obj: pg.PodGroup) -> bool:
+        return bool(pg.gated_pods(obj)) or not any(pg.live(p) for p in obj.pods)
+
+    def suspended(self, obj: pg.PodGroup) -> bool:
+        return self.suspend_flag(obj)
+
+    def finished(self, obj: pg.PodGroup) -> tuple[bool, str, str]:
+        return pg.finished(obj)
+
+    def active_pods(self, obj: pg.PodGroup) -> int:
+        return pg.active_pods(obj)
+
+    def ready(self, obj: pg.PodGroup, wl: Workload) -> bool:
+        del wl
+        return pg.ready(obj)
+
+    def compose(self, obj: pg.PodGroup, cache: Cache) -> Workload:
+        return pg.build_workload(obj, cache.workload_classes, cache.priority_classes)
+
+    def mismatch(self, obj: pg.PodGroup, wl: Workload) -> str | None:
+        del obj, wl
+        return None  # a pod's resources cannot change
+
+    def carries_admission(self, obj: pg.PodGroup) -> bool:
+        del obj
+        return False
+
+    async def start(
+        self, obj: pg.PodGroup, wl: Workload, flavors: Mapping[str, ResourceFlavor]
+    ) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        by_name = {str(a.name): a for a in adm.pod_set_assignments}
+        plans = []
+        for pod in pg.gated_pods(obj):
+            name = pg.pod_set_name(obj, pod)
+            assignment = by_name.get(name)
+            plan = jf.template_start(
+                pg.template_of(pod),
+                pod_set=name,
+                workload=wl.name,
+                cluster_queue=adm.cluster_queue,
+                local_queue=wl.spec.queue_name or "",
+                flavors=_flavors(assignment, flavors) if assignment else [],
+            )
+            gates = tuple(g for g in plan.scheduling_gates if g != keys.ADMISSION_GATE)
+            plans.append((_key(pod), dataclasses.replace(plan, scheduling_gates=gates)))
+        for key, plan in plans:  # every plan first: a conflict starts no pod of the group
+            await self.store.start_pod(key, plan)
+
+    async def stop(self, obj: pg.PodGroup, wl: Workload) -> None:
+        """A running pod can be neither suspended nor gated again, and atoll deletes no pod
+        (Kueue deletes them): its gang keeps its quota until its pods end."""
+        del obj, wl
+
+    async def suspend(self, obj: pg.PodGroup) -> None:
+        del obj  # a running pod cannot be gated again; it runs unadmitted until it ends
+
+
+class Stores(JobStore, JobSetStore, MPIJobStore, PodGroupStore, Protocol):
     """A writer of every managed kind."""
 
 
@@ -346,6 +475,8 @@ def enabled(frameworks: tuple[str, ...], store: Stores) -> list[Integration[Kube
         out.append(JobSetIntegration(store))  # type: ignore[arg-type]
     if MPIJOB in frameworks:
         out.append(MPIJobIntegration(store))  # type: ignore[arg-type]
+    if POD in frameworks:
+        out.append(PodGroupIntegration(store))  # type: ignore[arg-type]
     owners = tuple((f"{kind.group}/", kind.kind) for kind in out if kind.owns_jobs)
     if BATCH_JOB in frameworks:
         out.insert(0, JobIntegration(store, owners=owners))  # type: ignore[arg-type]

@@ -127,7 +127,7 @@ class JobController:
         """One pass for the Job `namespace/name`; returns when to look again (seconds)."""
         if not self.settings.enabled:
             return None
-        job = self.kind.objects(self.cache).get(key)
+        job = self.kind.get(self.cache, key)
         if job is None or job.metadata.deletion_timestamp is not None:
             for orphan in self._owned(key):
                 await self._finish_orphan(orphan)
@@ -137,7 +137,7 @@ class JobController:
                 return await self._unqueued(job)
             return None
         owned = self._owned(key)
-        mine = [w for w in owned if self._owner_uid(w) == job.metadata.uid]
+        mine = [w for w in owned if self.kind.owns(job, w)]
         for stale in (w for w in owned if w not in mine):
             await self._finish_orphan(stale)
         wl: Workload | None = mine[0] if mine else None
@@ -187,13 +187,7 @@ class JobController:
             self.metrics.unadmitted_job_stopped(self.kind.active_pods(job))
 
     def _owned(self, key: str) -> list[Workload]:
-        return self.cache.workloads_of_job(key, kind=self.kind.kind)
-
-    def _owner_uid(self, wl: Workload) -> str | None:
-        for ref in wl.metadata.owner_references or ():
-            if ref.kind == self.kind.kind and ref.controller:
-                return ref.uid
-        return None
+        return self.kind.workloads(self.cache, key)
 
     async def _set_status(
         self, wl: Workload, mutate: Callable[[Workload], WorkloadStatus | None]
@@ -394,11 +388,7 @@ class JobController:
         is the path when the webhook was bypassed): it is no longer queued, so it is stopped,
         and once no pod of it is active its Workload is deleted, releasing the quota."""
         key = wls.key_of(job.namespace, job.name)
-        owned = [
-            w
-            for w in self._owned(key)
-            if self._owner_uid(w) == job.metadata.uid and not wls.is_finished(w)
-        ]
+        owned = [w for w in self._owned(key) if self.kind.owns(job, w) and not wls.is_finished(w)]
         if not owned:
             return None
         wl = owned[0]

@@ -103,6 +103,13 @@ class MPIJobStore(Protocol):
     async def suspend_mpijob(self, key: str) -> None: ...
 
 
+class PodGroupStore(Protocol):
+    async def start_pod(self, key: str, plan: TemplateStart) -> None:
+        """Merge the admission into the gated pod (labels, annotations, nodeSelector,
+        tolerations) and set its scheduling gates to `plan.scheduling_gates`."""
+        ...
+
+
 class QueueStatusStore(Protocol):
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None: ...
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PriorityClass
+from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -50,6 +51,8 @@ class Wiring:
     gone_workload: Callable[[str], None]
     owners: dict[str, WorkQueue] = field(default_factory=dict)
     """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
+    group_pod: Callable[[Pod, bool], None] | None = None
+    """Sees every pod (and whether it was deleted): the plain-pod integration's hook."""
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -78,6 +81,9 @@ def _queue_owner(wl: Workload, w: Wiring) -> None:
         queue = w.owners.get(ref.kind)
         if queue is not None and ref.controller:
             queue.add(wls.key_of(wl.namespace, ref.name))
+    pods = w.owners.get("Pod")
+    if pods is not None and (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD) == "true":
+        pods.add(wls.key_of(wl.namespace, wl.name))  # a pod group's Workload: its group
 
 
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
@@ -280,6 +286,8 @@ def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         w.wake()
 
     def pod_seen(pod: Pod, deleted: bool) -> None:
+        if w.group_pod is not None:
+            w.group_pod(pod, deleted)
         key = w.ungater.observe(pod, deleted=deleted)
         if key is not None:
             w.pods.add(key)

@@ -24,7 +24,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from atoll import __version__
 from atoll.api.configuration import Configuration
-from atoll.control import integrations
+from atoll.api.core import Pod
+from atoll.api.labels import MANAGED_LABEL
+from atoll.control import integrations, podgroups
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -216,6 +218,7 @@ class Operator:
             seen_workload=self.writer.observe_workload,
             gone_workload=self.writer.forget_workload,
             owners={kind: queue for kind, (_, queue) in self.kinds.items()},
+            group_pod=self._group_pod if "Pod" in self.kinds else None,
         )
         handlers.register(registry, self._wiring)
         if self.opts.webhook != "off":
@@ -225,7 +228,10 @@ class Operator:
                 all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
             )
             for kind, (ctl, _) in self.kinds.items():
-                webhook.register_kind(registry, ctl.manages, CUSTOM_KINDS[kind])
+                if kind in CUSTOM_KINDS:
+                    webhook.register_kind(registry, ctl.manages, CUSTOM_KINDS[kind])
+            if "Pod" in self.kinds:
+                webhook.register_pods(registry, self.kinds["Pod"][0].manages)
 
         @kopf.on.login(registry=registry)
         def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -315,7 +321,7 @@ class Operator:
         for key in list(self.cache.jobs):
             self.job_queue.add(key)
         for ctl, queue in self.kinds.values():
-            for key in list(ctl.kind.objects(self.cache)):
+            for key in ctl.kind.keys(self.cache):
                 queue.add(key)
         for key in list(self.ungater.gated):
             self.pod_queue.add(key)
@@ -392,11 +398,26 @@ class Operator:
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
         )
 
+    def _group_pod(self, pod: Pod, deleted: bool) -> None:
+        """A pod of the plain-pod integration (labelled managed by the webhook) changed: keep
+        its group in the cache and reconcile the group."""
+        if (pod.metadata.labels or {}).get(MANAGED_LABEL) != "true":
+            return
+        key = podgroups.group_key(pod)
+        if deleted:
+            self.cache.delete_group_pod(key, pod.name)
+        else:
+            self.cache.set_group_pod(key, pod)
+        self.kinds["Pod"][1].add(key)
+
     async def _watch_kinds(self) -> None:
         """Watch each enabled kind whose CRD the cluster serves; an integration whose CRD is
-        missing is skipped with a log line (restart atoll once it is installed)."""
+        missing is skipped with a log line (restart atoll once it is installed). Pods are
+        watched anyway."""
         for name, (_, queue) in self.kinds.items():
-            kind = CUSTOM_KINDS[name]
+            kind = CUSTOM_KINDS.get(name)
+            if kind is None:
+                continue
             if not await bootstrap.serves(self.api, self.cache, kind):
                 log.warning(
                     "integration skipped: its CRD is not installed",

@@ -32,16 +32,20 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
-from atoll.api.core import Job
-from atoll.api.labels import QUEUE_NAME_LABEL
+from atoll.api.core import Job, Pod
+from atoll.api.labels import ADMISSION_GATE, MANAGED_LABEL, QUEUE_NAME_LABEL
 from atoll.control import jobframework as jf
+from atoll.control import podgroups
 from atoll.kube import retry
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 
 WEBHOOK_ID = "mutate-batch-v1-job"
+POD_WEBHOOK_ID = "mutate--v1-pod"
+"""Kueue's path of the pod webhook."""
 RULES: dict[str, tuple[str, str, str]] = {
     WEBHOOK_ID: ("batch", "v1", "jobs"),
     **{k.webhook_id: (k.group, k.version, k.plural) for k in CUSTOM_KINDS.values()},
+    POD_WEBHOOK_ID: ("", "v1", "pods"),
 }
 """(group, version, plural) each mutating handler is called for."""
 MAX_REVIEW_BYTES = 32 * 1024 * 1024
@@ -123,6 +127,32 @@ def register_kind(
             patch.update(copy.deepcopy(dict(kind.suspend_patch)))
 
 
+def register_pods(registry: kopf.OperatorRegistry, manages: Callable[[Pod], bool]) -> None:
+    """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
+    controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed` and
+    gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
+    say the group's size."""
+
+    @kopf.on.mutate("", "v1", "pods", id=POD_WEBHOOK_ID, operations=["CREATE"], registry=registry)
+    async def admit_pods(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        try:
+            pod = Pod.from_dict(dict(body))
+        except ValueError:
+            return  # the API server validates pods; never block one we cannot read
+        labels = pod.metadata.labels or {}
+        owned = any(r.controller for r in pod.metadata.owner_references or ())
+        if QUEUE_NAME_LABEL not in labels or owned or not manages(pod):
+            return
+        errors = [*jf.job_errors(pod), *filter(None, [podgroups.total_count_error(pod)])]
+        if errors:
+            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+            raise kopf.AdmissionError(message, code=422)
+        patch.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
+        gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
+        if not podgroups.gated(pod):
+            patch.setdefault("spec", {})["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
+
+
 class WebhookServer(kopf.WebhookServer):
     """kopf's server, reading reviews up to MAX_REVIEW_BYTES (kopf builds its aiohttp
     application with the default limit of 1 MiB and offers no setting for it)."""
@@ -188,7 +218,7 @@ def url_webhooks(
     for handler in registry._webhooks.get_all_handlers():
         if str(handler.reason) != "mutating":
             continue
-        group, version, plural = RULES.get(handler.id, ("batch", "v1", "jobs"))
+        group, version, plural = RULES.get(str(handler.id), ("batch", "v1", "jobs"))
         hooks.append(
             {
                 "name": f"{handler.id}.{configuration}",
@@ -211,7 +241,10 @@ def url_webhooks(
                         }
                     ]
                 },
-                "objectSelector": object_selector(all_jobs=all_jobs),
+                # plain pods are managed only with a queue name, whatever manageJobs… says
+                "objectSelector": object_selector(
+                    all_jobs=all_jobs and str(handler.id) != POD_WEBHOOK_ID
+                ),
                 "rules": [
                     {
                         "apiGroups": [group],

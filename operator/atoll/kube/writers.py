@@ -647,13 +647,17 @@ class KubeWriter:
     async def ungate_pod(
         self, key: str, node_selector: Mapping[str, str], gates: tuple[str, ...]
     ) -> None:
-        ns, name = _split(key)
         body = {
             "spec": {
                 "nodeSelector": dict(node_selector),
                 "schedulingGates": [{"name": g} for g in gates],
             }
         }
+        await self._patch_pod(key, body)
+
+    async def _patch_pod(self, key: str, body: dict[str, Any]) -> None:
+        """Merge-patch the pod (gone already is fine)."""
+        ns, name = _split(key)
         try:
             await self._call(
                 "patch",
@@ -662,6 +666,19 @@ class KubeWriter:
         except ApiError as e:
             if e.status != 404:
                 raise
+
+    async def start_pod(self, key: str, plan: TemplateStart) -> None:
+        """Ungate a plain pod with its admission merged in (labels and annotations may
+        change at any time; nodeSelector and tolerations may be added while it is gated)."""
+        body = {
+            "metadata": {"labels": dict(plan.labels), "annotations": dict(plan.annotations)},
+            "spec": {
+                "nodeSelector": dict(plan.node_selector) or None,
+                "tolerations": [t.to_dict() for t in plan.tolerations] or None,
+                "schedulingGates": [{"name": g} for g in plan.scheduling_gates] or None,
+            },
+        }
+        await self._patch_pod(key, body)
 
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, PriorityClass
+from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.mpijob import MPIJob
@@ -73,6 +73,9 @@ class Cache:
     jobs: dict[str, Job] = field(default_factory=dict)
     jobsets: dict[str, JobSet] = field(default_factory=dict)
     mpijobs: dict[str, MPIJob] = field(default_factory=dict)
+    pod_groups: dict[str, dict[str, Pod]] = field(default_factory=dict)
+    """Managed plain pods (the `pod` integration) by group key (`namespace/group`, or
+    `namespace/pod` for a single pod), then by pod name."""
     assumed: dict[str, m.Admission] = field(default_factory=dict)
     """Admissions decided by this process and not yet seen in the Workload's status."""
     evicting: set[str] = field(default_factory=set)
@@ -308,6 +311,16 @@ class Cache:
 
     def delete_jobset(self, key: str) -> None:
         self.jobsets.pop(key, None)
+
+    def set_group_pod(self, group: str, pod: Pod) -> None:
+        self.pod_groups.setdefault(group, {})[pod.name] = pod
+
+    def delete_group_pod(self, group: str, name: str) -> None:
+        pods = self.pod_groups.get(group)
+        if pods is not None:
+            pods.pop(name, None)
+            if not pods:
+                del self.pod_groups[group]
 
     def workloads_of_job(
         self, job_key: str, job_uid: str | None = None, *, kind: str = "Job"

@@ -1,0 +1,149 @@
+"""Plain pods on fakes: a pod group waits, saying how many pods it misses, until all exist;
+then it is one Workload named after the group, admitted whole, and all its pods are ungated."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from atoll.api.core import Pod
+from atoll.control import jobframework as jf
+from atoll.control import podgroups as pg
+from atoll.control.integrations import PodGroupIntegration
+from atoll.control.jobs import JobController
+from atoll.control.scheduler import Scheduler
+from atoll.state import workloads as wls
+from tests.control.builders import GPU, controller_for
+from tests.control.fakes import FakeCluster
+
+
+def pod(name: str, *, group: str | None = "g", total: int = 4, gpus: int = 1, **status: Any) -> Pod:
+    labels = {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/managed": "true"}
+    annotations = {}
+    if group:
+        labels["kueue.x-k8s.io/pod-group-name"] = group
+        annotations["kueue.x-k8s.io/pod-group-total-count"] = str(total)
+    return Pod.from_dict(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "labels": labels,
+                "annotations": annotations,
+            },
+            "spec": {
+                "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {GPU: str(gpus)}}}
+                ],
+            },
+            "status": status,
+        }
+    )
+
+
+@dataclass
+class FakePods(FakeCluster):
+    ungated: list[tuple[str, jf.TemplateStart]] = field(default_factory=list)
+
+    async def start_pod(self, key: str, plan: jf.TemplateStart) -> None:
+        self.ungated.append((key, plan))
+
+
+def _setup(gpus: int = 8) -> tuple[JobController, FakePods]:
+    fake = FakePods()
+    return controller_for(PodGroupIntegration(fake), fake, gpus=gpus), fake
+
+
+async def _round(ctl: JobController, fake: FakePods, key: str = "ns/g") -> None:
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+    await ctl.reconcile(key)
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+    await Scheduler(cache=ctl.cache, store=fake, emit=fake.emit).run_once()
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+    await ctl.reconcile(key)
+
+
+def _add(ctl: JobController, *pods: Pod) -> None:
+    for p in pods:
+        ctl.cache.set_group_pod(pg.group_key(p), p)
+
+
+async def test_an_incomplete_group_waits_and_says_how_many_pods_are_missing() -> None:
+    ctl, fake = _setup()
+    _add(ctl, pod("a"), pod("b"), pod("c"))
+    await _round(ctl, fake)
+    assert fake.workloads == {}
+    assert fake.ungated == []
+    waiting = [e for e in fake.events if e[1] == "WaitingForPods"]
+    assert waiting
+    assert all("3 of 4 pods exist, 1 missing" in e[2] for e in waiting)
+
+
+async def test_a_complete_group_is_one_workload_admitted_whole_and_ungated_together() -> None:
+    ctl, fake = _setup()
+    _add(ctl, pod("a"), pod("b"), pod("c"), pod("d"))
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert wl.name == "g"
+    assert (wl.metadata.annotations or {})["kueue.x-k8s.io/is-group-workload"] == "true"
+    assert {r.name for r in wl.metadata.owner_references or ()} == {"a", "b", "c", "d"}
+    (ps,) = wl.spec.pod_sets
+    assert ps.count == 4
+    assert wls.is_admitted(wl)
+    assert sorted(k for k, _ in fake.ungated) == ["ns/a", "ns/b", "ns/c", "ns/d"]
+    assert all("kueue.x-k8s.io/admission" not in p.scheduling_gates for _, p in fake.ungated)
+    assert all(p.labels["kueue.x-k8s.io/podset"] == ps.name for _, p in fake.ungated)
+
+
+async def test_a_group_beyond_capacity_has_no_pod_ungated() -> None:
+    ctl, fake = _setup(gpus=3)
+    _add(ctl, pod("a"), pod("b"), pod("c"), pod("d"))
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert not wls.has_quota(wl)
+    assert fake.ungated == []
+
+
+def test_pods_of_two_shapes_make_two_pod_sets() -> None:
+    group = pg.group_of(
+        "ns/g", {p.name: p for p in (pod("a"), pod("b"), pod("c", gpus=2), pod("d", gpus=2))}
+    )
+    assert group is not None
+    sets = pg.pod_sets(group)
+    assert sorted(s.count for s in sets) == [2, 2]
+    assert len({s.name for s in sets}) == 2
+
+
+async def test_a_single_pod_is_a_gang_of_one() -> None:
+    ctl, fake = _setup()
+    single = pod("solo", group=None)
+    _add(ctl, single)
+    await _round(ctl, fake, "ns/solo")
+    (wl,) = fake.workloads.values()
+    assert wl.name.startswith("pod-solo-")
+    assert [(k, p.labels["kueue.x-k8s.io/podset"]) for k, p in fake.ungated] == [
+        ("ns/solo", "main")
+    ]
+
+
+def test_the_total_count_must_be_a_positive_integer() -> None:
+    bad = pod("a", total=0)
+    assert "must be a positive integer" in (pg.total_count_error(bad) or "")
+    assert pg.total_count_error(pod("a")) is None
+
+
+def test_a_group_finishes_when_all_its_pods_end() -> None:
+    done: Mapping[str, Pod] = {n: pod(n, total=2, phase="Succeeded") for n in ("a", "b")}
+    group = pg.group_of("ns/g", done)
+    assert group is not None
+    assert pg.finished(group) == (True, "Succeeded", "Pods succeeded")
+    one_failed = dict(done, b=pod("b", total=2, phase="Failed"))
+    failed = pg.group_of("ns/g", one_failed)
+    assert failed is not None
+    assert pg.finished(failed)[1] == "Failed"
