@@ -13,6 +13,7 @@ from atoll.api import ClusterQueue, Job, LocalQueue, ResourceFlavor, parse_objec
 from atoll.api.jobset import JobSet
 from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.api.meta import KubeObject
+from atoll.api.mpijob import MPIJob
 from tests.api.builders import NOT_MANIFESTS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -57,7 +58,8 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     for lq in _named(objects, LocalQueue).values():
         assert lq.spec.cluster_queue in queues, lq.name
     local_queues = {o.name for o in objects if isinstance(o, LocalQueue)}
-    for job in [*_named(objects, Job).values(), *_named(objects, JobSet).values()]:
+    owners = (Job, JobSet, MPIJob)
+    for job in [o for kind in owners for o in _named(objects, kind).values()]:
         assert (job.metadata.labels or {})[QUEUE_NAME_LABEL] in local_queues, job.name
 
 
@@ -68,3 +70,12 @@ def test_jobs_use_only_the_fake_image_and_start_suspended(folder: Path) -> None:
         assert containers, job.name
         assert {c.image for c in containers} == {IMAGE}, job.name
         assert job.spec.suspend is True, job.name
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_mpijobs_use_only_the_fake_image_with_a_launcher_and_workers(folder: Path) -> None:
+    for mpijob in _named(_objects(folder), MPIJob).values():
+        specs = mpijob.spec.mpi_replica_specs
+        assert set(specs) == {"Launcher", "Worker"}, mpijob.name
+        images = {c.image for s in specs.values() for c in s.template.spec.containers or ()}
+        assert images == {IMAGE}, mpijob.name

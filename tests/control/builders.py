@@ -12,6 +12,7 @@ from atoll.api.workload import Workload
 from atoll.control import jobframework as jf
 from atoll.control.integrations import Integration
 from atoll.control.jobs import JobController, JobSettings
+from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from tests.control.fakes import FakeCluster
 
@@ -81,6 +82,25 @@ def workload_for(j: Job, *, priority: int = 0, created: str = "2026-12-01T00:00:
     raw = jf.build_workload(j, jf.Priority(priority, None)).to_dict()
     raw["metadata"] |= {"creationTimestamp": created, "uid": f"wl-{j.name}", "resourceVersion": "1"}
     return Workload.from_dict(raw)
+
+
+def preempted(wl: Workload) -> Workload:
+    """The Workload with an Evicted condition (reason Preempted), as the scheduler writes it."""
+    return wl.model_copy(
+        update={
+            "status": wls.status_with(
+                wl,
+                conditions=wls.with_condition(
+                    wl.status.conditions or (),
+                    wls.EVICTED,
+                    status=True,
+                    reason="Preempted",
+                    message="Preempted to accommodate a workload",
+                    now=wl.status.conditions[0].last_transition_time,  # type: ignore[index]
+                ),
+            )
+        }
+    )
 
 
 def controller_for(integration: Integration[Any], fake: FakeCluster, *, gpus: int) -> JobController:

@@ -17,7 +17,7 @@ from atoll.control.integrations import JobSetIntegration, enabled
 from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
-from tests.control.builders import GPU, controller_for, job
+from tests.control.builders import GPU, controller_for, job, preempted
 from tests.control.fakes import FakeCluster
 
 
@@ -185,22 +185,7 @@ async def test_an_evicted_jobset_is_suspended_with_its_templates_restored() -> N
     fake.jobsets["ns/train"] = jobset()
     await _round(ctl, fake)
     (key,) = fake.workloads
-    evicted = fake.workloads[key]
-    fake.workloads[key] = evicted.model_copy(
-        update={
-            "status": wls.status_with(
-                evicted,
-                conditions=wls.with_condition(
-                    evicted.status.conditions or (),
-                    wls.EVICTED,
-                    status=True,
-                    reason="Preempted",
-                    message="Preempted to accommodate a workload",
-                    now=evicted.status.conditions[0].last_transition_time,  # type: ignore[index]
-                ),
-            )
-        }
-    )
+    fake.workloads[key] = preempted(fake.workloads[key])
     _sync(ctl, fake)
     await ctl.reconcile("ns/train")
     ((_, templates),) = fake.jobset_stops
@@ -224,7 +209,7 @@ def test_frameworks_enable_kinds_by_kueue_name() -> None:
     assert [i.framework for i in enabled(("batch/job",), fake)] == ["batch/job"]
     kinds = enabled(("jobset.x-k8s.io/jobset", "batch/job"), fake)
     assert [i.framework for i in kinds] == ["batch/job", "jobset.x-k8s.io/jobset"]
-    assert [i.framework for i in enabled(("kubeflow.org/mpijob",), fake)] == []
+    assert [i.framework for i in enabled(("trainer.kubeflow.org/trainjob",), fake)] == []
     assert [i.framework for i in enabled(("pod",), fake)] == ["pod"]
 
 

@@ -24,6 +24,7 @@ import yaml
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers, webhook
+from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
 
@@ -69,6 +70,8 @@ IMPLIED: dict[Grant, str] = {
     "blockOwnerDeletion (jobframework.build_workload)",
     ("jobset.x-k8s.io", "jobsets/finalizers", "update"): "Workloads are owned by their "
     "JobSet with blockOwnerDeletion (jobframework.owned_workload)",
+    ("kubeflow.org", "mpijobs/finalizers", "update"): "Workloads are owned by their "
+    "MPIJob with blockOwnerDeletion (jobframework.owned_workload)",
     ("", "pods/finalizers", "update"): "a single pod's Workload is owned by the pod with "
     "blockOwnerDeletion (podgroups.build_workload)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf follows served kinds",
@@ -92,9 +95,10 @@ def _watched() -> set[Grant]:
         gone_workload=lambda _key: None,
     )
     handlers.register(registry, wiring)
-    handlers.register_jobsets(registry, wiring, WorkQueue("jobsets"))  # every integration
+    for kind in CUSTOM_KINDS.values():  # every integration
+        handlers.register_kind(registry, wiring, WorkQueue(kind.plural), kind)
+        webhook.register_kind(registry, lambda _obj: True, kind)
     webhook.register(registry, lambda _job: True, all_jobs=False)
-    webhook.register_jobsets(registry, lambda _js: True)
     webhook.register_pods(registry, lambda _pod: True)
     watches = Watches()
     handlers.register_watches(watches, wiring)
@@ -194,17 +198,32 @@ def _granted() -> set[Grant]:
     return grants
 
 
+def _custom_kinds() -> set[Grant]:
+    """The writer reads and patches the managed custom kinds (JobSet, MPIJob) through one
+    pair of calls parametrised by `kube.kinds.CUSTOM_KINDS`: get and patch of each kind."""
+    return {
+        (kind.group, kind.plural, verb)
+        for kind in CUSTOM_KINDS.values()
+        for verb in ("get", "patch")
+    }
+
+
 def _needed() -> set[Grant]:
     called, _ = _called()
-    return _watched() | called | set(IMPLIED)
+    return _watched() | called | set(IMPLIED) | _custom_kinds()
 
 
 def test_every_call_names_its_resource_or_is_a_list_of_a_watched_kind() -> None:
     _, unnamed = _called()
 
     # bootstrap's LISTs of Kueue kinds pass the plural as a variable: those are LISTs of
-    # kinds the operator watches anyway.
-    assert all("list_cluster_custom_object" in u for u in unnamed), unnamed
+    # kinds the operator watches anyway; the writer's get and patch of a managed custom kind
+    # are granted per kind (`_custom_kinds`).
+    custom = ("get_namespaced_custom_object", "patch_namespaced_custom_object")
+    assert all(
+        "list_cluster_custom_object" in u or (u.startswith("writers.py") and u.endswith(custom))
+        for u in unnamed
+    ), unnamed
 
 
 def test_the_walk_finds_the_calls_it_must() -> None:

@@ -8,11 +8,14 @@ from kubernetes_asyncio import client
 
 from atoll.api.configuration import Configuration, Integrations
 from atoll.api.jobset import JobSet
+from atoll.api.mpijob import MPIJob
 from atoll.kube import bootstrap
+from atoll.kube.kinds import CustomKind
 from atoll.kube.operator import Operator, RunOptions
 from atoll.state.cache import Cache
 
 BOTH = ("batch/job", "jobset.x-k8s.io/jobset")
+ALL = (*BOTH, "kubeflow.org/mpijob")
 
 
 def _watched(op: Operator) -> set[str]:
@@ -31,10 +34,10 @@ def _operator(api: client.ApiClient, frameworks: tuple[str, ...]) -> Operator:
 async def test_jobsets_are_watched_only_when_their_crd_is_served(
     monkeypatch: pytest.MonkeyPatch, served: bool
 ) -> None:
-    async def serves(_api: client.ApiClient, _cache: Cache) -> bool:
+    async def serves(_api: client.ApiClient, _cache: Cache, _kind: CustomKind) -> bool:
         return served
 
-    monkeypatch.setattr(bootstrap, "serves_jobsets", serves)
+    monkeypatch.setattr(bootstrap, "serves", serves)
     async with client.ApiClient() as api:
         op = _operator(api, BOTH)
         await op._watch_kinds()
@@ -51,3 +54,18 @@ async def test_only_the_named_frameworks_are_managed() -> None:
         off = _operator(api, ("jobset.x-k8s.io/jobset",))
         assert not off.jobs.settings.enabled  # Jobs are then left alone
         assert set(off.kinds) == {JobSet.KIND}
+
+
+async def test_each_custom_kind_is_watched_only_when_its_crd_is_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def serves(_api: client.ApiClient, _cache: Cache, kind: CustomKind) -> bool:
+        return kind.kind == MPIJob.KIND
+
+    monkeypatch.setattr(bootstrap, "serves", serves)
+    async with client.ApiClient() as api:
+        op = _operator(api, ALL)
+        await op._watch_kinds()
+    assert set(op.kinds) == {JobSet.KIND, MPIJob.KIND}
+    assert "mpijobs" in _watched(op)
+    assert "jobsets" not in _watched(op)

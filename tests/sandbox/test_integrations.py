@@ -15,6 +15,7 @@ from tests.conftest import KubeCluster, missing_component
 
 JOBSET = integrations.INTEGRATIONS["jobset"]
 LWS = integrations.INTEGRATIONS["lws"]
+MPI = integrations.INTEGRATIONS["mpi"]
 SLEEPER = {
     "name": "main",
     "image": "registry.invalid/atoll/sleep:1",
@@ -24,6 +25,7 @@ SLEEPER = {
 
 def test_with_names_parse_in_order_and_unknown_names_are_refused() -> None:
     assert integrations.parse("jobset, lws") == [JOBSET, LWS]
+    assert integrations.parse("mpi,jobset") == [MPI, JOBSET]
     assert integrations.parse(None) == []
     with pytest.raises(ValueError, match="unknown integration 'kubeflow'"):
         integrations.parse("jobset,kubeflow")
@@ -40,8 +42,12 @@ def test_controller_binary_is_cached_by_version(monkeypatch: pytest.MonkeyPatch)
     "integration", list(integrations.INTEGRATIONS.values()), ids=lambda i: i.name
 )
 def test_wrapper_module_pins_the_controller_version(integration: integrations.Integration) -> None:
-    go_mod = (binaries.modules_dir() / integration.name / "go.mod").read_text()
-    assert f"tool {integration.package}" in go_mod
+    module = binaries.modules_dir() / integration.name
+    go_mod = (module / "go.mod").read_text()
+    if integration.package == ".":  # the wrapper module's own main, on the library
+        assert f"{integration.module_path}/pkg/controller" in (module / "main.go").read_text()
+    else:
+        assert f"tool {integration.package}" in go_mod
     assert f"{integration.module_path} {integration.version}" in go_mod
 
 
@@ -72,6 +78,29 @@ def test_webhooks_point_at_loopback_and_pod_hooks_only_at_the_kinds_pods(tmp_pat
     assert "objectSelector" not in jobset
 
 
+def test_the_mpi_controller_opens_no_port() -> None:
+    """mpi-operator's own command serves /healthz on :8080 on every interface; the sandbox's
+    main has no server, no metrics and no leader election (nothing to bind)."""
+    main = (binaries.modules_dir() / MPI.name / "main.go").read_text()
+    code = "\n".join(line for line in main.splitlines() if not line.lstrip().startswith("//"))
+    for server in ("net/http", "ListenAndServe", "leaderelection", "net.Listen"):
+        assert server not in code
+    assert MPI.config_api is None
+    assert integrations.webhooks(MPI, Path("/nonexistent"), 1, b"CA") == []
+
+
+def test_crds_come_from_a_folder_or_from_one_file(tmp_path: Path) -> None:
+    crd = tmp_path / MPI.crd_dir
+    crd.parent.mkdir(parents=True)
+    crd.write_text("kind: CustomResourceDefinition\n")
+    (crd.parent / "deployment.yaml").write_text("kind: Deployment\n")
+    assert integrations.crd_files(MPI, tmp_path) == [crd]  # not the deployment next to it
+    (tmp_path / JOBSET.crd_dir).mkdir(parents=True)
+    (tmp_path / JOBSET.crd_dir / "b.yaml").write_text("")
+    (tmp_path / JOBSET.crd_dir / "a.yaml").write_text("")
+    assert [p.name for p in integrations.crd_files(JOBSET, tmp_path)] == ["a.yaml", "b.yaml"]
+
+
 def _controller(
     cluster: KubeCluster, integration: integrations.Integration, crd: str
 ) -> Proc | None:
@@ -96,6 +125,11 @@ def jobset_controller(cluster: KubeCluster) -> Proc | None:
 @pytest.fixture(scope="session")
 def lws_controller(cluster: KubeCluster) -> Proc | None:
     return _controller(cluster, LWS, "leaderworkersets.leaderworkerset.x-k8s.io")
+
+
+@pytest.fixture(scope="session")
+def mpi_controller(cluster: KubeCluster) -> Proc | None:
+    return _controller(cluster, MPI, "mpijobs.kubeflow.org")
 
 
 def _jobset(name: str, namespace: str) -> str:

@@ -120,7 +120,12 @@ KNOWN_FRAMEWORKS: Final = frozenset(
 )
 """Framework names Kueue accepts in `integrations.frameworks`."""
 BATCH_JOB_FRAMEWORK: Final = "batch/job"
-RUN_FRAMEWORKS: Final = (BATCH_JOB_FRAMEWORK, "jobset.x-k8s.io/jobset", "pod")
+RUN_FRAMEWORKS: Final = (
+    BATCH_JOB_FRAMEWORK,
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/mpijob",
+    "pod",
+)
 """The frameworks atoll runs; the other names are accepted and ignored (with a log line)."""
 
 
@@ -476,8 +481,8 @@ class Integrations(ApiModel):
     """Which job kinds are managed, and what is copied from them."""
 
     frameworks: tuple[str, ...] = (BATCH_JOB_FRAMEWORK,)
-    """Kueue framework names to manage; atoll runs `batch/job`, `jobset.x-k8s.io/jobset`
-    and `pod`, and ignores the others."""
+    """Kueue framework names to manage; atoll runs `batch/job`, `jobset.x-k8s.io/jobset`,
+    `kubeflow.org/mpijob` and `pod`, and ignores the others."""
     label_keys_to_copy: tuple[str, ...] = ()
     """Job label keys copied to the Workload at creation."""
 

@@ -12,6 +12,7 @@ from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
+from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from atoll.api.resourceflavor import ResourceFlavor
@@ -33,6 +34,7 @@ KUEUE_KINDS: Final[tuple[type[KubeObject], ...]] = (
 READ_KINDS: Final[tuple[type[KubeObject], ...]] = (
     Job,
     JobSet,
+    MPIJob,
     Pod,
     Node,
     PriorityClass,

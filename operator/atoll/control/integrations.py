@@ -1,6 +1,6 @@
 """The job framework: one adapter per managed kind, and the kinds atoll runs.
 
-An `Integration` says, for one kind (batch/v1 Job, JobSet), how to read its pod sets into a
+An `Integration` says, for one kind (batch/v1 Job, JobSet, MPIJob), how to read its pod sets into a
 Workload, whether it is suspended, finished or active, how ready its pods are, and how to start
 it (unsuspend, with each admitted pod set's flavors merged into its pod template), stop it
 (suspend, templates restored from the Workload) and suspend it. `control.jobs.JobController`
@@ -20,17 +20,20 @@ from atoll.api import labels as keys
 from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.jobset import JobSet
 from atoll.api.meta import KubeObject
+from atoll.api.mpijob import MPIJob
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
+from atoll.control import mpijob as mpi
 from atoll.control import podgroups as pg
-from atoll.control.ports import JobSetStore, JobStore, ObjectRef, PodGroupStore
+from atoll.control.ports import JobSetStore, JobStore, MPIJobStore, ObjectRef, PodGroupStore
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
 BATCH_JOB: Final = "batch/job"
 JOBSET: Final = "jobset.x-k8s.io/jobset"
+MPIJOB: Final = "kubeflow.org/mpijob"
 POD: Final = "pod"
 
 J = TypeVar("J", bound=KubeObject)
@@ -44,6 +47,8 @@ class Integration(ABC, Generic[J]):
     model: type[J]
     group: str
     """API group of the kind (part of the Workload name's hash)."""
+    owns_jobs: bool = False
+    """Whether its controller creates batch/v1 Jobs it controls (they are left to it)."""
 
     @property
     def kind(self) -> str:
@@ -221,6 +226,7 @@ class JobSetIntegration(Integration[JobSet]):
     framework = JOBSET
     model = JobSet
     group = js.GROUP
+    owns_jobs = True
 
     def __init__(self, store: JobSetStore) -> None:
         self.store = store
@@ -276,6 +282,75 @@ class JobSetIntegration(Integration[JobSet]):
 
     async def suspend(self, obj: JobSet) -> None:
         await self.store.suspend_jobset(_key(obj))
+
+
+class MPIJobIntegration(Integration[MPIJob]):
+    """MPIJob (mpi-operator): a `launcher` and a `worker` pod set, admitted together. Its
+    launcher runs as a batch/v1 Job the MPIJob controls, its workers as bare pods."""
+
+    framework = MPIJOB
+    model = MPIJob
+    group = mpi.GROUP
+    owns_jobs = True
+
+    def __init__(self, store: MPIJobStore) -> None:
+        self.store = store
+
+    def objects(self, cache: Cache) -> Mapping[str, MPIJob]:
+        return cache.mpijobs
+
+    def suspend_flag(self, obj: MPIJob) -> bool:
+        return bool(obj.spec.run_policy.suspend)
+
+    def finished(self, obj: MPIJob) -> tuple[bool, str, str]:
+        return mpi.finished(obj)
+
+    def active_pods(self, obj: MPIJob) -> int:
+        return mpi.active_pods(obj)
+
+    def ready(self, obj: MPIJob, wl: Workload) -> bool:
+        del wl
+        return mpi.pods_ready(obj)
+
+    def compose(self, obj: MPIJob, cache: Cache) -> Workload:
+        return mpi.build_workload(obj, cache.workload_classes, cache.priority_classes)
+
+    def mismatch(self, obj: MPIJob, wl: Workload) -> str | None:
+        return mpi.workload_mismatch(obj, wl)
+
+    def carries_admission(self, obj: MPIJob) -> bool:
+        return mpi.carries_admission(obj)
+
+    async def start(self, obj: MPIJob, wl: Workload, flavors: Mapping[str, ResourceFlavor]) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        by_name = {str(a.name): a for a in adm.pod_set_assignments}
+        plans: dict[str, jf.TemplateStart] = {}
+        for replica_type in mpi.replica_types(obj):
+            name = mpi.pod_set_name(replica_type)
+            assignment = by_name.get(name)
+            plans[replica_type] = jf.template_start(
+                obj.spec.mpi_replica_specs[replica_type].template,
+                pod_set=name,
+                workload=wl.name,
+                cluster_queue=adm.cluster_queue,
+                local_queue=wl.spec.queue_name or "",
+                flavors=_flavors(assignment, flavors) if assignment else [],
+                topology=assignment is not None and assignment.topology_assignment is not None,
+            )
+        await self.store.start_mpijob(_key(obj), plans)
+
+    async def stop(self, obj: MPIJob, wl: Workload) -> None:
+        by_name = {str(ps.name): ps.template for ps in wl.spec.pod_sets}
+        templates = {
+            t: by_name[mpi.pod_set_name(t)]
+            for t in mpi.replica_types(obj)
+            if mpi.pod_set_name(t) in by_name
+        }
+        await self.store.stop_mpijob(_key(obj), templates)
+
+    async def suspend(self, obj: MPIJob) -> None:
+        await self.store.suspend_mpijob(_key(obj))
 
 
 class PodGroupIntegration(Integration[pg.PodGroup]):
@@ -387,19 +462,22 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         del obj  # a running pod cannot be gated again; it runs unadmitted until it ends
 
 
-class Stores(JobStore, JobSetStore, PodGroupStore, Protocol):
+class Stores(JobStore, JobSetStore, MPIJobStore, PodGroupStore, Protocol):
     """A writer of every managed kind."""
 
 
 def enabled(frameworks: tuple[str, ...], store: Stores) -> list[Integration[KubeObject]]:
-    """The integrations `integrations.frameworks` enables, among those atoll runs."""
+    """The integrations `integrations.frameworks` enables, among those atoll runs. A Job
+    controlled by an object of an enabled kind that owns Jobs (JobSet, MPIJob) is left to that
+    kind's Workload."""
     out: list[Integration[KubeObject]] = []
-    owners: tuple[tuple[str, str], ...] = ()
     if JOBSET in frameworks:
         out.append(JobSetIntegration(store))  # type: ignore[arg-type]
-        owners += ((f"{js.GROUP}/", JobSet.KIND),)
+    if MPIJOB in frameworks:
+        out.append(MPIJobIntegration(store))  # type: ignore[arg-type]
     if POD in frameworks:
         out.append(PodGroupIntegration(store))  # type: ignore[arg-type]
+    owners = tuple((f"{kind.group}/", kind.kind) for kind in out if kind.owns_jobs)
     if BATCH_JOB in frameworks:
         out.insert(0, JobIntegration(store, owners=owners))  # type: ignore[arg-type]
     return out

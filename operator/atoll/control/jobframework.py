@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.api import labels as keys
@@ -405,15 +405,21 @@ def job_errors(job: KubeObject) -> list[str]:
     return [error] if error else []
 
 
-def job_update_errors(old: Job | JobSet, new: Job | JobSet) -> list[str]:
+def job_update_errors(
+    old: KubeObject, new: KubeObject, *, suspended: bool | None = None
+) -> list[str]:
     """What the webhook refuses in a Job UPDATE that changes the queue name: an invalid
     name, or any change (removal included) while the Job runs, i.e. is unsuspended after the
-    update, as Kueue does. Other updates pass, so atoll can still stop a Job whose invalid
-    name was set while the webhook was bypassed."""
+    update (`suspended`; default: `spec.suspend` of a Job or JobSet), as Kueue does. Other
+    updates pass, so atoll can still stop a Job whose invalid name was set while the webhook
+    was bypassed."""
     if queue_name(new) == queue_name(old):
         return []
     errors = job_errors(new)
-    if not new.spec.suspend:
+    if suspended is None:
+        assert isinstance(new, Job | JobSet)
+        suspended = bool(new.spec.suspend)
+    if not suspended:
         errors.append(
             f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
         )
@@ -430,8 +436,16 @@ def suspends_on_update(old: Job, new: Job) -> bool:
 def carries_admission(job: Job) -> bool:
     """Whether the Job's template still carries what starting it injected (the workload
     annotation): a Job suspended that way must still have its template restored."""
-    meta = job.spec.template.metadata
-    return keys.WORKLOAD_ANNOTATION in ((meta.annotations if meta else None) or {})
+    return templates_carry_admission((job.spec.template,))
+
+
+def templates_carry_admission(templates: Iterable[PodTemplateSpec]) -> bool:
+    """Whether one of an owner's pod templates still carries the workload annotation."""
+    for template in templates:
+        meta = template.metadata
+        if keys.WORKLOAD_ANNOTATION in ((meta.annotations if meta else None) or {}):
+            return True
+    return False
 
 
 def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object, object]]:
@@ -448,6 +462,25 @@ def _resources(containers: Sequence[Container] | None) -> list[tuple[str, object
 def template_resources(template: PodTemplateSpec) -> tuple[object, object]:
     """The containers' and init containers' names and resources (what must match)."""
     return _resources(template.spec.containers), _resources(template.spec.init_containers)
+
+
+def pod_sets_mismatch(
+    owner: KubeObject, mine: Sequence[PodSet], wl: Workload, what: str
+) -> str | None:
+    """Why an owner with several pod sets (one per `what`: replicated job, replica type) no
+    longer matches its Workload: their names, pod counts or containers' resources, or the
+    maximum execution time changed (Kueue's `EquivalentToWorkload`)."""
+    theirs = wl.spec.pod_sets
+    if [p.name for p in mine] != [p.name for p in theirs]:
+        return f"the {owner.KIND}'s {what}s changed"
+    for new, old in zip(mine, theirs, strict=True):
+        if new.count != old.count:
+            return f"{what} {new.name} has {new.count} pods, its pod set {old.count}"
+        if template_resources(new.template) != template_resources(old.template):
+            return f"the containers' resources of {what} {new.name} changed"
+    if max_exec_seconds(owner) != wl.spec.maximum_execution_time_seconds:
+        return "the maximum execution time changed"
+    return None
 
 
 def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = None) -> str | None:

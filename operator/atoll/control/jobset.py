@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from atoll.api import labels as keys
 from atoll.api.core import PriorityClass
 from atoll.api.jobset import GROUP, JobSet, ReplicatedJob
 from atoll.api.priority import WorkloadPriorityClass
@@ -92,25 +91,12 @@ def pods_ready(jobset: JobSet) -> bool:
 
 def carries_admission(jobset: JobSet) -> bool:
     """Whether a replicated job's pod template still carries the workload annotation."""
-    for rj in jobset.spec.replicated_jobs:
-        meta = rj.template.spec.template.metadata
-        if keys.WORKLOAD_ANNOTATION in ((meta.annotations if meta else None) or {}):
-            return True
-    return False
+    return jf.templates_carry_admission(
+        rj.template.spec.template for rj in jobset.spec.replicated_jobs
+    )
 
 
 def workload_mismatch(jobset: JobSet, wl: Workload) -> str | None:
     """Why the JobSet no longer matches its Workload: its replicated jobs, their pod counts
     or their containers' resources changed (Kueue's `EquivalentToWorkload`)."""
-    mine = pod_sets(jobset)
-    theirs = wl.spec.pod_sets
-    if [p.name for p in mine] != [p.name for p in theirs]:
-        return "the JobSet's replicated jobs changed"
-    for new, old in zip(mine, theirs, strict=True):
-        if new.count != old.count:
-            return f"replicated job {new.name} has {new.count} pods, its pod set {old.count}"
-        if jf.template_resources(new.template) != jf.template_resources(old.template):
-            return f"the containers' resources of replicated job {new.name} changed"
-    if jf.max_exec_seconds(jobset) != wl.spec.maximum_execution_time_seconds:
-        return "the maximum execution time changed"
-    return None
+    return jf.pod_sets_mismatch(jobset, pod_sets(jobset), wl, "replicated job")

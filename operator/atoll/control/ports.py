@@ -90,6 +90,19 @@ class JobSetStore(Protocol):
     async def suspend_jobset(self, key: str) -> None: ...
 
 
+class MPIJobStore(Protocol):
+    async def start_mpijob(self, key: str, plans: Mapping[str, TemplateStart]) -> None:
+        """Unsuspend the MPIJob (`spec.runPolicy.suspend`) and merge each replica type's
+        admission (by replica type: Launcher, Worker) into its pod template (one write)."""
+        ...
+
+    async def stop_mpijob(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        """Suspend the MPIJob and restore each replica type's pod template exactly."""
+        ...
+
+    async def suspend_mpijob(self, key: str) -> None: ...
+
+
 class PodGroupStore(Protocol):
     async def start_pod(self, key: str, plan: TemplateStart) -> None:
         """Merge the admission into the gated pod (labels, annotations, nodeSelector,

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, PriorityClass
-from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
@@ -23,6 +22,8 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.kube import retry
+from atoll.kube.kinds import CustomKind
+from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
 log = structlog.get_logger("atoll.bootstrap")
@@ -106,18 +107,23 @@ async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
     return each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)
 
 
-async def serves_jobsets(api: client.ApiClient, cache: Cache) -> bool:
-    """List JobSets into the cache; False when the cluster does not serve them (the JobSet
-    CRD is not installed)."""
+async def serves(api: client.ApiClient, cache: Cache, kind: CustomKind) -> bool:
+    """List the kind's objects into the cache; False when the cluster does not serve the
+    kind (its CRD is not installed)."""
     custom = client.CustomObjectsApi(api)
     try:
         raw = await retry.call(
-            lambda: custom.list_cluster_custom_object("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-            what="JobSet listing",
+            lambda: custom.list_cluster_custom_object(kind.group, kind.version, kind.plural),
+            what=f"{kind.kind} listing",
         )
     except ApiException as e:
         if e.status == 404:
             return False
         raise
-    each(JobSet, raw.get("items", []), cache.set_jobset)
+    objects = kind.objects(cache)
+
+    def store(obj: KubeObject) -> None:
+        objects[wls.key_of(obj.namespace, obj.name)] = obj
+
+    each(kind.model, raw.get("items", []), store)
     return True

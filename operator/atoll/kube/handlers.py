@@ -21,10 +21,6 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PriorityClass
-from atoll.api.jobset import GROUP as JOBSET_GROUP
-from atoll.api.jobset import PLURAL as JOBSET_PLURAL
-from atoll.api.jobset import VERSION as JOBSET_VERSION
-from atoll.api.jobset import JobSet
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject, ObjectMeta
@@ -35,6 +31,7 @@ from atoll.api.topology import Topology
 from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
+from atoll.kube.kinds import CustomKind
 from atoll.kube.watch import Watches, object_key
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -198,19 +195,22 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         w.jobs.add(key)
 
 
-def register_jobsets(registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue) -> None:
-    """Watch JobSets (the JobSet integration): cache them and queue them for reconciling."""
+def register_kind(
+    registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue, kind: CustomKind
+) -> None:
+    """Watch a managed custom kind (JobSet, MPIJob): cache its objects and queue them for
+    reconciling."""
 
-    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, registry=registry)
-    async def _jobset(type: str | None, body: kopf.Body, **_: Any) -> None:
-        obj = _parse(JobSet, body)
+    @kopf.on.event(kind.group, kind.version, kind.plural, registry=registry)
+    async def _owner(type: str | None, body: kopf.Body, **_: Any) -> None:
+        obj = _parse(kind.model, body)
         if obj is None:
             return
         key = wls.key_of(obj.namespace, obj.name)
         if type == "DELETED":
-            w.cache.delete_jobset(key)
+            kind.objects(w.cache).pop(key, None)
         else:
-            w.cache.set_jobset(obj)
+            kind.objects(w.cache)[key] = obj
         queue.add(key)
 
 

@@ -37,6 +37,7 @@ from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
 from atoll.kube import bootstrap, connection, handlers, retry, webhook
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
+from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.watch import Watches
@@ -230,8 +231,9 @@ class Operator:
                 self.jobs.manages,
                 all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
             )
-            if "JobSet" in self.kinds:
-                webhook.register_jobsets(registry, self.kinds["JobSet"][0].manages)
+            for kind, (ctl, _) in self.kinds.items():
+                if kind in CUSTOM_KINDS:
+                    webhook.register_kind(registry, ctl.manages, CUSTOM_KINDS[kind])
             if "Pod" in self.kinds:
                 webhook.register_pods(registry, self.kinds["Pod"][0].manages)
 
@@ -414,19 +416,21 @@ class Operator:
 
     async def _watch_kinds(self) -> None:
         """Watch each enabled kind whose CRD the cluster serves; an integration whose CRD is
-        missing is skipped with a log line (restart atoll once it is installed)."""
-        if "JobSet" not in self.kinds:
-            return
-        queue = self.kinds["JobSet"][1]
-        if not await bootstrap.serves_jobsets(self.api, self.cache):
-            log.warning(
-                "integration skipped: its CRD is not installed",
-                framework=integrations.JOBSET,
-                crd="jobsets.jobset.x-k8s.io",
-            )
-            return
-        handlers.register_jobsets(self._kopf, self._wiring, queue)
-        log.info("integration enabled", framework=integrations.JOBSET)
+        missing is skipped with a log line (restart atoll once it is installed). Pods are
+        watched anyway."""
+        for name, (_, queue) in self.kinds.items():
+            kind = CUSTOM_KINDS.get(name)
+            if kind is None:
+                continue
+            if not await bootstrap.serves(self.api, self.cache, kind):
+                log.warning(
+                    "integration skipped: its CRD is not installed",
+                    framework=kind.framework,
+                    crd=kind.crd,
+                )
+                continue
+            handlers.register_kind(self._kopf, self._wiring, queue, kind)
+            log.info("integration enabled", framework=kind.framework)
 
     async def _start(self) -> None:
         """Wait for the API server, set up the webhook's certificate, list everything."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import tempfile
 import urllib.parse
 from collections.abc import Callable
@@ -32,23 +33,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job, Pod
-from atoll.api.jobset import GROUP as JOBSET_GROUP
-from atoll.api.jobset import PLURAL as JOBSET_PLURAL
-from atoll.api.jobset import VERSION as JOBSET_VERSION
-from atoll.api.jobset import JobSet
 from atoll.api.labels import ADMISSION_GATE, MANAGED_LABEL, QUEUE_NAME_LABEL
 from atoll.control import jobframework as jf
 from atoll.control import podgroups
 from atoll.kube import retry
+from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 
 WEBHOOK_ID = "mutate-batch-v1-job"
-JOBSET_WEBHOOK_ID = "mutate-jobset-x-k8s-io-v1alpha2-jobset"
-"""Kueue's path of the JobSet webhook."""
 POD_WEBHOOK_ID = "mutate--v1-pod"
 """Kueue's path of the pod webhook."""
 RULES: dict[str, tuple[str, str, str]] = {
     WEBHOOK_ID: ("batch", "v1", "jobs"),
-    JOBSET_WEBHOOK_ID: (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL),
+    **{k.webhook_id: (k.group, k.version, k.plural) for k in CUSTOM_KINDS.values()},
     POD_WEBHOOK_ID: ("", "v1", "pods"),
 }
 """(group, version, plural) each mutating handler is called for."""
@@ -96,33 +92,39 @@ def register(
             patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
 
 
-def register_jobsets(registry: kopf.OperatorRegistry, manages: Callable[[JobSet], bool]) -> None:
-    """The JobSet integration's webhook (Kueue's): a managed JobSet is suspended at creation,
+def register_kind(
+    registry: kopf.OperatorRegistry, manages: Callable[[Any], bool], kind: CustomKind
+) -> None:
+    """A managed custom kind's webhook (Kueue's): a managed object is suspended at creation,
     and its queue name follows the same rules as a Job's."""
 
     @kopf.on.mutate(
-        JOBSET_GROUP,
-        JOBSET_VERSION,
-        JOBSET_PLURAL,
-        id=JOBSET_WEBHOOK_ID,
+        kind.group,
+        kind.version,
+        kind.plural,
+        id=kind.webhook_id,
         operations=["CREATE", "UPDATE"],
         registry=registry,
     )
-    async def admit_jobsets(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    async def admit_owner(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
         try:
-            obj = JobSet.from_dict(dict(body))
-            before = JobSet.from_dict(dict(old)) if old else None
+            obj = kind.model.from_dict(dict(body))
+            before = kind.model.from_dict(dict(old)) if old else None
         except ValueError:
-            return  # the JobSet's own webhook validates it; never block one we cannot read
+            return  # the kind's own webhook validates it; never block one we cannot read
         if not manages(obj) and not (before is not None and manages(before)):
             return
-        errors = jf.job_update_errors(before, obj) if before is not None else jf.job_errors(obj)
+        errors = (
+            jf.job_update_errors(before, obj, suspended=kind.suspended(obj))
+            if before is not None
+            else jf.job_errors(obj)
+        )
         if errors:
             message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
             raise kopf.AdmissionError(message, code=422)
-        if before is None and not obj.spec.suspend:
-            patch.setdefault("spec", {})["suspend"] = True
+        if before is None and not kind.suspended(obj):
+            patch.update(copy.deepcopy(dict(kind.suspend_patch)))
 
 
 def register_pods(registry: kopf.OperatorRegistry, manages: Callable[[Pod], bool]) -> None:

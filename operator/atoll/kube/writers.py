@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.api import labels as keys
+from atoll.api import mpijob
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
@@ -37,6 +38,8 @@ log = structlog.get_logger("atoll.kube")
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
+_JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+_MPIJOBS = (mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
 _RETRIES = 8
 _TRANSIENT_ATTEMPTS = 12
 """Tries of one request that fails transiently (about a minute with `retry.DEFAULT`); then
@@ -90,6 +93,57 @@ def _newer_or_same(seen: str | None, known: str | None) -> bool:
     if not seen or not known or not seen.isdigit() or not known.isdigit():
         return True
     return int(seen) >= int(known)
+
+
+def _mpijob_suspended(raw: dict[str, Any]) -> bool:
+    return bool(((raw.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def _replica_template(raw: dict[str, Any], replica_type: str) -> dict[str, Any]:
+    specs = (raw.get("spec") or {}).get("mpiReplicaSpecs") or {}
+    template: dict[str, Any] = (specs.get(replica_type) or {}).get("template") or {}
+    return template
+
+
+def _mpijob_patch(suspend: bool, pods: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runPolicy": {"suspend": suspend}}
+    if pods:
+        spec["mpiReplicaSpecs"] = {t: {"template": pod} for t, pod in pods.items()}
+    return {"spec": spec}
+
+
+def _template_patch(
+    current: dict[str, Any],
+    *,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    tolerations: list[Any],
+    gates: list[Any],
+) -> dict[str, Any]:
+    """A merge patch turning the pod template `current` into one with exactly these labels,
+    annotations, node selector, tolerations and scheduling gates (empty when it has them)."""
+    meta = current.get("metadata") or {}
+    spec = current.get("spec") or {}
+    out: dict[str, Any] = {}
+    for part, field, have, want in (
+        ("metadata", "labels", meta, labels),
+        ("metadata", "annotations", meta, annotations),
+        ("spec", "nodeSelector", spec, node_selector),
+        ("spec", "tolerations", spec, tolerations),
+        ("spec", "schedulingGates", spec, gates),
+    ):
+        old = have.get(field)
+        if (old or None) == (want or None):
+            continue
+        if not want:
+            value: Any = None
+        elif isinstance(want, Mapping):
+            value = _removed(old, dict(want))
+        else:
+            value = list(want)
+        out.setdefault(part, {})[field] = value
+    return out
 
 
 def _removed(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -460,14 +514,14 @@ class KubeWriter:
                 await asyncio.sleep(0.1 * (attempt + 1))
 
     # -- JobSets --------------------------------------------------------------------------
-    async def _get_jobset(self, key: str) -> dict[str, Any]:
+    async def _get_custom(self, res: tuple[str, str, str], key: str) -> dict[str, Any]:
+        """GET the custom object `key` of `res` (group, version, plural)."""
         ns, name = _split(key)
+        group, version, plural = res
         try:
             raw: dict[str, Any] = await self._call(
                 "get",
-                lambda: self.custom.get_namespaced_custom_object(
-                    "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", name
-                ),
+                lambda: self.custom.get_namespaced_custom_object(group, version, ns, plural, name),
             )
         except ApiError as e:
             if e.status == 404:
@@ -480,9 +534,20 @@ class KubeWriter:
     ) -> None:
         """Merge-patch the JobSet with what `build` makes of it, under its resourceVersion
         (replicatedJobs is a list: a patch carries all of it)."""
+        await self._patch_custom_retrying(_JOBSETS, key, build)
+
+    async def _patch_custom_retrying(
+        self,
+        res: tuple[str, str, str],
+        key: str,
+        build: Callable[[dict[str, Any]], dict[str, Any] | None],
+    ) -> None:
+        """Merge-patch the custom object with what `build` makes of it (None: nothing to
+        write), under its resourceVersion; GET and build again on a conflict."""
         ns, name = _split(key)
+        group, version, plural = res
         for _ in range(_RETRIES):
-            raw = await self._get_jobset(key)
+            raw = await self._get_custom(res, key)
             body = build(raw)
             if body is None:
                 return
@@ -491,10 +556,10 @@ class KubeWriter:
                 await self._call(
                     "patch",
                     lambda body=body: self.custom.patch_namespaced_custom_object(  # type: ignore[misc]
-                        "jobset.x-k8s.io",
-                        "v1alpha2",
+                        group,
+                        version,
                         ns,
-                        "jobsets",
+                        plural,
                         name,
                         body,
                         _content_type=MERGE,
@@ -506,7 +571,7 @@ class KubeWriter:
                     raise NotFoundError(key) from e
                 if e.status != 409:
                     raise
-        raise RuntimeError(f"jobset {key}: patch kept conflicting")
+        raise RuntimeError(f"{plural} {key}: patch kept conflicting")
 
     async def suspend_jobset(self, key: str) -> None:
         await self._patch_jobset_retrying(
@@ -567,6 +632,61 @@ class KubeWriter:
             return {"spec": {"suspend": True, "replicatedJobs": rjs}}
 
         await self._patch_jobset_retrying(key, build)
+
+    # -- MPIJobs -------------------------------------------------------------------------
+    # mpiReplicaSpecs is a map: each write is a merge patch of the replica types' pod
+    # templates alone, with null for what must go, under the MPIJob's resourceVersion.
+    async def suspend_mpijob(self, key: str) -> None:
+        await self._patch_custom_retrying(
+            _MPIJOBS,
+            key,
+            lambda raw: None if _mpijob_suspended(raw) else _mpijob_patch(True, {}),
+        )
+
+    async def start_mpijob(self, key: str, plans: Mapping[str, TemplateStart]) -> None:
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            if not _mpijob_suspended(raw):
+                return None
+            pods = {
+                t: _template_patch(
+                    _replica_template(raw, t),
+                    labels=plan.labels,
+                    annotations=plan.annotations,
+                    node_selector=plan.node_selector,
+                    tolerations=[tol.to_dict() for tol in plan.tolerations],
+                    gates=[{"name": g} for g in plan.scheduling_gates],
+                )
+                for t, plan in plans.items()
+            }
+            return _mpijob_patch(False, pods)
+
+        await self._patch_custom_retrying(_MPIJOBS, key, build)
+
+    async def stop_mpijob(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        """Suspend and restore every replica type's pod template from the Workload in one
+        write, as Kueue's stop does for MPIJobs."""
+
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            pods = {}
+            for t, want in templates.items():
+                want_raw = want.to_dict()
+                meta = want_raw.get("metadata") or {}
+                spec = want_raw.get("spec") or {}
+                patch = _template_patch(
+                    _replica_template(raw, t),
+                    labels=meta.get("labels") or {},
+                    annotations=meta.get("annotations") or {},
+                    node_selector=spec.get("nodeSelector") or {},
+                    tolerations=spec.get("tolerations") or [],
+                    gates=spec.get("schedulingGates") or [],
+                )
+                if patch:
+                    pods[t] = patch
+            if _mpijob_suspended(raw) and not pods:
+                return None
+            return _mpijob_patch(True, pods)
+
+        await self._patch_custom_retrying(_MPIJOBS, key, build)
 
     # -- pods -----------------------------------------------------------------------------
     async def ungate_pod(

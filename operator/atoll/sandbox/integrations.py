@@ -1,4 +1,4 @@
-"""The job integrations' own controllers in the sandbox (JobSet first).
+"""The job integrations' own controllers in the sandbox (JobSet, LWS, MPIJob).
 
 Each controller is built from its Go module, pinned by a wrapper module under
 `deploy/sandbox/<name>`, into the binary cache keyed by its version, niced, and only when
@@ -6,6 +6,11 @@ missing. `start` installs its CRDs from the same module (server-side apply), run
 more sandbox process on loopback (no leader election, metrics off, its own cert management
 off), and registers its admission webhooks from the module's webhook manifests with a
 loopback URL and a self-signed CA (`atoll.pki`), so no cert-manager and no Service is needed.
+
+A controller whose upstream command cannot be confined to loopback (mpi-operator serves
+/healthz on `:8080`, hard-coded) is built from the wrapper module's own small main instead
+(`package="."`): it opens no port, takes no config file, and writes a ready file once its
+informer caches are synced.
 """
 
 from __future__ import annotations
@@ -32,10 +37,13 @@ class Integration:
     module_path: str
     version: str
     package: str
-    version_var: str
+    version_var: str | None
     crd_dir: str
-    webhook_manifest: str
-    config_api: str
+    """A folder of the module's CRD manifests, or one CRD file."""
+    webhook_manifest: str | None
+    config_api: str | None
+    """None: the controller takes no config file and serves nothing; it is ready when it has
+    written the file passed as `--ready-file` (the wrapper module's own main)."""
     pod_label: str
     """Pod webhooks are narrowed to pods with this label: the sandbox's other pods never
     depend on this controller being up."""
@@ -80,6 +88,17 @@ INTEGRATIONS = {
         config_api="config.lws.x-k8s.io/v1alpha1",
         pod_label="leaderworkerset.sigs.k8s.io/name",
     ),
+    "mpi": Integration(
+        name="mpi",
+        module_path="github.com/kubeflow/mpi-operator",
+        version="v0.6.0",
+        package=".",
+        version_var=None,
+        crd_dir="manifests/base/kubeflow.org_mpijobs.yaml",
+        webhook_manifest=None,
+        config_api=None,
+        pod_label="training.kubeflow.org/job-name",
+    ),
 }
 
 
@@ -105,12 +124,11 @@ def build(integration: Integration, *, log: Callable[[str], None] = print) -> fl
     tmp = out.with_suffix(".tmp")
     what = f"{integration.module_path} {integration.version}"
     log(f"building {what} into {out} (first time: minutes; cached afterwards)")
+    ldflags = "-s -w"
+    if integration.version_var:
+        ldflags += f" -X {integration.version_var}={integration.version}"
     seconds = binaries.go_build(
-        what,
-        integration.name,
-        (integration.package,),
-        str(tmp),
-        ldflags=f"-s -w -X {integration.version_var}={integration.version}",
+        what, integration.name, (integration.package,), str(tmp), ldflags=ldflags
     )
     tmp.replace(out)
     return seconds
@@ -118,6 +136,8 @@ def build(integration: Integration, *, log: Callable[[str], None] = print) -> fl
 
 def webhooks(integration: Integration, source: Path, port: int, ca: bytes) -> list[dict[str, Any]]:
     """The module's webhook configurations, pointed at the controller on 127.0.0.1:`port`."""
+    if integration.webhook_manifest is None:
+        return []
     bundle = base64.b64encode(ca).decode()
     docs = [d for d in yaml.safe_load_all((source / integration.webhook_manifest).read_text()) if d]
     for doc in docs:
@@ -132,28 +152,38 @@ def webhooks(integration: Integration, source: Path, port: int, ca: bytes) -> li
     return docs
 
 
+def crd_files(integration: Integration, source: Path) -> list[Path]:
+    """The module's CRD manifests: every YAML file of `crd_dir`, or `crd_dir` itself when it
+    names one file (mpi-operator keeps its CRD next to its deployment manifests)."""
+    where = source / integration.crd_dir
+    return [where] if where.is_file() else sorted(where.glob("*.yaml"))
+
+
 def start(
     sandbox: Sandbox, integration: Integration, *, log: Callable[[str], None] = print
 ) -> Proc:
-    """CRDs, the controller process (once its /readyz answers) and its webhooks."""
+    """CRDs, the controller process (once it is ready) and its webhooks."""
     binary = integration.binary()
     if not binary.exists():
         raise binaries.BuildError(
             f"{integration.process} not built: run `atoll sandbox build --with {integration.name}`"
         )
     source = integration.source()
+    files = crd_files(integration, source)
     log(f"installing {integration.name} CRDs from {source / integration.crd_dir}")
     sandbox.kubectl(
-        "apply", "--server-side", "--force-conflicts", "-f", str(source / integration.crd_dir)
+        "apply", "--server-side", "--force-conflicts", *(f"--filename={f}" for f in files)
     )
     crds = [
         f"crd/{doc['metadata']['name']}"
-        for path in sorted((source / integration.crd_dir).glob("*.yaml"))
+        for path in files
         for doc in yaml.safe_load_all(path.read_text())
         if doc and doc.get("kind") == "CustomResourceDefinition"
     ]
     sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
     workdir = sandbox.root / integration.name
+    if integration.config_api is None:
+        return _start_plain(sandbox, integration, workdir, log)
     certs = pki.write_serving_pki(workdir / "certs", dns=("localhost",), ips=("127.0.0.1",))
     health, webhook = free_port(), free_port()
     config = {
@@ -185,4 +215,18 @@ def start(
         "-",
         input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": hooks}),
     )
+    return proc
+
+
+def _start_plain(
+    sandbox: Sandbox, integration: Integration, workdir: Path, log: Callable[[str], None]
+) -> Proc:
+    """A controller that serves nothing: ready once it has written its ready file."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / "ready"
+    ready.unlink(missing_ok=True)
+    log(f"starting {integration.process} (no listening port)")
+    argv = [str(integration.binary()), f"--kubeconfig={sandbox.kubeconfig}"]
+    proc = sandbox.add_process(integration.process, [*argv, f"--ready-file={ready}"])
+    wait_until(proc, ready.exists, timeout=120, what="its informer caches to sync")
     return proc

@@ -20,6 +20,7 @@ from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueue
+from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
@@ -80,6 +81,7 @@ class Cache:
     workloads: dict[str, Workload] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     jobsets: dict[str, JobSet] = field(default_factory=dict)
+    mpijobs: dict[str, MPIJob] = field(default_factory=dict)
     pod_groups: dict[str, dict[str, Pod]] = field(default_factory=dict)
     """Managed plain pods (the `pod` integration) by group key (`namespace/group`, or
     `namespace/pod` for a single pod), then by pod name."""

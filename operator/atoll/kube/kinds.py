@@ -1,0 +1,74 @@
+"""Where each managed custom kind is served and how the kube layer handles it: its API
+coordinates and CRD, its cache slot, its webhook id and how the webhook suspends it. One
+entry per integration whose objects are custom resources (JobSet, MPIJob); batch/v1 Jobs are
+wired on their own. `bootstrap`, `handlers`, `webhook` and `operator` read this table, so a new
+kind is one entry here plus its `control.integrations` adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from atoll.api import jobset, mpijob
+from atoll.api.jobset import JobSet
+from atoll.api.meta import KubeObject
+from atoll.api.mpijob import MPIJob
+from atoll.control import integrations
+from atoll.state.cache import Cache
+
+
+@dataclass(frozen=True, slots=True)
+class CustomKind:
+    """One managed custom kind, as the kube layer sees it."""
+
+    model: type[KubeObject]
+    framework: str
+    """Kueue's framework name (`integrations.frameworks`)."""
+    group: str
+    version: str
+    plural: str
+    webhook_id: str
+    """Kueue's path of the kind's mutating webhook."""
+    objects: Callable[[Cache], dict[str, Any]]
+    """The cache's slot of the kind, by `namespace/name`."""
+    suspended: Callable[[Any], bool]
+    """Whether an object is suspended (the webhook suspends a managed one at creation)."""
+    suspend_patch: Mapping[str, Any]
+    """The merge patch that suspends an object."""
+
+    @property
+    def kind(self) -> str:
+        return self.model.KIND
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+CUSTOM_KINDS: Final[dict[str, CustomKind]] = {
+    JobSet.KIND: CustomKind(
+        model=JobSet,
+        framework=integrations.JOBSET,
+        group=jobset.GROUP,
+        version=jobset.VERSION,
+        plural=jobset.PLURAL,
+        webhook_id="mutate-jobset-x-k8s-io-v1alpha2-jobset",
+        objects=lambda cache: cache.jobsets,
+        suspended=lambda obj: bool(obj.spec.suspend),
+        suspend_patch={"spec": {"suspend": True}},
+    ),
+    MPIJob.KIND: CustomKind(
+        model=MPIJob,
+        framework=integrations.MPIJOB,
+        group=mpijob.GROUP,
+        version=mpijob.VERSION,
+        plural=mpijob.PLURAL,
+        webhook_id="mutate-kubeflow-org-v2beta1-mpijob",
+        objects=lambda cache: cache.mpijobs,
+        suspended=lambda obj: bool(obj.spec.run_policy.suspend),
+        suspend_patch={"spec": {"runPolicy": {"suspend": True}}},
+    ),
+}
+"""The managed custom kinds, by kind."""
