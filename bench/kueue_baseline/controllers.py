@@ -199,7 +199,9 @@ class Atoll(Controller):
 
     def prepare(self) -> None:
         self.sandbox.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        self.sandbox.kubectl("wait", "--for=condition=Established", "crd", "--all")
+        self.sandbox.kubectl(
+            "wait", "--for=condition=Established", "crd", "--all", "--timeout=300s"
+        )
         self.sandbox.kubectl("create", "namespace", ATOLL_NAMESPACE)
 
     def argv(self) -> list[str]:
@@ -310,7 +312,9 @@ class Kueue(Controller):
             crd_dir = REPO / "crds"
         for path in sorted(crd_dir.glob("*.yaml")):
             self.sandbox.kubectl("apply", "--server-side", "-f", str(path))
-        self.sandbox.kubectl("wait", "--for=condition=Established", "crd", "--all")
+        self.sandbox.kubectl(
+            "wait", "--for=condition=Established", "crd", "--all", "--timeout=300s"
+        )
         self.sandbox.kubectl("create", "namespace", KUEUE_NAMESPACE)
         certs = pki.write_serving_pki(
             self.workdir / "kueue-certs", dns=("localhost",), ips=("127.0.0.1",)

@@ -1,16 +1,17 @@
 """Watch event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
 the scheduling loop or queue the Job for reconciliation.
 
-Workloads, the busiest kind, are watched by atoll's own loops (`atoll.kube.watch`, registered
-by `register_watches`: plain functions called on the event loop); the other kinds by kopf
-(`register`). Only kopf `on.event` handlers: kopf writes no annotation or finalizer on any
-object. Every kopf handler is `async def`: kopf runs plain `def` handlers in worker threads,
-and the cache is single-threaded (the loop reads it between awaits).
+Workloads (the busiest kind), the queue objects and the priority classes are watched by
+atoll's own loops (`atoll.kube.watch`, registered by `register_watches`: plain functions called
+on the event loop); the other kinds by kopf (`register`). Only kopf `on.event` handlers: kopf
+writes no annotation or finalizer on any object. Every kopf handler is `async def`: kopf runs
+plain `def` handlers in worker threads, and the cache is single-threaded (the loop reads it
+between awaits).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -121,57 +122,6 @@ def _queue_owner(wl: Workload, w: Wiring) -> None:
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
     """Register every watch atoll needs on `registry`."""
 
-    def queue_kind(
-        resource: tuple[str, str, str],
-        model: type[K],
-        kind: str,
-        *,
-        store: Callable[[K], None],
-        key: Callable[[K], str],
-    ) -> None:
-        @kopf.on.event(*resource, registry=registry)
-        async def _on(type: str | None, body: kopf.Body, **_: Any) -> None:
-            obj = _parse(model, body)
-            if obj is None:
-                return
-            if type == "DELETED":
-                w.cache.delete(kind, key(obj))
-            else:
-                store(obj)
-            w.wake()
-            w.queues_changed()
-
-    def by_name(o: KubeObject) -> str:
-        return o.name
-
-    c = w.cache
-    queue_kind((*KUEUE, "resourceflavors"), ResourceFlavor, "rf", store=c.set_flavor, key=by_name)
-    queue_kind(
-        (*KUEUE, "clusterqueues"), ClusterQueue, "cq", store=c.set_cluster_queue, key=by_name
-    )
-    queue_kind((*KUEUE, "cohorts"), Cohort, "co", store=c.set_cohort, key=by_name)
-    queue_kind(
-        (*KUEUE, "localqueues"),
-        LocalQueue,
-        "lq",
-        store=c.set_local_queue,
-        key=lambda o: wls.key_of(o.namespace, o.name),
-    )
-    queue_kind(
-        (*KUEUE, "workloadpriorityclasses"),
-        WorkloadPriorityClass,
-        "wpc",
-        store=c.set_workload_class,
-        key=by_name,
-    )
-    queue_kind(
-        ("scheduling.k8s.io", "v1", "priorityclasses"),
-        PriorityClass,
-        "pc",
-        store=c.set_priority_class,
-        key=by_name,
-    )
-
     @kopf.on.event("", "v1", "namespaces", registry=registry)
     async def _namespace(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
         if type == "DELETED":
@@ -214,6 +164,70 @@ def register_kind(
         queue.add(key)
 
 
+def _queue_kinds(watches: Watches, w: Wiring) -> None:
+    """The queue objects and priority classes: stored, and the scheduling loop and the queue
+    status writer woken (a deletion is by key: a re-list reports it without a body)."""
+
+    def queue_kind(
+        resource: tuple[str, str, str],
+        model: type[K],
+        kind: str,
+        *,
+        store: Callable[[K], None],
+        known: Callable[[], Iterable[str]],
+    ) -> None:
+        def on(type: str | None, body: Mapping[str, Any]) -> None:
+            if type == "DELETED":
+                w.cache.delete(kind, object_key(body))
+            else:
+                obj = _parse(model, body)
+                if obj is None:
+                    return
+                store(obj)
+            w.wake()
+            w.queues_changed()
+
+        watches.on(*resource, on, known=known)
+
+    c = w.cache
+    queue_kind(
+        (*KUEUE, "resourceflavors"),
+        ResourceFlavor,
+        "rf",
+        store=c.set_flavor,
+        known=lambda: list(c.flavors),
+    )
+    queue_kind(
+        (*KUEUE, "clusterqueues"),
+        ClusterQueue,
+        "cq",
+        store=c.set_cluster_queue,
+        known=lambda: list(c.cluster_queues),
+    )
+    queue_kind((*KUEUE, "cohorts"), Cohort, "co", store=c.set_cohort, known=lambda: list(c.cohorts))
+    queue_kind(
+        (*KUEUE, "localqueues"),
+        LocalQueue,
+        "lq",
+        store=c.set_local_queue,
+        known=lambda: list(c.local_queues),
+    )
+    queue_kind(
+        (*KUEUE, "workloadpriorityclasses"),
+        WorkloadPriorityClass,
+        "wpc",
+        store=c.set_workload_class,
+        known=lambda: list(c.workload_classes),
+    )
+    queue_kind(
+        ("scheduling.k8s.io", "v1", "priorityclasses"),
+        PriorityClass,
+        "pc",
+        store=c.set_priority_class,
+        known=lambda: list(c.priority_classes),
+    )
+
+
 def register_watches(watches: Watches, w: Wiring) -> None:
     """Register the kinds atoll watches without kopf (`atoll.kube.watch`) on `watches`."""
 
@@ -235,6 +249,7 @@ def register_watches(watches: Watches, w: Wiring) -> None:
         w.queues_changed()
 
     watches.on(*KUEUE, "workloads", workload, known=lambda: list(w.cache.workloads))
+    _queue_kinds(watches, w)
 
 
 def _watch(
