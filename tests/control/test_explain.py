@@ -16,6 +16,7 @@ from atoll.control.explain import explain
 from atoll.engine import decisions as d
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from atoll.state.decide import Decider
 from atoll.state.whatif import ask
 from tests.control import builders as b
 
@@ -41,7 +42,7 @@ def _submit(cache: Cache, j: Job, *, created: str = "2026-12-01T00:00:00Z") -> s
 
 def _admit(cache: Cache, key: str, at: dt.datetime = T0) -> None:
     """Admit `key` as the scheduler would, and write its status."""
-    dec = ask(cache, key, at.timestamp()).decision
+    dec = ask(Decider(cache), key, at.timestamp()).decision
     assert isinstance(dec, d.Admit), dec
     wl = cache.workloads[key]
     status = adm.admit(dec, at)(wl)
@@ -91,7 +92,9 @@ def test_the_workloads_ahead_and_an_estimate_through_them() -> None:
     key = _submit(cache, _job("second", pods=4, run="1m"), created="2026-12-01T00:02:00Z")
     ex = explain(cache, key, NOW)
     assert (ex.position, ex.queue_length, ex.ahead) == (2, 2, (first,))
-    assert not ex.is_head
+    # the same shape as first: the step parks first and tells second first's failure at once
+    assert ex.is_head
+    assert isinstance(ex.decision, d.Pending)
     # a ends at +2 min, then first runs 3 min: second starts at +5 min
     assert ex.estimate is not None
     assert ex.estimate.at == NOW + 300
@@ -199,3 +202,23 @@ def test_explain_shows_the_reservation_of_a_backfill_queue_head() -> None:
     _running(plain, "busy", 6, "5m")
     key = _submit(plain, _job("big", pods=8, run="1h"), created="2026-12-01T00:05:00Z")
     assert explain(plain, key, NOW).reservation is None
+
+
+def test_no_finish_hint_when_a_parked_workload_ahead_takes_the_room_first() -> None:
+    """BestEffortFIFO: first (8 GPUs) and then second (4) were tried and parked. When long
+    finishes, first is woken and admitted before second: "second would fit after long
+    finishes" would be wrong, and the estimate goes through first's run."""
+    cache = b.cache_with_queue(gpus=8)
+    _running(cache, "long", 8, "1h")
+    first = _submit(cache, _job("first", pods=8, run="10m"), created="2026-12-01T00:01:00Z")
+    key = _submit(cache, _job("second", pods=4, run="1m"), created="2026-12-01T00:02:00Z")
+    step = Decider(cache)
+    while step.decide(NOW) and step.parked:
+        pass
+    assert {first, key} <= set(cache.parked_keys())
+    ex = explain(cache, key, NOW)
+    assert ex.ahead == ()  # first is parked: not ahead in the next step
+    assert isinstance(ex.decision, d.Pending)
+    assert "finish" not in {c.kind for c in ex.counterfactuals}
+    assert ex.estimate is not None
+    assert ex.estimate.at == NOW + 3600 + 600

@@ -1,14 +1,20 @@
 """Topology-aware preemption on the sandbox (dgx-h100: 16 nodes of 8 GPUs, racks of 4): with
 every rack full of low-priority gangs, a high-priority rack-required gang evicts the gangs of
-exactly one rack, whole, leaves the other racks running, and lands in the rack it freed."""
+exactly one rack, whole, leaves the other racks running, and lands in the rack it freed; and
+`atoll what-if` asked just before it is created names the very victims the operator then
+evicts (the same step, on a copy of the live state)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
@@ -64,8 +70,24 @@ def _pods_by_job(cluster: KubeCluster, ns: str) -> dict[str, list[str]]:
     return out
 
 
+def _what_if(cluster: KubeCluster, job: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / f"{job['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    kube = str(cluster.kubeconfig)
+    out = subprocess.run(
+        [sys.executable, "-m", "atoll", "what-if", str(path), "--kubeconfig", kube, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return answer
+
+
 def test_a_rack_required_gang_frees_exactly_one_rack(
-    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str], tmp_path: Path
 ) -> None:
     rack_of = {
         n["metadata"]["name"]: n["metadata"]["labels"][RACK]
@@ -105,12 +127,11 @@ def test_a_rack_required_gang_frees_exactly_one_rack(
     per_rack = Counter(next(iter(r)) for r in racks_before.values())
     assert per_rack == dict.fromkeys(set(rack_of.values()), 2)
 
-    cluster.kubectl(
-        "create",
-        "-f",
-        "-",
-        input=json.dumps(_rack_job("high", namespace, 4, f"high-{namespace}")),
-    )
+    high_job = _rack_job("high", namespace, 4, f"high-{namespace}")
+    answer = _what_if(cluster, high_job, tmp_path)
+    assert answer["decision"]["kind"] == "Preempt", answer
+    foreseen = {v["workload"] for v in answer["decision"]["victims"]}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(high_job))
 
     def high_bound() -> bool:
         nodes = _pods_by_job(cluster, namespace).get("high", [])
@@ -130,6 +151,13 @@ def test_a_rack_required_gang_frees_exactly_one_rack(
     # exactly the two gangs of the freed rack, whole, and nobody else
     assert preempted == {n for n in lows if racks_before[n] == {freed}}
     assert len(preempted) == 2
+    # what-if named them before the operator evicted them
+    keys: dict[str, str] = {}
+    for n in lows:
+        low = workload_of(cluster, namespace, n)
+        assert low is not None
+        keys[f"{namespace}/{low['metadata']['name']}"] = n
+    assert {keys[v] for v in foreseen} == preempted
     for n in preempted:
         reason = (condition(workload_of(cluster, namespace, n), "Preempted") or {}).get("reason")
         assert reason == "InClusterQueue"

@@ -22,8 +22,7 @@ from atoll.engine.snapshot import Snapshot, build_snapshot
 from atoll.sim import workloads as sw
 from atoll.state import workloads as wls
 from atoll.state.cache import UNKNOWN_QUEUE_PREFIX, Cache
-from atoll.state.decide import admission_of
-from atoll.state.whatif import fork
+from atoll.state.decide import admission_of, fork
 from tests.control.builders import GPU, cluster_queue, job, workload_for
 
 QUEUES = ("a", "b")

@@ -115,9 +115,9 @@ def register(sub: Any) -> None:
         "explain",
         help="why a Job is pending, what would admit it, and when it may start (live cluster)",
         description=(
-            "Reads the cluster (read-only) and runs atoll's engine on that snapshot: the "
-            "workload's queue position and the workloads ahead, its reason with numbers, "
-            "what-if answers checked by the engine (the quota that would admit it, the "
+            "Reads the cluster (read-only) and runs the operator's scheduling step on a copy: "
+            "the workload's queue position and the workloads ahead, its reason with numbers, "
+            "what-if answers checked by the step (the quota that would admit it, the "
             "running workloads whose end would admit it, a required topology relaxed to "
             "preferred, other LocalQueues of its namespace) and a start estimate from the "
             "scheduling loop run forward with each Job's atoll.dev/run-duration annotation "

@@ -253,8 +253,9 @@ def _register_what_if(sub: Any) -> None:
         "what-if",
         help="would this Job be admitted now, to which flavor, whom would it preempt",
         description=(
-            "Adds the Job's Workload to a snapshot and computes one engine cycle on it "
-            "without creating or changing anything: with --scenario, the scenario simulated "
+            "Adds the Job's Workload to a copy of the state and runs the operator's "
+            "scheduling step on it once (quota, topology placement, preemption) without "
+            "creating or changing anything: with --scenario, the scenario simulated "
             "up to --at; otherwise the live cluster of --kubeconfig (default $KUBECONFIG), "
             "read-only, including topology and device placement."
         ),

@@ -1,25 +1,27 @@
 """`atoll explain`: why a workload waits, what would let it in, and when it may start.
 
-Everything is computed on a copy of a cache (the operator's, or one read from a live cluster
-by `atoll.kube.live`) with the engine the scheduler runs:
+Everything is computed on copies of a cache (the operator's, or one read from a live cluster
+by `atoll.kube.live`) with the step the scheduler runs (`state.decide.Decider.decide`: queue
+heads, engine cycle, topology/device placement, domain preemption), never changing the cache:
 - where the workload stands: its ClusterQueue, position in queue order, who is ahead;
-- the next cycle's decision for it, and the decision were it at the head of its queue, with
-  the topology/device placement check the scheduler applies to admitted gangs;
-- counterfactuals, each checked by running the engine again on a changed copy: the quota
-  that would admit it, the running workloads whose finishing would admit it, whether a
-  required topology relaxed to preferred would place it, and other LocalQueues of its
-  namespace through which it would be admitted now;
-- a start-time estimate: the scheduling loop run forward on a virtual clock from the
-  snapshot, each admitted Job finishing after its run time (`atoll.dev/run-duration`, else
-  `activeDeadlineSeconds`), counting quota only. When a Job in the way has no known run
-  time, the estimate says so instead of guessing.
+- the next step's decision for it, and the decision were it at the head of its queue
+  (`state.whatif.ask`);
+- counterfactuals, each checked by running the step on a changed copy: the quota that would
+  admit it, the running workloads whose finishing would admit it (the scheduling loop run on
+  a copy without them: the workloads ahead of it, parked ones too, get their turn first),
+  whether a required topology relaxed to preferred would place it, and other LocalQueues of
+  its namespace through which it would be admitted now;
+- a start-time estimate: the scheduling loop (the same step) run forward on a copy on a
+  virtual clock, each admitted Job finishing after its run time (`atoll.dev/run-duration`,
+  else `activeDeadlineSeconds`). When a Job in the way has no known run time, the estimate
+  says so instead of guessing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,20 +34,19 @@ from atoll.control.admission import without_reservation
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Reservation
-from atoll.engine.cycle import drain, run_cycle
-from atoll.engine.ordering import select_heads
+from atoll.engine.inventory import Placement
 from atoll.state import reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
-from atoll.state.decide import admission_of
-from atoll.state.placing import TopologyChecker
-from atoll.state.whatif import Answer, ask, checked, decision_json, describe, fork
+from atoll.state.decide import Decider, fork
+from atoll.state.whatif import Answer, ask, decision_json, describe
 
 RunTime = Callable[[str], float | None]
 """Workload key → how long it runs once started (seconds), None when unknown."""
 
 MAX_FINISH_CANDIDATES = 64
 MAX_ESTIMATE_STEPS = 5_000
+MAX_SETTLE_STEPS = 1_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,10 +228,25 @@ def _state(wl: Workload) -> str:
     return "Pending"
 
 
-def _fits(cache: Cache, key: str, now: float, fs: m.FairSharing | None) -> d.Decision | None:
-    """The decision at the head of its queue on `cache`, when it is an admission."""
-    dec = checked(cache, ask(cache, key, now, fs).at_head)
+def _fits(trial: Decider, key: str, now: float) -> d.Decision | None:
+    """The step's decision at the head of its queue on `trial`, when it is an admission."""
+    dec = ask(trial, key, now).at_head
     return dec if isinstance(dec, d.Admit | d.Preempt) else None
+
+
+def settle(decider: Decider, key: str, now: float) -> d.Decision | None:
+    """The scheduling loop at one instant on `decider` (a fork: its cache changes), as the
+    operator runs it: steps while one makes progress or parks heads, until `key` is
+    admitted or preempts (that decision), else None."""
+    for _ in range(MAX_SETTLE_STEPS):
+        progress = False
+        for dec in decider.decide(now):
+            if isinstance(dec, d.Admit | d.Preempt) and dec.workload == key:
+                return dec
+            progress = progress or not isinstance(dec, d.Pending)
+        if not progress and not decider.parked:
+            return None
+    return None
 
 
 def _flavor_shortfalls(pending: d.Pending) -> list[Counterfactual]:
@@ -265,9 +281,10 @@ def _flavor_shortfalls(pending: d.Pending) -> list[Counterfactual]:
 
 
 def _quota_counterfactual(
-    cache: Cache, key: str, now: float, fs: m.FairSharing | None, pending: d.Pending
+    base: Decider, key: str, now: float, pending: d.Pending
 ) -> Counterfactual | None:
     """Raise the ClusterQueue's nominal quota by each shortfall; report it if that admits."""
+    cache = base.cache
     cq_name = str(pending.cluster_queue or "")
     cq = cache.cluster_queues.get(cq_name)
     if cq is None or not pending.shortfalls:
@@ -280,9 +297,9 @@ def _quota_counterfactual(
     if not raise_by:
         return None
     changed, was = _with_quota(cq, raise_by)
-    trial = fork(cache)
-    trial.set_cluster_queue(changed)
-    if _fits(trial, key, now, fs) is None:
+    trial = base.fork()
+    trial.cache.set_cluster_queue(changed)
+    if _fits(trial, key, now) is None:
         return None
     parts = [
         f"{r} in flavor {f} were {_fmt(r, was[(f, r)] + extra)} (now {_fmt(r, was[(f, r)])})"
@@ -357,13 +374,11 @@ def _related(cache: Cache, cq: str) -> set[str]:
 
 
 def _finish_counterfactual(
-    cache: Cache, key: str, now: float, fs: m.FairSharing | None, runtime: RunTime
+    base: Decider, answer: Answer, now: float, runtime: RunTime
 ) -> Counterfactual | None:
-    """The fewest running workloads (soonest to end first) whose finishing admits it."""
-    wl = cache.workloads.get(key)
-    if wl is None:
-        return None
-    answer = ask(cache, key, now, fs)
+    """The fewest running workloads (soonest to end first) whose finishing admits it: the
+    scheduling loop run at once on a copy without them admits it (`settle`)."""
+    cache, key = base.cache, answer.workload
     if answer.cluster_queue is None:
         return None
     related = _related(cache, answer.cluster_queue)
@@ -378,11 +393,7 @@ def _finish_counterfactual(
     running = running[:MAX_FINISH_CANDIDATES]
 
     def fits_without(gone: list[str]) -> bool:
-        trial = fork(cache)
-        for g in gone:
-            trial.delete_workload(g)
-            trial.inventory.forget_gang(g)
-        return _fits(trial, key, now, fs) is not None
+        return settle(finished(base, gone), key, now) is not None
 
     chosen: list[str] = []
     for _, other in running:
@@ -411,10 +422,10 @@ def _finish_counterfactual(
 
 
 def _preferred_counterfactual(
-    cache: Cache, key: str, now: float, fs: m.FairSharing | None, dec: d.Decision | None
+    base: Decider, key: str, now: float, dec: d.Decision | None
 ) -> Counterfactual | None:
     """A required topology that cannot be placed: would the preferred level place it?"""
-    wl = cache.workloads.get(key)
+    wl = base.cache.workloads.get(key)
     if wl is None or not isinstance(dec, d.Pending):
         return None
     if dec.reason is not d.PendingReason.TOPOLOGY_PLACEMENT_FAILED:
@@ -432,9 +443,9 @@ def _preferred_counterfactual(
     if not relaxed:
         return None
     spec = wl.spec.model_copy(update={"pod_sets": tuple(pod_sets)})
-    trial = fork(cache)
-    trial.set_workload(wl.model_copy(update={"spec": spec}))
-    if _fits(trial, key, now, fs) is None:
+    trial = base.fork()
+    trial.cache.set_workload(wl.model_copy(update={"spec": spec}))
+    if _fits(trial, key, now) is None:
         return None
     return Counterfactual(
         kind="preferred",
@@ -445,10 +456,9 @@ def _preferred_counterfactual(
     )
 
 
-def _queue_counterfactuals(
-    cache: Cache, key: str, now: float, fs: m.FairSharing | None
-) -> list[Counterfactual]:
+def _queue_counterfactuals(base: Decider, key: str, now: float) -> list[Counterfactual]:
     """Other LocalQueues of the namespace through which it would be admitted now."""
+    cache = base.cache
     wl = cache.workloads.get(key)
     if wl is None:
         return []
@@ -460,12 +470,11 @@ def _queue_counterfactuals(
             continue
         if mine is not None and lq.spec.cluster_queue == mine.spec.cluster_queue:
             continue
-        trial = fork(cache)
-        trial.set_workload(
+        trial = base.fork()
+        trial.cache.set_workload(
             wl.model_copy(update={"spec": wl.spec.model_copy(update={"queue_name": lq.name})})
         )
-        answer = ask(trial, key, now, fs)
-        dec = checked(trial, answer.decision)
+        dec = ask(trial, key, now).decision
         if isinstance(dec, d.Admit):
             flavors = ", ".join(sorted({str(f) for ps in dec.pod_sets for _, f in ps.flavors}))
             out.append(
@@ -490,52 +499,61 @@ def _requeued(wl: Workload, now: float) -> Workload:
     return wl.model_copy(update={"status": wls.status_with(wl, conditions=conds, admission=None)})
 
 
-def estimate_start(
-    cache: Cache, key: str, now: float, fs: m.FairSharing | None, runtime: RunTime
-) -> Estimate:
-    """Run the scheduling loop forward on a copy of the cache until `key` is admitted."""
-    sim = fork(cache)
+def finished(base: Decider, gone: Iterable[str]) -> Decider:
+    """A fork of `base` where the workloads `gone` finished: deleted, their pods gone."""
+    trial = base.fork()
+    for key in gone:
+        _finish(trial.cache, key)
+    return trial
+
+
+def _finish(cache: Cache, key: str) -> None:
+    cache.delete_workload(key)
+    cache.inventory.forget_gang(key)
+
+
+def _apply(sim: Cache, decisions: tuple[d.Decision, ...], t: float) -> None:
+    """The status writes the operator makes for the step's decisions, as far as the step
+    reads them: victims are requeued at once (the step has already assumed the rest)."""
+    for dec in decisions:
+        if isinstance(dec, d.Preempt):
+            for v in dec.victims:
+                victim = sim.workloads.get(v.workload)
+                sim.forget(v.workload)
+                sim.evicting.discard(v.workload)
+                if victim is not None and wls.has_quota(victim):
+                    sim.set_workload(_requeued(victim, t))
+
+
+def estimate_start(base: Decider, key: str, now: float, runtime: RunTime) -> Estimate:
+    """Run the scheduling loop forward on a fork of `base` until `key` is admitted."""
+    sim = base.fork()
+    cache = sim.cache
     ends: dict[str, float | None] = {}
-    for other, _, _ in sim.holding():
-        start, rt = _started(sim, other), runtime(other)
+    for other, _, _ in cache.holding():
+        start, rt = _started(cache, other), runtime(other)
         ends[other] = None if rt is None else max(now, (start or now) + rt)
     t = now
     for _ in range(MAX_ESTIMATE_STEPS):
-        if key not in sim.workloads:
+        if key not in cache.workloads:
             return Estimate(at=None, note="the workload is gone")
-        pending = sim.pending_by_queue(t)
-        heads = select_heads(pending, sim.parked_keys())
-        snapshot = sim.snapshot(fs)
-        decisions = run_cycle(snapshot, heads) + drain(snapshot)
+        decisions = sim.decide(t)
         progress = False
         for dec in decisions:
-            match dec:
-                case d.Admit():
-                    if dec.workload == key:
-                        return Estimate(at=t, note=_assumptions(t > now))
-                    sim.assume(dec.workload, admission_of(dec))
-                    rt = runtime(dec.workload)
-                    ends[dec.workload] = None if rt is None else t + rt
-                    progress = True
-                case d.Preempt():
-                    sim.preempting(dec.workload, dec.cluster_queue)
-                    for v in dec.victims:
-                        victim = sim.workloads.get(v.workload)
-                        sim.assumed.pop(v.workload, None)
-                        ends.pop(v.workload, None)
-                        if victim is not None:
-                            sim.set_workload(_requeued(victim, t))
-                        sim.bump()
-                        progress = True
-                case d.Pending():
-                    if dec.requeue is d.Requeue.INADMISSIBLE:
-                        sim.park(dec.workload)
-                case d.Evict():
-                    pass
-        if progress:
+            if isinstance(dec, d.Admit) and dec.workload == key:
+                return Estimate(at=t, note=_assumptions(t > now))
+            if isinstance(dec, d.Admit):
+                rt = runtime(dec.workload)
+                ends[dec.workload] = None if rt is None else t + rt
+            if isinstance(dec, d.Preempt):
+                for v in dec.victims:
+                    ends.pop(v.workload, None)
+            progress = progress or isinstance(dec, d.Admit | d.Preempt)
+        _apply(cache, decisions, t)
+        if progress or sim.parked:
             continue
         known = [e for e in ends.values() if e is not None]
-        requeue = sim.next_requeue(t)
+        requeue = cache.next_requeue(t)
         if requeue is not None:
             known.append(requeue)
         if not known:
@@ -554,7 +572,7 @@ def estimate_start(
         t = max(t, min(known))
         for other in [k for k, e in ends.items() if e is not None and e <= t]:
             del ends[other]
-            sim.delete_workload(other)
+            _finish(cache, other)
     return Estimate(at=None, note=f"not admitted within {MAX_ESTIMATE_STEPS} simulated steps")
 
 
@@ -563,7 +581,7 @@ def _assumptions(later: bool) -> str:
         return "it would be admitted in the next cycle"
     return (
         "assuming each admitted Job runs for its atoll.dev/run-duration (else its "
-        "activeDeadlineSeconds) and counting quota only, not node placement"
+        "activeDeadlineSeconds)"
     )
 
 
@@ -580,7 +598,8 @@ def explain(
     wl = cache.workloads[key]
     rt = runtime or run_times(cache)
     state = _state(wl)
-    answer: Answer = ask(cache, key, now, fair_sharing)
+    base = Decider(cache, fair_sharing)
+    answer: Answer = ask(base, key, now)
     cond = wls.condition(wl, wls.QUOTA_RESERVED)
     written = (
         (cond.reason, cond.message)
@@ -588,7 +607,7 @@ def explain(
         else None
     )
     lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl.spec.queue_name else None
-    base = Explanation(
+    told = Explanation(
         workload=key,
         job=_job_key(wl) or None,
         state=state,
@@ -608,27 +627,27 @@ def explain(
         now=now,
     )
     if state != "Pending" or answer.position is None:
-        return base
-    decision = checked(cache, answer.at_head)
+        return told
+    decision = answer.at_head
     cfs: list[Counterfactual] = []
     if isinstance(decision, d.Pending):
         cfs.extend(_flavor_shortfalls(decision))
-        quota = _quota_counterfactual(cache, key, now, fair_sharing, decision)
+        quota = _quota_counterfactual(base, key, now, decision)
         if quota is not None:
             cfs.append(quota)
-        preferred = _preferred_counterfactual(cache, key, now, fair_sharing, decision)
+        preferred = _preferred_counterfactual(base, key, now, decision)
         if preferred is not None:
             cfs.append(preferred)
-        finish = _finish_counterfactual(cache, key, now, fair_sharing, rt)
+        finish = _finish_counterfactual(base, answer, now, rt)
         if finish is not None:
             cfs.append(finish)
-        cfs.extend(_queue_counterfactuals(cache, key, now, fair_sharing))
+        cfs.extend(_queue_counterfactuals(base, key, now))
     return dataclasses.replace(
-        base,
+        told,
         decision=decision,
         is_head=answer.decision is not None,
         counterfactuals=tuple(cfs),
-        estimate=estimate_start(cache, key, now, fair_sharing, rt),
+        estimate=estimate_start(base, key, now, rt),
         reservation=reserving.reservation_of(cache, key, now, fair_sharing),
     )
 
@@ -678,11 +697,8 @@ class JobWhatIf:
         }
 
 
-def _domains(cache: Cache, dec: d.Decision | None) -> tuple[str, ...]:
-    if not isinstance(dec, d.Admit):
-        return ()
-    placed = TopologyChecker(cache).check(dec)
-    if placed is None or isinstance(placed, d.Pending):
+def _domains(placed: Placement | None) -> tuple[str, ...]:
+    if placed is None:
         return ()
     out = []
     for ps in placed.pod_sets:
@@ -699,17 +715,15 @@ def _domains(cache: Cache, dec: d.Decision | None) -> tuple[str, ...]:
 def what_if_workload(
     cache: Cache, wl: Workload, now: float, fair_sharing: m.FairSharing | None = None
 ) -> JobWhatIf:
-    """The next cycle's decision for `wl` were it created now (the cache is unchanged)."""
-    trial = fork(cache)
+    """The next step's decision for `wl` were it created now (on a fork: the cache is unchanged)."""
+    trial = Decider(fork(cache), fair_sharing)
     key = wls.wl_key(wl)
-    trial.set_workload(wl)
-    answer = ask(trial, key, now, fair_sharing)
-    at_head = checked(trial, answer.at_head)
-    decision = at_head if answer.decision is not None else None
+    trial.cache.set_workload(wl)
+    answer = ask(trial, key, now)
     return JobWhatIf(
         job=_job_key(wl) or key,
         answer=answer,
-        decision=decision,
-        at_head=at_head,
-        domains=_domains(trial, at_head),
+        decision=answer.decision,
+        at_head=answer.at_head,
+        domains=_domains(answer.placement),
     )

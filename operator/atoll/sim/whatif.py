@@ -1,10 +1,11 @@
 """What-if: would this Job be admitted now, to which flavor, and whom would it preempt?
 
 "Now" is a point in a scenario: the simulator runs the scenario up to `at` seconds, the
-Job's Workload is added to that cache as if just created, and one engine cycle is computed
-on the snapshot (`run_cycle`, the operator's own) without assuming anything. The answer is
-the engine's decision for the Job; when another workload is ahead of it in its
-ClusterQueue, the answer also says what the decision would be were the Job at the head.
+Job's Workload is added to that cache as if just created, and the simulator's own next step
+(`state.decide.Decider.decide`, the operator's: engine cycle, placement, domain preemption)
+is run once on a fork (`state.whatif.ask`), without assuming anything. The answer is the
+step's decision for the Job; when another workload is ahead of it in its ClusterQueue, the
+answer also says what the decision would be were the Job at the head.
 If the quota admits it, its pods are tried on the nodes as they are then (bound, then
 released), to say whether they could all start.
 """
@@ -22,7 +23,7 @@ from atoll.sim.pods import Gang, request, signature
 from atoll.sim.scenario import Scenario, ScenarioError
 from atoll.state import convert
 from atoll.state import workloads as wls
-from atoll.state.whatif import ask, checked, decision_json, describe
+from atoll.state.whatif import ask, decision_json, describe
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,7 +85,8 @@ def _pods_fit(sim: GangSimulator, key: str, dec: d.Decision | None) -> bool | No
     return fits
 
 
-def _add_job(sim: GangSimulator, job: Job, at: float) -> str:
+def add_job(sim: GangSimulator, job: Job, at: float) -> str:
+    """Add the Job's Workload to the simulator's cache as if created at `at`; its key."""
     cache = sim.cache
     if not job.metadata.namespace:
         job = job.model_copy(
@@ -102,19 +104,18 @@ def _add_job(sim: GangSimulator, job: Job, at: float) -> str:
 def what_if(
     scn: Scenario, job: Job, *, at: float = 0.0, settings: Settings | None = None
 ) -> WhatIf:
-    """The engine's answer for `job` at time `at` of the scenario (nothing is assumed)."""
+    """The step's answer for `job` at time `at` of the scenario (nothing is assumed)."""
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
-    key = _add_job(sim, job, at)
-    answer = ask(sim.cache, key, sw.EPOCH + at, base.fair_sharing)
-    at_head = checked(sim.cache, answer.at_head)
+    key = add_job(sim, job, at)
+    answer = ask(sim.decider, key, sw.EPOCH + at)
     return WhatIf(
         job=key,
         at=at,
         cluster_queue=answer.cluster_queue,
         ahead=answer.ahead,
-        decision=at_head if answer.decision is not None else None,
-        at_head=at_head,
-        pods_fit=_pods_fit(sim, key, at_head),
+        decision=answer.decision,
+        at_head=answer.at_head,
+        pods_fit=_pods_fit(sim, key, answer.at_head),
     )

@@ -17,6 +17,13 @@ such a class, whole queues are parked at once (`Cache.queue_park_all`). The deci
 those of the cycles skipped: a workload is told its pending decision again only when it
 differs from the last one it was told. Any other cycle runs as before.
 
+This is the only place a cycle is run. `decide(now, commit=False)` runs the same step on a
+copy (`Decider.fork`: a copy of the cache and of what this Decider remembers, such as the
+domains nominated for preemptors) and leaves this one untouched: `atoll what-if` is that step
+once with the new Workload added to the copy, `atoll explain`'s start estimate is the step run
+forward on a copy, and its counterfactuals are the step on changed copies
+(`state/whatif.py`, `control/explain.py`).
+
 Mirrors Kueue's pkg/scheduler/scheduler.go `schedule` (and its scheduling equivalence
 hashing, which parks the workloads equivalent to a head that does not fit).
 """
@@ -35,6 +42,19 @@ from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
 from atoll.state.reserving import ReservationBook
+
+
+def fork(cache: Cache) -> Cache:
+    """A copy of `cache` whose tables (and the inventory's ledger) can be changed freely.
+    The API objects themselves are shared: they are immutable models, replaced, not edited."""
+    copy = dataclasses.replace(cache)
+    for f in dataclasses.fields(Cache):
+        value = getattr(cache, f.name)
+        if isinstance(value, dict | set):
+            setattr(copy, f.name, type(value)(value))
+    copy.inventory = cache.inventory.fork()
+    copy.queues = cache.queues.fork()
+    return copy
 
 
 def admission_of(dec: d.Admit) -> m.Admission:
@@ -74,8 +94,34 @@ class Decider:
     def __post_init__(self) -> None:
         self.checker = TopologyChecker(self.cache)
 
-    def decide(self, now: float) -> tuple[d.Decision, ...]:
-        """One engine cycle on the current cache, with its decisions assumed."""
+    def fork(self) -> Decider:
+        """This Decider on a copy of its cache (`fork`), remembering what it remembers (the
+        domains nominated for preemptors, the classes that failed on the current snapshot,
+        the failures told): the copy's next step is the one this Decider would take, and
+        neither sees the other's steps afterwards. (Taking the snapshot here changes nothing
+        but the cache's memo of it: the next step would take the same one.)"""
+        copy = Decider(fork(self.cache), self.fair_sharing)
+        copy.checker = self.checker.fork(copy.cache)
+        copy.heads, copy.parked = self.heads, self.parked
+        if self._failed and self.cache.snapshot(self.fair_sharing) is self._failed_on:
+            copy._failed = dict(self._failed)
+            copy._failed_on = copy.cache.snapshot(self.fair_sharing)
+        copy._told = {k: (dec, set(keys)) for k, (dec, keys) in self._told.items()}
+        copy._told_in = dict(self._told_in)
+        copy.book = dataclasses.replace(
+            self.book,
+            current=dict(self.book.current),
+            since=dict(self.book.since),
+            backfilled_by=dict(self.book.backfilled_by),
+            events=[],
+        )
+        return copy
+
+    def decide(self, now: float, *, commit: bool = True) -> tuple[d.Decision, ...]:
+        """One engine cycle on the current cache, with its decisions assumed; with
+        `commit=False`, the same step on a fork (nothing here changes)."""
+        if not commit:
+            return self.fork().decide(now)
         cache = self.cache
         snapshot = cache.snapshot(self.fair_sharing)
         if snapshot is not self._failed_on:

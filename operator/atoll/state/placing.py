@@ -107,6 +107,12 @@ class TopologyChecker:
     """Victim searches by (kind, workload), with what they were computed from: a gang that
     stays pending cycle after cycle on an unchanged inventory costs one search."""
 
+    def fork(self, cache: Cache) -> TopologyChecker:
+        """This checker on `cache` (a fork of its own), with the same nominations."""
+        return TopologyChecker(
+            cache, self.compiler, nominations=dict(self.nominations), _memo=dict(self._memo)
+        )
+
     def _templates(self, namespace: str) -> dict[str, ResourceClaimTemplate]:
         prefix = f"{namespace}/"
         return {

@@ -1,27 +1,25 @@
-"""Questions asked of the engine about one workload, on a copy of the cache.
+"""Questions asked of the scheduling step about one workload, on copies of the cache.
 
-`ask` answers "what would the next scheduling cycle decide for this workload": it takes the
-heads of the queues exactly as the scheduling loop does (`pending_by_queue`,
-`select_heads`), runs one engine cycle (`run_cycle`) on the snapshot, and, when another
-workload is ahead of it in its ClusterQueue, also the decision were it at the head. Nothing
-is assumed: the cache is not changed. `fork` gives a copy of a cache that counterfactuals
-may change (a bigger quota, workloads that finished) without touching the original.
+`ask` answers "what would the next scheduling step decide for this workload": the step the
+operator runs (`state.decide.Decider.decide`: queue heads, engine cycle, placement, domain
+preemption) on a fork of the Decider (`Decider.fork`), once; and, when other workloads are
+ahead of it in its ClusterQueue, the same step on a fork where they are not (parked ones
+included), which is its decision were it at the head. Nothing here changes the cache.
+Counterfactuals change a fork (a bigger quota, workloads that finished) before asking.
 
 Shared by `atoll what-if` (offline, on a simulated scenario, and live) and `atoll explain`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from atoll.engine import decisions as d
-from atoll.engine import model as m
-from atoll.engine.cycle import run_cycle
-from atoll.engine.ordering import queue_key, select_heads
-from atoll.state.cache import UNKNOWN_QUEUE_PREFIX, Cache
-from atoll.state.placing import TopologyChecker
+from atoll.engine.inventory import Placement
+from atoll.engine.ordering import queue_key
+from atoll.state.cache import UNKNOWN_QUEUE_PREFIX
+from atoll.state.decide import Decider
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,10 +32,13 @@ class Answer:
     ahead: tuple[str, ...]
     """Pending workloads ahead of it in queue order that are not parked as inadmissible."""
     decision: d.Decision | None
-    """The engine's decision this cycle (None: the workload is not a head this cycle)."""
+    """The step's decision for it (None: the workload is not a head in this step)."""
     at_head: d.Decision | None
     """The decision were it at the head of its ClusterQueue (the same object as `decision`
-    when it is the head)."""
+    when it is a head)."""
+    placement: Placement | None = None
+    """Where the step placed it when `at_head` admits it and topology or devices are
+    involved."""
 
     @property
     def position(self) -> int | None:
@@ -45,56 +46,44 @@ class Answer:
         return self.queue.index(self.workload) + 1 if self.workload in self.queue else None
 
 
-def fork(cache: Cache) -> Cache:
-    """A copy of `cache` whose tables (and the inventory's ledger) can be changed freely.
-    The API objects themselves are shared: they are immutable models, replaced, not edited."""
-    copy = dataclasses.replace(cache)
-    for f in dataclasses.fields(Cache):
-        value = getattr(cache, f.name)
-        if isinstance(value, dict | set):
-            setattr(copy, f.name, type(value)(value))
-    copy.inventory = cache.inventory.fork()
-    copy.queues = cache.queues.fork()
-    return copy
-
-
-def checked(cache: Cache, dec: d.Decision | None) -> d.Decision | None:
-    """An Admit passed through the placement check the scheduler applies to it (topology
-    and devices, on the cache's inventory): the Admit, or why it stays pending."""
-    if not isinstance(dec, d.Admit):
-        return dec
-    placed = TopologyChecker(cache).check(dec)
-    return placed if isinstance(placed, d.Pending) else dec
-
-
 def _find(decisions: tuple[d.Decision, ...], key: str) -> d.Decision | None:
     return next((x for x in decisions if x.workload == key), None)
 
 
-def ask(cache: Cache, key: str, now: float, fair_sharing: m.FairSharing | None = None) -> Answer:
-    """The engine's answer for the workload `key` at time `now` (the cache is unchanged)."""
+def _step(decider: Decider, key: str, now: float) -> tuple[d.Decision | None, Placement | None]:
+    """The step on `decider` (a fork): its decision for `key` and the placement it held."""
+    dec = _find(decider.decide(now), key)
+    held = decider.cache.inventory.held().get(key) if isinstance(dec, d.Admit) else None
+    return dec, held
+
+
+def ask(decider: Decider, key: str, now: float) -> Answer:
+    """The step's answer for the workload `key` at time `now` (nothing is changed)."""
+    cache = decider.cache
     pending = cache.pending_by_queue(now)
     group = next((cq for cq, ws in pending.items() if any(w.key == key for w in ws)), None)
     queue = sorted(pending.get(group, ()) if group is not None else (), key=queue_key)
-    mine = next((w for w in queue if w.key == key), None)
+    mine = next((i for i, w in enumerate(queue) if w.key == key), None)
     parked = cache.parked_keys()
-    snapshot = cache.snapshot(fair_sharing)
-    heads = select_heads(pending, parked)
-    decision = _find(run_cycle(snapshot, heads), key)
-    at_head = decision
+    decision, placement = _step(decider.fork(), key, now)
+    head, head_placement = decision, placement
     if decision is None and mine is not None:
-        rivals = {w.key for w in queue}
-        others = [h for h in heads if h.key not in rivals]
-        at_head = _find(run_cycle(cache.snapshot(fair_sharing), [*others, mine]), key)
+        front = decider.fork()
+        for w in queue[:mine]:
+            front.cache.delete_workload(w.key)  # pending: no quota released, nothing woken
+        front.cache.parked.pop(key, None)
+        front.cache.queues.renew(key)
+        head, head_placement = _step(front, key, now)
     known = group is not None and not group.startswith(UNKNOWN_QUEUE_PREFIX)
-    ahead = tuple(w.key for w in queue[: queue.index(mine)] if w.key not in parked) if mine else ()
+    ahead = () if mine is None else tuple(w.key for w in queue[:mine] if w.key not in parked)
     return Answer(
         workload=key,
         cluster_queue=str(group) if known else None,
         queue=tuple(w.key for w in queue),
         ahead=ahead,
         decision=decision,
-        at_head=at_head,
+        at_head=head,
+        placement=head_placement,
     )
 
 
