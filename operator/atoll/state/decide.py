@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
+from copy import deepcopy
 from dataclasses import dataclass, field
 
 from atoll.engine import decisions as d
@@ -68,6 +69,13 @@ def admission_of(dec: d.Admit) -> m.Admission:
             for p in dec.pod_sets
         ),
     )
+
+
+_FORKED = frozenset({
+    "cache", "fair_sharing", "checker", "heads", "parked",
+    "_failed", "_failed_on", "_told", "_told_in",
+})  # fmt: skip
+"""The fields `Decider.fork` copies one by one."""
 
 
 @dataclass(slots=True)
@@ -108,13 +116,9 @@ class Decider:
             copy._failed_on = copy.cache.snapshot(self.fair_sharing)
         copy._told = {k: (dec, set(keys)) for k, (dec, keys) in self._told.items()}
         copy._told_in = dict(self._told_in)
-        copy.book = dataclasses.replace(
-            self.book,
-            current=dict(self.book.current),
-            since=dict(self.book.since),
-            backfilled_by=dict(self.book.backfilled_by),
-            events=[],
-        )
+        for f in dataclasses.fields(Decider):  # any other memory, deep-copied
+            if f.name not in _FORKED:
+                setattr(copy, f.name, deepcopy(getattr(self, f.name)))
         return copy
 
     def decide(self, now: float, *, commit: bool = True) -> tuple[d.Decision, ...]:
