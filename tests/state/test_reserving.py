@@ -12,6 +12,8 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Holder, Reservation
 from atoll.state import convert
+from atoll.state.cache import Cache
+from atoll.state.decide import Decider
 from atoll.state.reserving import Change, ReservationBook, when
 from tests.control.builders import cluster_queue, job, workload_for
 
@@ -146,3 +148,17 @@ def test_when_says_the_clock_time_and_the_time_left() -> None:
     assert when(100.0, 200.0) == "from now"
     assert when(1_767_225_600.0 + 30, 1_767_225_600.0) == "from 00:00Z, in 30s"
     assert when(1_767_225_600.0 + 7200, 1_767_225_600.0) == "from 02:00Z, in 2.0h"
+
+
+def test_a_forked_step_keeps_the_reservations_in_force_and_its_own_copy() -> None:
+    """what-if and explain run the step on `Decider.fork()`: it must see the reservations
+    the operator's step holds (else it would admit what the operator refuses), and its own
+    steps must not change the operator's book."""
+    step = Decider(Cache())
+    r = _reservation(1000.0)
+    step.book.update(HOLDERS, [r], {}, [], 400.0)
+    copy = step.fork()
+    assert copy.book.current == step.book.current == {"ns/big": r}
+    copy.book.update([], [], {}, [], 500.0)
+    assert copy.book.current == {}
+    assert step.book.current == {"ns/big": r}
