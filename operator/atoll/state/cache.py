@@ -326,15 +326,18 @@ class Cache:
     def delete_job(self, key: str) -> None:
         self.jobs.pop(key, None)
 
-    def workloads_of_job(self, job_key: str, job_uid: str | None = None) -> list[Workload]:
-        """Workloads whose controller owner is the Job `namespace/name` (and uid, if given)."""
+    def workloads_of_job(
+        self, job_key: str, job_uid: str | None = None, *, kind: str = "Job"
+    ) -> list[Workload]:
+        """Workloads whose controller owner is the `kind` `namespace/name` (and uid, if
+        given)."""
         _, _, name = job_key.partition("/")
         out = []
-        for key in self._owned.get(("Job", job_key), ()):
+        for key in self._owned.get((kind, job_key), ()):
             wl = self.workloads[key]
             for ref in wl.metadata.owner_references or ():
                 if (
-                    ref.kind == "Job"
+                    ref.kind == kind
                     and ref.name == name
                     and (job_uid is None or ref.uid == job_uid)
                 ):
