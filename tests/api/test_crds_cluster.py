@@ -38,6 +38,9 @@ from tests.api.builders import (
     workload,
 )
 from tests.conftest import KubeCluster
+from tests.sandbox.test_integrations import jobset_controller
+
+__all__ = ["jobset_controller"]
 
 pytestmark = pytest.mark.cluster
 
@@ -119,7 +122,9 @@ def test_short_names_are_kueues_and_wl_is_not_one(kube: KubeCluster) -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(REPO / "examples")))
-def test_example_applies(kube: KubeCluster, path: Path) -> None:
+def test_example_applies(kube: KubeCluster, path: Path, request: pytest.FixtureRequest) -> None:
+    if "kind: JobSet" in path.read_text():
+        request.getfixturevalue("jobset_controller")  # installs the JobSet CRD
     done = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(path), check=False)
     assert done.returncode == 0, done.stderr
 

@@ -45,6 +45,22 @@ def jobset_operator(
     log_dir = tmp_path_factory.mktemp("jobset-operator")
     with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
         yield op
+        # The session's operator does not manage JobSets: their Workloads (which hold quota
+        # and topology domains while admitted) must be gone before this operator stops.
+        cluster.wait_for(
+            "the JobSets' Workloads to be gone",
+            lambda: not owned_workloads(cluster, "JobSet"),
+            timeout=180,
+        )
+
+
+def owned_workloads(cluster: KubeCluster, kind: str) -> list[str]:
+    """Workloads of any namespace whose owner is a `kind`."""
+    return [
+        wl["metadata"]["name"]
+        for wl in get_json(cluster, "get", "workloads", "-A")["items"]
+        if any(r["kind"] == kind for r in wl["metadata"].get("ownerReferences") or [])
+    ]
 
 
 def jobset(

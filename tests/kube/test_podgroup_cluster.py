@@ -20,6 +20,7 @@ from tests.kube.conftest import (
     one_queue,
     replacing_operator,
 )
+from tests.kube.test_jobset_cluster import owned_workloads
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
@@ -34,6 +35,13 @@ def pod_operator(
     frameworks = 'integrations.frameworks=["batch/job", "pod"]'
     with replacing_operator(cluster, operator, log_dir, "--set", frameworks) as op:
         yield op
+        # The session's operator does not manage plain pods: their Workloads must be gone
+        # (their namespaces deleted) before this operator stops.
+        cluster.wait_for(
+            "the pods' Workloads to be gone",
+            lambda: not owned_workloads(cluster, "Pod"),
+            timeout=180,
+        )
 
 
 def pod(
