@@ -38,9 +38,9 @@ from tests.api.builders import (
     workload,
 )
 from tests.conftest import KubeCluster
-from tests.sandbox.test_integrations import jobset_controller
+from tests.sandbox.test_integrations import jobset_controller, mpi_controller
 
-__all__ = ["jobset_controller"]
+__all__ = ["jobset_controller", "mpi_controller"]
 
 pytestmark = pytest.mark.cluster
 
@@ -125,6 +125,8 @@ def test_short_names_are_kueues_and_wl_is_not_one(kube: KubeCluster) -> None:
 def test_example_applies(kube: KubeCluster, path: Path, request: pytest.FixtureRequest) -> None:
     if "kind: JobSet" in path.read_text():
         request.getfixturevalue("jobset_controller")  # installs the JobSet CRD
+    if "kind: MPIJob" in path.read_text():
+        request.getfixturevalue("mpi_controller")  # installs the MPIJob CRD
     done = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(path), check=False)
     assert done.returncode == 0, done.stderr
 
