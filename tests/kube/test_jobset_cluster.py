@@ -370,10 +370,14 @@ def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
         b.local_queue("q", namespace, f"cq-{namespace}"),
     )
     create(cluster, jobset("ring", namespace, required_topology=b.RACK))  # workers: a rack
-    cluster.wait_for(
-        "the JobSet to be Admitted",
-        lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted"),
-    )
+    try:
+        cluster.wait_for(
+            "the JobSet to be Admitted",
+            lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted"),
+        )
+    except AssertionError as e:
+        waiting = condition(workload_of(cluster, namespace, "ring"), "QuotaReserved") or {}
+        raise AssertionError(f"{e}; QuotaReserved: {waiting.get('message')}") from e
     wl = workload_of(cluster, namespace, "ring")
     assert wl is not None
     assert all(a.get("topologyAssignment") for a in wl["status"]["admission"]["podSetAssignments"])
