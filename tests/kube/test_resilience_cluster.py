@@ -148,3 +148,49 @@ def test_sigkill_at_random_moments_loses_nothing_and_overcommits_nothing(
     assert sum(1 for j in done if j["status"].get("succeeded") == 2) == jobs
     finished = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
     assert sum(1 for w in finished if is_true(w, "Finished")) == jobs
+
+
+def test_a_workload_whose_job_went_while_no_replica_ran_releases_its_quota_at_start(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, solo: None
+) -> None:
+    """The Workload watch resumes after the start-up listing, so it replays none of the
+    listed Workloads: their owners are queued once at start, and a Job deleted while no
+    replica ran finishes its Workload (OwnerNotFound) instead of holding the quota forever."""
+    one_queue(cluster, namespace, 8)
+    op = replica(cluster, tmp_path, "orphans")
+    op.start()
+    try:
+        create_job = ("create", "-f", "-")
+        cluster.kubectl(
+            *create_job,
+            input=json.dumps(b.job("gone", namespace, queue="q", pods=2, gpus=4, run="1h")),
+        )
+        cluster.wait_for(
+            "the first Job admitted",
+            lambda: any(
+                is_true(w, "Admitted")
+                for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+            ),
+        )
+        op.stop()
+        cluster.kubectl("delete", "job", "gone", "-n", namespace, "--wait=false")
+        cluster.wait_for(
+            "the Job gone",
+            lambda: (
+                cluster.kubectl("get", "job", "gone", "-n", namespace, check=False).returncode != 0
+            ),
+        )
+        op.start()
+        cluster.kubectl(
+            *create_job, input=json.dumps(b.job("next", namespace, queue="q", pods=2, gpus=4))
+        )
+        cluster.wait_for(
+            "the second Job admitted in the quota the first one held",
+            lambda: any(
+                is_true(w, "Admitted") and w["metadata"]["name"].startswith("job-next-")
+                for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+            ),
+            timeout=60,
+        )
+    finally:
+        op.stop()

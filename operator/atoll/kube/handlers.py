@@ -105,7 +105,7 @@ def _owner_job(wl: Workload) -> str | None:
     return None
 
 
-def _queue_owner(wl: Workload, w: Wiring) -> None:
+def queue_owner(wl: Workload, w: Wiring) -> None:
     """Queue the Workload's owner (a Job, or an object of another managed kind)."""
     job = _owner_job(wl)
     if job is not None:
@@ -244,7 +244,7 @@ def register_watches(watches: Watches, w: Wiring) -> None:
             w.cache.set_workload(wl)
             w.seen_workload(wl)
         if wl is not None:
-            _queue_owner(wl, w)
+            queue_owner(wl, w)
         w.wake()
         w.queues_changed()
 

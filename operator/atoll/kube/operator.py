@@ -441,6 +441,11 @@ class Operator:
         for plural, version in versions.items():
             self.watches.start_at(bootstrap.GROUP, bootstrap.VERSION, plural, version)
         await self._watch_kinds()
+        # The Workload watch resumes after the listing, so it replays none of them: queue
+        # every listed Workload's owner once, as a watch event would (an owner that is gone
+        # finishes its Workload as OwnerNotFound and releases its quota).
+        for wl in list(self.cache.workloads.values()):
+            handlers.queue_owner(wl, self._wiring)
         log.info("initial sync done", **counts)
         self.synced.set()
 
