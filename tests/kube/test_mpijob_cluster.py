@@ -142,8 +142,9 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
     del mpi_operator
     cq = _queue(cluster, namespace, gpus=40)
     assert create(cluster, mpijob("first", namespace), mpijob("second", namespace)).returncode == 0
-    for name in ("first", "second"):
-        assert _get(cluster, namespace, name)["spec"]["runPolicy"]["suspend"] is True  # webhook
+    # The webhook suspends both at creation (the first may already be admitted and started
+    # again by now, so its pods are checked against its admission time below).
+    assert _get(cluster, namespace, "second")["spec"]["runPolicy"]["suspend"] is True
     cluster.wait_for(
         "the first MPIJob's Workload to be Admitted",
         lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
@@ -163,6 +164,13 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
         "the first MPIJob's launcher and 4 workers to be bound",
         lambda: bound(pods_of(cluster, namespace, "first")) == {"launcher": 1, "worker": 4},
     )
+    admitted_at = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]
+    early = [
+        p["metadata"]["name"]
+        for p in pods_of(cluster, namespace, "first")
+        if p["metadata"]["creationTimestamp"] < admitted_at
+    ]
+    assert early == [], f"pods created before the admission at {admitted_at}: {early}"
     workers = [
         p
         for p in pods_of(cluster, namespace, "first")
