@@ -27,7 +27,6 @@ from typing import Any
 
 from atoll.api import labels as keys
 from atoll.api.clusterqueue import ClusterQueue
-from atoll.api.configuration import parse_duration
 from atoll.api.quantity import Quantity
 from atoll.api.workload import Workload
 from atoll.control.admission import without_reservation
@@ -35,7 +34,7 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Reservation
 from atoll.engine.inventory import Placement
-from atoll.state import reserving
+from atoll.state import convert, reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider, fork
@@ -168,22 +167,18 @@ def _human(seconds: float) -> str:
 
 # -- run times ---------------------------------------------------------------------------
 def run_times(cache: Cache) -> RunTime:
-    """Run time of a workload from its Job: the `atoll.dev/run-duration` annotation (on the
-    Job or its pod template), else `activeDeadlineSeconds` (an upper bound)."""
+    """Run time of a workload from its Job: the `atoll.dev/run-duration` hint (on the Job or
+    its pod template, read as backfill reads it: `convert.run_bounds`), else
+    `activeDeadlineSeconds` (an upper bound)."""
 
     def of(key: str) -> float | None:
         wl = cache.workloads.get(key)
-        job = cache.jobs.get(_job_key(wl)) if wl is not None else None
-        if job is None:
+        job = cache.owner_job(wl) if wl is not None else None
+        if wl is None or job is None:
             return None
-        tmeta = job.spec.template.metadata
-        for ann in (job.metadata.annotations, tmeta.annotations if tmeta else None):
-            text = (ann or {}).get(keys.RUN_DURATION_ANNOTATION)
-            if text:
-                try:
-                    return parse_duration(text)
-                except ValueError:
-                    return None
+        _, hint = convert.run_bounds(wl, job)
+        if hint is not None:
+            return hint
         if job.spec.active_deadline_seconds is not None:
             return float(job.spec.active_deadline_seconds)
         return None
@@ -191,20 +186,11 @@ def run_times(cache: Cache) -> RunTime:
     return of
 
 
-def _job_key(wl: Workload | None) -> str:
-    if wl is None:
-        return ""
-    for ref in wl.metadata.owner_references or ():
-        if ref.kind == "Job":
-            return wls.key_of(wl.namespace, ref.name)
-    return ""
-
-
 def _started(cache: Cache, key: str) -> float | None:
     wl = cache.workloads.get(key)
     if wl is None:
         return None
-    job = cache.jobs.get(_job_key(wl))
+    job = cache.owner_job(wl)
     if job is not None and job.status is not None and job.status.start_time is not None:
         return job.status.start_time.timestamp()
     cond = wls.condition(wl, wls.QUOTA_RESERVED)
@@ -609,7 +595,7 @@ def explain(
     lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl.spec.queue_name else None
     told = Explanation(
         workload=key,
-        job=_job_key(wl) or None,
+        job=wls.owner_job_key(wl),
         state=state,
         local_queue=lq,
         cluster_queue=answer.cluster_queue
@@ -721,7 +707,7 @@ def what_if_workload(
     trial.cache.set_workload(wl)
     answer = ask(trial, key, now)
     return JobWhatIf(
-        job=_job_key(wl) or key,
+        job=wls.owner_job_key(wl) or key,
         answer=answer,
         decision=answer.decision,
         at_head=answer.at_head,

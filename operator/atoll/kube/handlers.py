@@ -98,16 +98,9 @@ def _parse_workload(body: Mapping[str, Any], known: Workload | None) -> Workload
         return _parse(Workload, body)  # logs what is wrong
 
 
-def _owner_job(wl: Workload) -> str | None:
-    for ref in wl.metadata.owner_references or ():
-        if ref.kind == "Job":
-            return wls.key_of(wl.namespace, ref.name)
-    return None
-
-
 def queue_owner(wl: Workload, w: Wiring) -> None:
     """Queue the Workload's owner (a Job, or an object of another managed kind)."""
-    job = _owner_job(wl)
+    job = wls.owner_job_key(wl)
     if job is not None:
         w.jobs.add(job)
     for ref in wl.metadata.owner_references or ():
@@ -190,42 +183,33 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
         watches.on(*resource, on, known=known)
 
     c = w.cache
-    queue_kind(
-        (*KUEUE, "resourceflavors"),
-        ResourceFlavor,
-        "rf",
-        store=c.set_flavor,
-        known=lambda: list(c.flavors),
-    )
-    queue_kind(
-        (*KUEUE, "clusterqueues"),
-        ClusterQueue,
-        "cq",
-        store=c.set_cluster_queue,
-        known=lambda: list(c.cluster_queues),
-    )
-    queue_kind((*KUEUE, "cohorts"), Cohort, "co", store=c.set_cohort, known=lambda: list(c.cohorts))
-    queue_kind(
-        (*KUEUE, "localqueues"),
-        LocalQueue,
-        "lq",
-        store=c.set_local_queue,
-        known=lambda: list(c.local_queues),
-    )
-    queue_kind(
-        (*KUEUE, "workloadpriorityclasses"),
-        WorkloadPriorityClass,
-        "wpc",
-        store=c.set_workload_class,
-        known=lambda: list(c.workload_classes),
-    )
-    queue_kind(
-        ("scheduling.k8s.io", "v1", "priorityclasses"),
-        PriorityClass,
-        "pc",
-        store=c.set_priority_class,
-        known=lambda: list(c.priority_classes),
-    )
+    for resource, model, kind, store, table in (
+        ((*KUEUE, "resourceflavors"), ResourceFlavor, "rf", c.set_flavor, "flavors"),
+        ((*KUEUE, "clusterqueues"), ClusterQueue, "cq", c.set_cluster_queue, "cluster_queues"),
+        ((*KUEUE, "cohorts"), Cohort, "co", c.set_cohort, "cohorts"),
+        ((*KUEUE, "localqueues"), LocalQueue, "lq", c.set_local_queue, "local_queues"),
+        (
+            (*KUEUE, "workloadpriorityclasses"),
+            WorkloadPriorityClass,
+            "wpc",
+            c.set_workload_class,
+            "workload_classes",
+        ),
+        (
+            ("scheduling.k8s.io", "v1", "priorityclasses"),
+            PriorityClass,
+            "pc",
+            c.set_priority_class,
+            "priority_classes",
+        ),
+    ):
+        queue_kind(
+            resource,
+            model,
+            kind,
+            store=store,  # type: ignore[arg-type]
+            known=lambda table=table: list(getattr(c, table)),  # type: ignore[misc]
+        )
 
 
 def register_watches(watches: Watches, w: Wiring) -> None:

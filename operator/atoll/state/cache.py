@@ -334,13 +334,11 @@ class Cache:
     def delete_job(self, key: str) -> None:
         self.jobs.pop(key, None)
 
-    def _owner_job(self, wl: Workload) -> Job | None:
+    def owner_job(self, wl: Workload) -> Job | None:
         """The Job that owns `wl`, if cached (its run bounds are read once, with the rest of
         the engine workload: a Job exists before its Workload and its bounds don't change)."""
-        for ref in wl.metadata.owner_references or ():
-            if ref.kind == "Job":
-                return self.jobs.get(wls.key_of(wl.namespace, ref.name))
-        return None
+        key = wls.owner_job_key(wl)
+        return self.jobs.get(key) if key is not None else None
 
     def set_jobset(self, jobset: JobSet) -> None:
         self.jobsets[wls.key_of(jobset.namespace, jobset.name)] = jobset
@@ -428,7 +426,7 @@ class Cache:
             queued_at=wls.queue_order_time(wl),
             devices=devices,
             misconfigured=misconfigured,
-            job=self._owner_job(wl),
+            job=self.owner_job(wl),
         )
         self._engine_workloads[key] = ew
         return ew

@@ -33,6 +33,14 @@ def wl_key(wl: Workload) -> str:
     return key_of(wl.namespace, wl.name)
 
 
+def owner_job_key(wl: Workload) -> str | None:
+    """`namespace/name` of the batch/v1 Job that owns `wl` (None: no Job owns it)."""
+    for ref in wl.metadata.owner_references or ():
+        if ref.kind == "Job":
+            return key_of(wl.namespace, ref.name)
+    return None
+
+
 def condition(wl: Workload, type_: str) -> Condition | None:
     for c in wl.status.conditions or ():
         if c.type == type_:
