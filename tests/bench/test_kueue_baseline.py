@@ -126,3 +126,58 @@ def test_background_load_runs_busy_loops_only_inside_the_block() -> None:
         assert len(load.procs) == 2
         assert all(p.poll() is None for p in load.procs)
     assert all(p.returncode is not None for p in load.procs)
+
+
+# -- jobs.py: the Job-level benchmark --------------------------------------------------------
+import jobs as jobbench  # noqa: E402
+
+
+def test_job_manifest_is_a_labelled_gang_of_gpu_pods() -> None:
+    args = jobbench.parser().parse_args(["--pods", "4", "--gpus-per-pod", "2", "--run", "7"])
+    job = jobbench.job("train-000", args)
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team"}
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 4
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {"atoll.dev/run-duration": "7s"}
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+
+
+def test_queues_give_the_cluster_gpus_as_quota() -> None:
+    objs = {o["kind"]: o for o in jobbench.queues(128)}
+    (group,) = objs["ClusterQueue"]["spec"]["resourceGroups"]
+    gpu = next(r for r in group["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu")
+    assert gpu["nominalQuota"] == 128
+    assert objs["LocalQueue"]["spec"]["clusterQueue"] == "gpus"
+    assert [jobbench._collection(o) for o in jobbench.queues(1)] == [
+        "/api/v1/namespaces",
+        "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{jobbench.NS}/localqueues",
+    ]
+
+
+def test_pod_watch_keeps_the_first_running_time_and_counts_succeeded() -> None:
+    watch = jobbench.PodWatch(client=None)  # type: ignore[arg-type]
+
+    def pod(name: str, phase: str) -> dict[str, Any]:
+        labels = {"batch.kubernetes.io/job-name": "j"}
+        return {"metadata": {"name": name, "labels": labels}, "status": {"phase": phase}}
+
+    watch._see(pod("a", "Pending"))
+    assert watch.running == {}
+    watch._see(pod("a", "Running"))
+    first = watch.running["j"]["a"]
+    watch._see(pod("a", "Succeeded"))
+    assert watch.running["j"]["a"] == first
+    assert watch.succeeded == {"j": {"a"}}
+    watch._see({"metadata": {"name": "x"}, "status": {"phase": "Running"}})  # not a Job's pod
+    assert set(watch.running) == {"j"}
+
+
+def test_percentiles() -> None:
+    assert jobbench._pct([], 50) != jobbench._pct([], 50)  # NaN
+    assert jobbench._pct([3.0], 99) == 3.0
+    values = [float(i) for i in range(1, 101)]
+    assert jobbench._pct(values, 50) == pytest.approx(50.5)
+    assert jobbench._pct(values, 99) == pytest.approx(99.01)

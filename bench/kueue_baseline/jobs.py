@@ -1,0 +1,413 @@
+"""The user's view, side by side: labelled batch/v1 Jobs of 8 pods on the dgx-h100 shape, under
+Kueue and under atoll, each on a fresh sandbox, the same client budget and the same Jobs.
+
+    python bench/kueue_baseline/jobs.py [--jobs 24] [--pods 8] [--gpus-per-pod 8]
+        [--interval 2] [--run 10] [--budget 50/100] [--only atoll|kueue]
+        [--background-load N] [--profile] [--json] [--timeout 900]
+
+For each controller: sandbox up with the dgx-h100 nodes (16 × 8 GPUs on KWOK), the
+controller with its Job webhook (Kueue's from its module's webhook manifests, pointed at
+127.0.0.1; atoll's in url mode), one ResourceFlavor, one ClusterQueue with the cluster's GPUs
+as quota and one LocalQueue. Then `--jobs` Jobs (each `--pods` pods of `--gpus-per-pod` GPUs
+that run `--run` seconds on KWOK) are created one every `--interval` seconds, more than the
+cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
+first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
+max), Jobs done, controller CPU seconds per Job and peak RSS, and the atoll/Kueue ratios.
+Nothing here is asserted: the numbers go in notes, with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(REPO / "operator")]
+
+from controllers import (  # noqa: E402
+    Atoll,
+    Budget,
+    Controller,
+    Kueue,
+    kueue_module_dir,
+    profile_top,
+    start_py_spy,
+    stop_py_spy,
+)
+from kubeclient import ApiError, KubeClient  # noqa: E402
+from load import BackgroundLoad, count  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from atoll.sandbox import shapes  # noqa: E402
+from atoll.sandbox.cluster import Sandbox  # noqa: E402
+from atoll.sandbox.kwok import RUN_DURATION_ANNOTATION  # noqa: E402
+from atoll.sandbox.processes import free_port  # noqa: E402
+from run import print_profile  # noqa: E402
+
+console = Console(stderr=True)
+NS = "bench-jobs"
+SHAPE = REPO / "examples" / "clusters" / "dgx-h100.yaml"
+GPU = shapes.GPU_RESOURCE
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+class AtollWithWebhook(Atoll):
+    """`atoll run` with its Job webhook registered in url mode on 127.0.0.1."""
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        i = argv.index("--webhook")
+        argv[i + 1] = "url"
+        return [*argv, "--webhook-bind-address", f"127.0.0.1:{free_port()}"]
+
+
+class KueueWithJobs(Kueue):
+    """Kueue's manager with its batch/v1 Job webhooks registered. The webhook configurations
+    are read from the pinned module's manifests (only the Job entries), their service
+    reference replaced by a URL on 127.0.0.1 and the sandbox CA bundle of our serving PKI."""
+
+    def start(self, timeout: float = 120) -> None:
+        super().start(timeout)
+        manifests = kueue_module_dir(self.version) / "config/components/webhook/manifests.yaml"
+        ca = base64.b64encode(self.certs.ca_cert.read_bytes()).decode()
+        for doc in yaml.safe_load_all(manifests.read_text()):
+            if not doc:
+                continue
+            hooks = [
+                h
+                for h in doc.get("webhooks", [])
+                if h["clientConfig"]["service"]["path"].endswith("-batch-v1-job")
+            ]
+            for h in hooks:
+                path = h["clientConfig"]["service"]["path"]
+                h["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{self.webhook_port}{path}",
+                    "caBundle": ca,
+                }
+            doc["metadata"] = {"name": f"kueue-bench-{doc['kind'].lower()}"}
+            doc["webhooks"] = hooks
+            self.sandbox.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+
+
+def queues(gpus: int) -> list[dict[str, Any]]:
+    quota = [
+        {"name": "cpu", "nominalQuota": 100_000},
+        {"name": "memory", "nominalQuota": "100Ti"},
+        {"name": GPU, "nominalQuota": gpus},
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100"},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "gpus"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [q["name"] for q in quota],
+                        "flavors": [{"name": "h100", "resources": quota}],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team", "namespace": NS},
+            "spec": {"clusterQueue": "gpus"},
+        },
+    ]
+
+
+def job(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    resources = {"cpu": "8", "memory": "64Gi", GPU: str(args.gpus_per_pod)}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "team"},
+        },
+        "spec": {
+            "parallelism": args.pods,
+            "completions": args.pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {RUN_DURATION_ANNOTATION: f"{args.run}s"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "bench",
+                            "resources": {"requests": resources, "limits": resources},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class PodWatch:
+    """When each pod was first seen Running and when each Job's pods were seen Succeeded,
+    by Job name (client-side monotonic times)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.running: dict[str, dict[str, float]] = {}
+        self.succeeded: dict[str, set[str]] = {}
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        job_name = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+        phase = (pod.get("status") or {}).get("phase")
+        if job_name is None:
+            return
+        if phase in ("Running", "Succeeded"):
+            self.running.setdefault(job_name, {}).setdefault(meta["name"], time.monotonic())
+        if phase == "Succeeded":
+            self.succeeded.setdefault(job_name, set()).add(meta["name"])
+
+    async def run(self) -> None:
+        path = f"/api/v1/namespaces/{NS}/pods"
+        rv = (await self.client.request("GET", path)).get("metadata", {}).get("resourceVersion")
+        while True:
+            try:
+                async for ev in self.client.watch(path, rv):
+                    obj = ev.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if ev.get("type") in ("ADDED", "MODIFIED"):
+                        self._see(obj)
+            except ApiError as e:
+                if e.status != 410:
+                    raise
+                listing = await self.client.request("GET", path)
+                for pod in listing.get("items") or []:
+                    self._see(pod)
+                rv = listing["metadata"]["resourceVersion"]
+
+
+async def drive(
+    controller: Controller, sandbox: Sandbox, args: argparse.Namespace, gpus: int
+) -> dict[str, Any]:
+    async with KubeClient.from_kubeconfig(sandbox.kubeconfig) as client:
+        for obj in queues(gpus):
+            await client.request("POST", _collection(obj), obj)
+        watch = PodWatch(client)
+        watcher = asyncio.create_task(watch.run())
+        await asyncio.sleep(1.0)  # the queues are seen and the watch is established
+        cpu0 = controller.sample()["cpu_total_s"]
+        created: dict[str, float] = {}
+        start = time.monotonic()
+        timed_out = False
+        try:
+            for i in range(args.jobs):
+                name = f"train-{i:03d}"
+                created[name] = time.monotonic()
+                await client.request(
+                    "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job(name, args)
+                )
+                await asyncio.sleep(args.interval)
+            while len([j for j in created if len(watch.succeeded.get(j, ())) >= args.pods]) < len(
+                created
+            ):
+                if watcher.done():
+                    watcher.result()
+                if not controller.alive():
+                    raise RuntimeError(f"{controller.name} exited:\n{controller.tail()}")
+                if time.monotonic() - start > args.timeout:
+                    timed_out = True
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        sample = controller.sample()
+        listing = await client.request(
+            "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads"
+        )
+    waits = []
+    for name, t0 in created.items():
+        seen = watch.running.get(name, {})
+        if len(seen) >= args.pods:
+            waits.append(max(seen.values()) - t0)
+    done = sum(1 for j in created if len(watch.succeeded.get(j, ())) >= args.pods)
+    return {
+        "jobs": len(created),
+        # each Job's Workload: proof that the controller's webhook and Job reconciler ran
+        "workloads": len(listing.get("items") or []),
+        "started": len(waits),
+        "done": done,
+        "timed_out": timed_out,
+        "wall_s": time.monotonic() - start,
+        "start_p50_s": _pct(waits, 50),
+        "start_p99_s": _pct(waits, 99),
+        "start_max_s": max(waits, default=math.nan),
+        "cpu_s": sample["cpu_total_s"] - cpu0,
+        "cpu_per_job_ms": 1000 * (sample["cpu_total_s"] - cpu0) / max(1, len(created)),
+        "peak_rss_mib": sample["peak_rss_mib"],
+    }
+
+
+def _collection(obj: dict[str, Any]) -> str:
+    kind, ns = obj["kind"], obj["metadata"].get("namespace")
+    if kind == "Namespace":
+        return "/api/v1/namespaces"
+    plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues"}.get(kind)
+    if plural is not None:
+        return f"/apis/kueue.x-k8s.io/v1beta2/{plural}"
+    return f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues"
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    if len(values) == 1:
+        return values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+        if p < 100
+        else max(values)
+    )
+
+
+def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -> dict[str, Any]:
+    workdir = base / system
+    workdir.mkdir(parents=True)
+    sandbox = Sandbox(root=Path(tempfile.mkdtemp(prefix=f"atoll-jobs-{system}-")) / "sb")
+    shape = shapes.load_shape(SHAPE)
+    controller: Controller | None = None
+    spy = None
+    result: dict[str, Any] = {"system": system, "budget": str(budget), "workdir": str(workdir)}
+    try:
+        console.print(f"[bold]{system}[/]: fresh sandbox with {shape.name} …")
+        sandbox.up(shape, log=lambda m: console.print(f"  [dim]{m}[/]"))
+        if system == "kueue":
+            controller = KueueWithJobs(sandbox, budget, workdir)
+            result["version"] = controller.version
+        else:
+            controller = AtollWithWebhook(sandbox, budget, workdir)
+        controller.start()
+        if args.profile and system == "atoll":
+            spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
+        with BackgroundLoad(args.background_load):
+            result.update(asyncio.run(drive(controller, sandbox, args, shape.gpu_count())))
+        if spy is not None:
+            stop_py_spy(spy)
+            result["profile"] = profile_top(workdir / "atoll.pyspy.txt")
+        console.print(f"  done: {result['done']}/{result['jobs']} Jobs in {result['wall_s']:.0f}s")
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+        console.print(f"[red]{system} failed:[/] {result['error']}")
+        traceback.print_exc()
+    finally:
+        stop_py_spy(spy)
+        if controller is not None:
+            controller.stop()
+        sandbox.down(log=lambda _m: None)
+        shutil.rmtree(sandbox.root.parent, ignore_errors=True)
+    return result
+
+
+ROWS = (
+    ("Jobs created", "jobs", False),
+    ("Workloads (one per Job when the controller manages them)", "workloads", False),
+    ("Jobs with all pods Running", "started", False),
+    ("Jobs done", "done", False),
+    ("Job created → all pods Running p50 (s)", "start_p50_s", True),
+    ("Job created → all pods Running p99 (s)", "start_p99_s", True),
+    ("Job created → all pods Running max (s)", "start_max_s", True),
+    ("controller CPU per Job (ms)", "cpu_per_job_ms", True),
+    ("controller peak RSS (MiB)", "peak_rss_mib", True),
+)
+
+
+def table(args: argparse.Namespace, budget: Budget, results: dict[str, dict[str, Any]]) -> Table:
+    kueue, atoll = results.get("kueue", {}), results.get("atoll", {})
+    t = Table(
+        title=f"{args.jobs} Jobs × {args.pods} pods × {args.gpus_per_pod} GPUs on dgx-h100 "
+        f"(one every {args.interval}s, {args.run}s each), budget {budget}, "
+        f"background load {args.background_load}"
+    )
+    t.add_column("metric")
+    t.add_column(f"Kueue {kueue.get('version', '')}".strip(), justify="right")
+    t.add_column("atoll", justify="right")
+    t.add_column("atoll/Kueue", justify="right")
+    for label, key, lower in ROWS:
+        k, a = kueue.get(key, math.nan), atoll.get(key, math.nan)
+        ratio = a / k if k and not math.isnan(k) and not math.isnan(a) else math.nan
+        good = ratio <= 1.0 if lower else ratio >= 1.0
+        ratio_s = "—" if math.isnan(ratio) else f"[{'green' if good else 'red'}]{ratio:.2f}×[/]"
+        t.add_row(label, _fmt(k), _fmt(a), ratio_s)
+    for system, res in results.items():
+        if "error" in res:
+            t.add_row(f"[red]{system} error[/]", res["error"][:60], "", "")
+    return t
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=24, help="Jobs created (default 24)")
+    p.add_argument("--pods", type=int, default=8, help="pods per Job (default 8)")
+    p.add_argument("--gpus-per-pod", type=int, default=8, help="GPUs per pod (default 8)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between creates")
+    p.add_argument("--run", type=int, default=10, help="seconds each pod runs on KWOK")
+    p.add_argument("--budget", default="50/100", help="client qps/burst for both (50/100)")
+    p.add_argument("--only", choices=("atoll", "kueue"))
+    p.add_argument("--background-load", type=count, default=0, metavar="N")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per controller")
+    p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--out", type=Path, help="where logs go (default a new temp dir)")
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
+    budget = Budget.parse(args.budget)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    base = args.out or Path(tempfile.gettempdir()) / f"atoll-bench-jobs-{stamp}"
+    base.mkdir(parents=True, exist_ok=True)
+    systems = [args.only] if args.only else ["kueue", "atoll"]
+    results = {s: run_one(s, args, budget, base) for s in systems}
+    out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+    out.print(table(args, budget, results))
+    if "atoll" in results:
+        print_profile(results["atoll"], out)
+    (base / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
