@@ -5,12 +5,13 @@ the Job reconcilers and the queue status writer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,21 @@ class Operator:
         self._kopf = self._kopf_registry()
         self.watches = Watches()
         handlers.register_watches(self.watches, self._wiring)
+        self._webhook_urls: list[str] | None = None
+        """url mode: the URLs the webhook configuration calls, as last watched (None before
+        the first listing; empty when it is missing)."""
+        self._webhook_urls_changed = asyncio.Event()
+        self._webhook_events = 0
+        if self._url_server is not None:
+            self.watches.on(
+                "admissionregistration.k8s.io",
+                "v1",
+                "mutatingwebhookconfigurations",
+                self._saw_webhook_configuration,
+                known=lambda: [self.opts.configuration.atoll.webhook_configuration_name],
+                field_selector="metadata.name="
+                + self.opts.configuration.atoll.webhook_configuration_name,
+            )
         self.elector = self._elector() if opts.leader_elect else None
 
     def _elector(self) -> LeaderElector:
@@ -284,11 +300,21 @@ class Operator:
                 self._queues_dirty.set()
                 await asyncio.sleep(2)
 
+    def _saw_webhook_configuration(self, kind: str | None, body: Mapping[str, Any]) -> None:
+        hooks = [] if kind == "DELETED" else body.get("webhooks") or ()
+        self._webhook_urls = [
+            url for h in hooks if (url := (h.get("clientConfig") or {}).get("url"))
+        ]
+        self._webhook_events += 1
+        self._webhook_urls_changed.set()
+
     async def _keep_webhook(self) -> None:
         """`url` mode, on every replica: keep the configuration pointing at a replica whose
         server listens. Once this replica's server listens, it takes the configuration over
-        when it is missing or names a URL where nothing listens (a replica that stopped);
-        checked every second. `/readyz` waits for the first check."""
+        when it is missing or names a URL where nothing listens (a replica that stopped).
+        The configuration is watched (one object, by name), so a steady state costs no API
+        request: a change is handled at once, and a URL of another replica is checked for a
+        listener every second. `/readyz` waits for the first check."""
         server = self._url_server
         if server is None:
             await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
@@ -307,16 +333,24 @@ class Operator:
             if not await webhook.listening(server.url):
                 await asyncio.sleep(0.1)  # kopf's server is not up yet
                 continue
-            try:
-                current = await webhook.configured_urls(self.api, name)
-                alive = [u for u in current if u in mine or await webhook.listening(u)]
-                if not current or len(alive) < len(current):
-                    await webhook.own_url_configuration(self.api, name, hooks)
-                    log.info("webhook configuration points here", name=name, url=server.url)
-                self.webhook_checked.set()
-            except Exception as e:
-                log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
-            await asyncio.sleep(1.0)
+            current = self._webhook_urls
+            if current is not None:
+                try:
+                    alive = [u for u in current if u in mine or await webhook.listening(u)]
+                    if not current or len(alive) < len(current):
+                        seen = self._webhook_events
+                        await webhook.own_url_configuration(self.api, name, hooks)
+                        log.info("webhook configuration points here", name=name, url=server.url)
+                        if self._webhook_events == seen:
+                            self._webhook_urls = None  # until the watch shows the write
+                    else:
+                        self.webhook_checked.set()
+                except Exception as e:
+                    log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
+            self._webhook_urls_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._webhook_urls_changed.wait()
 
     async def _lead(self) -> None:
         self.leading = True

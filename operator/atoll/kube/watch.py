@@ -87,6 +87,8 @@ class Watch:
     list lacks are reported DELETED."""
     resource_version: str | None = None
     events: int = 0
+    field_selector: str | None = None
+    """Only the objects it selects (e.g. `metadata.name=X` for one object)."""
 
 
 @dataclass(slots=True)
@@ -103,11 +105,12 @@ class Watches:
         handler: Handler,
         *,
         known: Callable[[], Iterable[str]],
+        field_selector: str | None = None,
     ) -> None:
         resource = Resource(group, version, plural)
         if resource in self.watches:
             raise ValueError(f"{resource} is watched twice")
-        self.watches[resource] = Watch(resource, handler, known)
+        self.watches[resource] = Watch(resource, handler, known, field_selector=field_selector)
 
     def start_at(self, group: str, version: str, plural: str, resource_version: str) -> None:
         """The initial listing already handed every object to the cache: watch from there."""
@@ -176,11 +179,15 @@ async def read_ok(resp: aiohttp.ClientResponse) -> bytes:
     return data
 
 
+def _selector(watch: Watch) -> list[tuple[str, Any]]:
+    return [("fieldSelector", watch.field_selector)] if watch.field_selector else []
+
+
 async def _list(api: client.ApiClient, watch: Watch) -> None:
     seen: set[str] = set()
     cont: str | None = None
     while True:
-        query: list[tuple[str, Any]] = [("limit", PAGE)]
+        query: list[tuple[str, Any]] = [("limit", PAGE), *_selector(watch)]
         if cont:
             query.append(("continue", cont))
         resp = await _get(api, watch.resource.path, query, limit=60)
@@ -205,6 +212,7 @@ async def _stream(api: client.ApiClient, watch: Watch) -> None:
         ("allowWatchBookmarks", "true"),
         ("resourceVersion", watch.resource_version),
         ("timeoutSeconds", SERVER_TIMEOUT_S),
+        *_selector(watch),
     ]
     timeout = aiohttp.ClientTimeout(connect=30, sock_connect=30, sock_read=READ_TIMEOUT_S)
     resp = await _get(api, watch.resource.path, query, limit=timeout)

@@ -259,22 +259,6 @@ def url_webhooks(
     return hooks
 
 
-async def configured_urls(api: client.ApiClient, name: str) -> list[str]:
-    """The URLs the MutatingWebhookConfiguration `name` calls (none when it is missing)."""
-    admission = client.AdmissionregistrationV1Api(api)
-    try:
-        found = await retry.call(
-            lambda: admission.read_mutating_webhook_configuration(name),
-            what=f"MutatingWebhookConfiguration {name}",
-            attempts=3,
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return []
-        raise
-    return [h.client_config.url for h in found.webhooks or () if h.client_config.url]
-
-
 async def listening(url: str) -> bool:
     """Something accepts TCP connections at the host and port of `url` (within a second)."""
     parts = urllib.parse.urlsplit(url)
