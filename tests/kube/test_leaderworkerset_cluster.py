@@ -7,6 +7,7 @@ gated) and the waiting group is admitted. An unlabelled LeaderWorkerSet is left 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,7 +207,9 @@ def test_each_group_is_one_gang_and_the_second_waits_until_the_first_goes(
         "the second group to be Admitted",
         lambda: is_true(_named(cluster, namespace, second), "Admitted"),
     )
-    _admitted_whole(cluster, namespace, "serve", _named(cluster, namespace, second), 4)
+    now_admitted = _named(cluster, namespace, second)
+    assert now_admitted is not None
+    _admitted_whole(cluster, namespace, "serve", now_admitted, 4)
     _waits_gated(cluster, namespace, "serve", index_of(first), 4)
     cluster.wait_for(
         "the first group to queue again with a new Workload",
@@ -242,3 +245,41 @@ def test_an_unlabelled_leaderworkerset_is_left_alone(
     meta = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"].get("metadata") or {}
     assert "kueue.x-k8s.io/pod-suspending-parent" not in (meta.get("annotations") or {})
     assert workloads(cluster, namespace) == []
+
+
+def _scale(cluster: KubeCluster, namespace: str, name: str, replicas: int) -> None:
+    patch = json.dumps({"spec": {"replicas": replicas}})
+    cluster.kubectl("patch", "leaderworkerset", name, "-n", namespace, "--type=merge", "-p", patch)
+
+
+def _by_index(cluster: KubeCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    return {index_of(w): w for w in workloads(cluster, namespace)}
+
+
+def test_scaling_up_adds_groups_that_queue_and_scaling_down_drops_their_workloads(
+    cluster: KubeCluster, lws_operator: OperatorProcess, namespace: str
+) -> None:
+    del lws_operator
+    one_queue(cluster, namespace, gpus=4)  # two groups of 2 pods x 1 GPU
+    create(cluster, leaderworkerset("grow", namespace, replicas=1, size=2))
+    cluster.wait_for(
+        "group 0 to be Admitted",
+        lambda: is_true(_by_index(cluster, namespace).get("0"), "Admitted"),
+    )
+    _scale(cluster, namespace, "grow", 3)
+    cluster.wait_for(
+        "groups 0 and 1 Admitted, group 2 queued",
+        lambda: (
+            set(by := _by_index(cluster, namespace)) == {"0", "1", "2"}
+            and is_true(by["1"], "Admitted")
+            and not is_true(by["2"], "Admitted")
+        ),
+    )
+    _admitted_whole(cluster, namespace, "grow", _by_index(cluster, namespace)["1"], 2)
+    _waits_gated(cluster, namespace, "grow", "2", 2)
+    _scale(cluster, namespace, "grow", 1)
+    cluster.wait_for(
+        "the Workloads of groups 1 and 2 to be deleted",
+        lambda: set(_by_index(cluster, namespace)) == {"0"},
+    )
+    assert is_true(_by_index(cluster, namespace)["0"], "Admitted")
