@@ -209,6 +209,7 @@ async def test_groups_queue_before_their_pods_exist_and_only_what_fits_is_admitt
     assert len(admitted) == 1
     assert len(pending) == 1
     assert fake.ungated == []  # no pod exists yet
+    assert [e for e in fake.events if e[1] == "Started"] == []  # nothing to start yet
 
 
 async def test_an_admitted_group_ungates_all_its_pods_and_the_other_keeps_them_gated() -> None:

@@ -104,6 +104,12 @@ class Integration(ABC, Generic[J]):
         stopping = (obj.metadata.annotations or {}).get(keys.STOPPING_ANNOTATION) == "true"
         return self.suspend_flag(obj) and not stopping
 
+    def startable(self, obj: J) -> bool:
+        """Whether starting the suspended object does anything now (a LeaderWorkerSet group
+        without gated pods has nothing to ungate yet)."""
+        del obj
+        return True
+
     def partly_started(self, obj: J) -> bool:
         """Whether a running object also has parts that wait to be started (a
         LeaderWorkerSet group's pods recreated gated while the others run)."""
@@ -550,6 +556,9 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
         """No pod of the group runs (gated pods beside running ones are ungated by
         `partly_started`)."""
         return pg.active_pods(obj) == 0
+
+    def startable(self, obj: pg.PodGroup) -> bool:
+        return bool(pg.gated_pods(obj))
 
     def partly_started(self, obj: pg.PodGroup) -> bool:
         return pg.active_pods(obj) > 0 and bool(pg.gated_pods(obj))

@@ -169,7 +169,7 @@ class JobController:
                 await self._move(job, wl)
             return await self._requeue_check(wl)
         if self.kind.suspended(job):
-            if wls.is_admitted(wl):
+            if wls.is_admitted(wl) and self.kind.startable(job):
                 await self._start(job, wl)
             return None
         if not wls.is_admitted(wl):
