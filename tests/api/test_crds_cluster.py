@@ -38,9 +38,9 @@ from tests.api.builders import (
     workload,
 )
 from tests.conftest import KubeCluster
-from tests.sandbox.test_integrations import jobset_controller, mpi_controller
+from tests.sandbox.test_integrations import jobset_controller, lws_controller, mpi_controller
 
-__all__ = ["jobset_controller", "mpi_controller"]
+__all__ = ["jobset_controller", "lws_controller", "mpi_controller"]
 
 pytestmark = pytest.mark.cluster
 
@@ -127,6 +127,8 @@ def test_example_applies(kube: KubeCluster, path: Path, request: pytest.FixtureR
         request.getfixturevalue("jobset_controller")  # installs the JobSet CRD
     if "kind: MPIJob" in path.read_text():
         request.getfixturevalue("mpi_controller")  # installs the MPIJob CRD
+    if "kind: LeaderWorkerSet" in path.read_text():
+        request.getfixturevalue("lws_controller")  # installs the LeaderWorkerSet CRD
     done = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(path), check=False)
     assert done.returncode == 0, done.stderr
 

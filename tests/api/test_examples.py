@@ -12,6 +12,7 @@ import yaml
 from atoll.api import ClusterQueue, Job, LocalQueue, ResourceFlavor, parse_object
 from atoll.api.jobset import JobSet
 from atoll.api.labels import QUEUE_NAME_LABEL
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from tests.api.builders import NOT_MANIFESTS
@@ -58,7 +59,7 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     for lq in _named(objects, LocalQueue).values():
         assert lq.spec.cluster_queue in queues, lq.name
     local_queues = {o.name for o in objects if isinstance(o, LocalQueue)}
-    owners = (Job, JobSet, MPIJob)
+    owners = (Job, JobSet, MPIJob, LeaderWorkerSet)
     for job in [o for kind in owners for o in _named(objects, kind).values()]:
         assert (job.metadata.labels or {})[QUEUE_NAME_LABEL] in local_queues, job.name
 

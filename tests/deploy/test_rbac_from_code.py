@@ -199,11 +199,14 @@ def _granted() -> set[Grant]:
 
 
 def _custom_kinds() -> set[Grant]:
-    """The writer reads and patches the managed custom kinds (JobSet, MPIJob) through one
-    pair of calls parametrised by `kube.kinds.CUSTOM_KINDS`: get and patch of each kind."""
+    """The writer reads and patches the managed custom kinds it suspends (JobSet, MPIJob)
+    through one pair of calls parametrised by `kube.kinds.CUSTOM_KINDS`: get and patch of each
+    kind. A kind without a suspend patch (LeaderWorkerSet: its pods are gated) is only
+    watched."""
     return {
         (kind.group, kind.plural, verb)
         for kind in CUSTOM_KINDS.values()
+        if kind.suspend_patch
         for verb in ("get", "patch")
     }
 

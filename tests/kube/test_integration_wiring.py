@@ -8,6 +8,7 @@ from kubernetes_asyncio import client
 
 from atoll.api.configuration import Configuration, Integrations
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.mpijob import MPIJob
 from atoll.kube import bootstrap
 from atoll.kube.kinds import CustomKind
@@ -15,7 +16,7 @@ from atoll.kube.operator import Operator, RunOptions
 from atoll.state.cache import Cache
 
 BOTH = ("batch/job", "jobset.x-k8s.io/jobset")
-ALL = (*BOTH, "kubeflow.org/mpijob")
+ALL = (*BOTH, "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset")
 
 
 def _watched(op: Operator) -> set[str]:
@@ -66,6 +67,21 @@ async def test_each_custom_kind_is_watched_only_when_its_crd_is_served(
     async with client.ApiClient() as api:
         op = _operator(api, ALL)
         await op._watch_kinds()
-    assert set(op.kinds) == {JobSet.KIND, MPIJob.KIND}
+    assert set(op.kinds) == {JobSet.KIND, MPIJob.KIND, LeaderWorkerSet.KIND}
     assert "mpijobs" in _watched(op)
     assert "jobsets" not in _watched(op)
+    assert "leaderworkersets" not in _watched(op)
+
+
+async def test_leaderworkersets_gate_pods_through_the_pod_webhook_without_the_pod_framework() -> (
+    None
+):
+    cfg = Configuration(
+        integrations=Integrations(frameworks=("leaderworkerset.x-k8s.io/leaderworkerset",))
+    )
+    async with client.ApiClient() as api:
+        op = Operator(RunOptions(configuration=cfg, leader_elect=False), api)
+    ids = {str(h.id) for h in op._kopf._webhooks.get_all_handlers()}
+    assert "mutate--v1-pod" in ids
+    assert "mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset" in ids
+    assert op._wiring.group_pod is not None

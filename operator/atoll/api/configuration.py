@@ -125,6 +125,7 @@ RUN_FRAMEWORKS: Final = (
     "jobset.x-k8s.io/jobset",
     "kubeflow.org/mpijob",
     "pod",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
 )
 """The frameworks atoll runs; the other names are accepted and ignored (with a log line)."""
 
@@ -482,7 +483,8 @@ class Integrations(ApiModel):
 
     frameworks: tuple[str, ...] = (BATCH_JOB_FRAMEWORK,)
     """Kueue framework names to manage; atoll runs `batch/job`, `jobset.x-k8s.io/jobset`,
-    `kubeflow.org/mpijob` and `pod`, and ignores the others."""
+    `kubeflow.org/mpijob`, `pod` and `leaderworkerset.x-k8s.io/leaderworkerset`, and ignores
+    the others."""
     label_keys_to_copy: tuple[str, ...] = ()
     """Job label keys copied to the Workload at creation."""
 

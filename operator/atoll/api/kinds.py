@@ -10,6 +10,7 @@ from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
@@ -35,6 +36,7 @@ READ_KINDS: Final[tuple[type[KubeObject], ...]] = (
     Job,
     JobSet,
     MPIJob,
+    LeaderWorkerSet,
     Pod,
     Node,
     PriorityClass,

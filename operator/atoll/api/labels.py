@@ -25,6 +25,15 @@ POD_GROUP_TOTAL_COUNT_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
 IS_GROUP_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/is-group-workload"
 ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 """Scheduling gate of plain pods until their Workload is admitted."""
+SUSPENDED_BY_PARENT_ANNOTATION: Final = "kueue.x-k8s.io/pod-suspending-parent"
+"""On the pod templates of a managed owner whose pods are gated at creation (LeaderWorkerSet):
+the owner's framework name."""
+POD_GROUP_SERVING_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-serving"
+ROLE_HASH_ANNOTATION: Final = "kueue.x-k8s.io/role-hash"
+COMPONENT_WORKLOAD_INDEX_ANNOTATION: Final = "kueue.x-k8s.io/component-workload-index"
+"""On each of an owner's several Workloads (one per LeaderWorkerSet group): its index."""
+JOB_OWNER_GVK_ANNOTATION: Final = "kueue.x-k8s.io/job-owner-gvk"
+JOB_OWNER_NAME_ANNOTATION: Final = "kueue.x-k8s.io/job-owner-name"
 
 JOB_MIN_PARALLELISM_ANNOTATION: Final = "kueue.x-k8s.io/job-min-parallelism"
 JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION: Final = (

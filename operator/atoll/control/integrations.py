@@ -1,8 +1,9 @@
 """The job framework: one adapter per managed kind, and the kinds atoll runs.
 
-An `Integration` says, for one kind (batch/v1 Job, JobSet, MPIJob), how to read its pod sets into a
-Workload, whether it is suspended, finished or active, how ready its pods are, and how to start
-it (unsuspend, with each admitted pod set's flavors merged into its pod template), stop it
+An `Integration` says, for one kind (batch/v1 Job, JobSet, MPIJob, pod groups, LeaderWorkerSet
+groups), how to read its pod sets into a Workload, whether it is suspended, finished or active,
+how ready its pods are, and how to start it (unsuspend, with each admitted pod set's flavors
+merged into its pod template), stop it
 (suspend, templates restored from the Workload) and suspend it. `control.jobs.JobController`
 runs Kueue's reconcile loop (`ReconcileGenericJob`) over any of them, so every kind gets the
 same Workload lifecycle. Mirrors Kueue's `jobframework.GenericJob` and its integrations
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Final, Generic, Protocol, TypeVar
 
 from atoll.api import labels as keys
-from atoll.api.core import Job, PodTemplateSpec
+from atoll.api.core import Job, Pod, PodTemplateMeta, PodTemplateSpec
 from atoll.api.jobset import JobSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
@@ -25,6 +26,7 @@ from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
+from atoll.control import leaderworkerset as lws
 from atoll.control import mpijob as mpi
 from atoll.control import podgroups as pg
 from atoll.control.ports import JobSetStore, JobStore, MPIJobStore, ObjectRef, PodGroupStore
@@ -35,6 +37,7 @@ BATCH_JOB: Final = "batch/job"
 JOBSET: Final = "jobset.x-k8s.io/jobset"
 MPIJOB: Final = "kubeflow.org/mpijob"
 POD: Final = "pod"
+LEADERWORKERSET: Final = lws.FRAMEWORK
 
 J = TypeVar("J", bound=KubeObject)
 
@@ -49,6 +52,9 @@ class Integration(ABC, Generic[J]):
     """API group of the kind (part of the Workload name's hash)."""
     owns_jobs: bool = False
     """Whether its controller creates batch/v1 Jobs it controls (they are left to it)."""
+    deletes_orphans: bool = False
+    """Whether the Workload of a part that is gone is deleted rather than finished (the
+    groups of a LeaderWorkerSet, which come back under the same Workload name)."""
 
     @property
     def kind(self) -> str:
@@ -97,6 +103,18 @@ class Integration(ABC, Generic[J]):
         """Suspended, and not half-way through a stop (Kueue's stopping annotation)."""
         stopping = (obj.metadata.annotations or {}).get(keys.STOPPING_ANNOTATION) == "true"
         return self.suspend_flag(obj) and not stopping
+
+    def startable(self, obj: J) -> bool:
+        """Whether starting the suspended object does anything now (a LeaderWorkerSet group
+        without gated pods has nothing to ungate yet)."""
+        del obj
+        return True
+
+    def partly_started(self, obj: J) -> bool:
+        """Whether a running object also has parts that wait to be started (a
+        LeaderWorkerSet group's pods recreated gated while the others run)."""
+        del obj
+        return False
 
     @abstractmethod
     def finished(self, obj: J) -> tuple[bool, str, str]:
@@ -395,7 +413,12 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         grouped = cache.workloads.get(key)
         if grouped is not None and grouped not in found:
             ann = grouped.metadata.annotations or {}
-            if ann.get(keys.IS_GROUP_WORKLOAD_ANNOTATION) == "true" and grouped.namespace == ns:
+            pods_own = all(r.kind == "Pod" for r in grouped.metadata.owner_references or ())
+            if (
+                ann.get(keys.IS_GROUP_WORKLOAD_ANNOTATION) == "true"
+                and grouped.namespace == ns
+                and pods_own
+            ):
                 found.append(grouped)
         del name
         return found
@@ -433,15 +456,16 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
     async def start(
         self, obj: pg.PodGroup, wl: Workload, flavors: Mapping[str, ResourceFlavor]
     ) -> None:
+        """Ungate the group's gated pods, each with its pod set's admission merged in."""
         adm = wl.status.admission
         assert adm is not None
         by_name = {str(a.name): a for a in adm.pod_set_assignments}
         plans = []
         for pod in pg.gated_pods(obj):
-            name = pg.pod_set_name(obj, pod)
+            name = self.pod_set_name(obj, pod)
             assignment = by_name.get(name)
             plan = jf.template_start(
-                pg.template_of(pod),
+                self.pod_template(obj, pod, wl),
                 pod_set=name,
                 workload=wl.name,
                 cluster_queue=adm.cluster_queue,
@@ -453,6 +477,14 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         for key, plan in plans:  # every plan first: a conflict starts no pod of the group
             await self.store.start_pod(key, plan)
 
+    def pod_set_name(self, obj: pg.PodGroup, pod: Pod) -> str:
+        return pg.pod_set_name(obj, pod)
+
+    def pod_template(self, obj: pg.PodGroup, pod: Pod, wl: Workload) -> PodTemplateSpec:
+        """The pod as the template its start merges the admission into."""
+        del obj, wl
+        return pg.template_of(pod)
+
     async def stop(self, obj: pg.PodGroup, wl: Workload) -> None:
         """A running pod can be neither suspended nor gated again, and atoll deletes no pod
         (Kueue deletes them): its gang keeps its quota until its pods end."""
@@ -460,6 +492,108 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
 
     async def suspend(self, obj: pg.PodGroup) -> None:
         del obj  # a running pod cannot be gated again; it runs unadmitted until it ends
+
+
+class LeaderWorkerSetIntegration(PodGroupIntegration):
+    """LeaderWorkerSet: each replica group is a pod group with its own Workload, made from
+    the LWS spec (so it queues before its pods exist), admitted whole and ungated together
+    (the `pod` integration's start). A group is stopped by deleting its running pods, which
+    the LWS controller recreates, gated again by the pod webhook (Kueue deletes them too)."""
+
+    framework = LEADERWORKERSET
+    model = lws.ReplicaGroup  # type: ignore[assignment]
+    group = lws.GROUP
+    deletes_orphans = True
+
+    @property
+    def kind(self) -> str:
+        return lws.LeaderWorkerSet.KIND
+
+    def ref(self, obj: pg.PodGroup) -> ObjectRef:
+        assert isinstance(obj, lws.ReplicaGroup)
+        return ObjectRef(
+            kind=lws.LeaderWorkerSet.KIND,
+            api_version=lws.LeaderWorkerSet.API_VERSION,
+            namespace=obj.namespace or "",
+            name=obj.lws.name,
+            uid=obj.lws.metadata.uid or "",
+        )
+
+    def objects(self, cache: Cache) -> Mapping[str, pg.PodGroup]:
+        return {k: g for k in self.keys(cache) if (g := self.get(cache, k)) is not None}
+
+    def get(self, cache: Cache, key: str) -> pg.PodGroup | None:
+        split = lws.split_key(key)
+        if split is None:
+            return None
+        owner = cache.leaderworkersets.get(split[0])
+        if owner is None or split[1] >= lws.replicas(owner):
+            return None  # a group scaled away: its Workload is an orphan
+        return lws.group_of(owner, split[1], cache.lws_pods.get(key, {}))
+
+    def keys(self, cache: Cache) -> list[str]:
+        return [
+            lws.group_key(obj.namespace, obj.name, i)
+            for obj in cache.leaderworkersets.values()
+            for i in range(lws.replicas(obj))
+        ]
+
+    def workloads(self, cache: Cache, key: str) -> list[Workload]:
+        split = lws.split_key(key)
+        if split is None:
+            return []
+        return [
+            w
+            for w in cache.workloads_of_job(split[0], kind=lws.LeaderWorkerSet.KIND)
+            if lws.workload_group_key(w) == key
+        ]
+
+    def owns(self, obj: pg.PodGroup, wl: Workload) -> bool:
+        assert isinstance(obj, lws.ReplicaGroup)
+        return lws.owns(obj, wl)
+
+    def suspend_flag(self, obj: pg.PodGroup) -> bool:
+        """No pod of the group runs (gated pods beside running ones are ungated by
+        `partly_started`)."""
+        return pg.active_pods(obj) == 0
+
+    def startable(self, obj: pg.PodGroup) -> bool:
+        return bool(pg.gated_pods(obj))
+
+    def partly_started(self, obj: pg.PodGroup) -> bool:
+        return pg.active_pods(obj) > 0 and bool(pg.gated_pods(obj))
+
+    def finished(self, obj: pg.PodGroup) -> tuple[bool, str, str]:
+        del obj
+        return False, "", ""  # a serving group: the LWS controller replaces ended pods
+
+    def compose(self, obj: pg.PodGroup, cache: Cache) -> Workload:
+        assert isinstance(obj, lws.ReplicaGroup)
+        return lws.build_workload(obj, cache.workload_classes, cache.priority_classes)
+
+    def pod_set_name(self, obj: pg.PodGroup, pod: Pod) -> str:
+        assert isinstance(obj, lws.ReplicaGroup)
+        return lws.pod_set_name(obj, pod)
+
+    def pod_template(self, obj: pg.PodGroup, pod: Pod, wl: Workload) -> PodTemplateSpec:
+        """The pod, with Kueue's pod-group labels and annotations naming its Workload."""
+        assert isinstance(obj, lws.ReplicaGroup)
+        template = pg.template_of(pod)
+        meta = template.metadata or PodTemplateMeta()
+        labels = {**(meta.labels or {}), **lws.pod_labels(obj, wl)}
+        annotations = {**(meta.annotations or {}), **lws.pod_annotations(obj, pod)}
+        update = {"labels": labels, "annotations": annotations}
+        return template.model_copy(update={"metadata": meta.model_copy(update=update)})
+
+    async def stop(self, obj: pg.PodGroup, wl: Workload) -> None:
+        del wl
+        await self.suspend(obj)
+
+    async def suspend(self, obj: pg.PodGroup) -> None:
+        """Delete the group's running pods (the LWS controller recreates them gated)."""
+        for pod in obj.pods:
+            if pg.live(pod) and not pg.gated(pod):
+                await self.store.delete_pod(_key(pod))
 
 
 class Stores(JobStore, JobSetStore, MPIJobStore, PodGroupStore, Protocol):
@@ -477,6 +611,8 @@ def enabled(frameworks: tuple[str, ...], store: Stores) -> list[Integration[Kube
         out.append(MPIJobIntegration(store))  # type: ignore[arg-type]
     if POD in frameworks:
         out.append(PodGroupIntegration(store))  # type: ignore[arg-type]
+    if LEADERWORKERSET in frameworks:
+        out.append(LeaderWorkerSetIntegration(store))  # type: ignore[arg-type]
     owners = tuple((f"{kind.group}/", kind.kind) for kind in out if kind.owns_jobs)
     if BATCH_JOB in frameworks:
         out.insert(0, JobIntegration(store, owners=owners))  # type: ignore[arg-type]

@@ -130,7 +130,10 @@ class JobController:
         job = self.kind.get(self.cache, key)
         if job is None or job.metadata.deletion_timestamp is not None:
             for orphan in self._owned(key):
-                await self._finish_orphan(orphan)
+                if self.kind.deletes_orphans:
+                    await self._delete_orphan(orphan)
+                else:
+                    await self._finish_orphan(orphan)
             return None
         if not self.manages(job):
             if not jf.queue_name(job) and self._namespace_managed(job):
@@ -166,13 +169,15 @@ class JobController:
                 await self._move(job, wl)
             return await self._requeue_check(wl)
         if self.kind.suspended(job):
-            if wls.is_admitted(wl):
+            if wls.is_admitted(wl) and self.kind.startable(job):
                 await self._start(job, wl)
             return None
         if not wls.is_admitted(wl):
             await self._stop(job, wl, "Not admitted by cluster queue")
             self._count_unadmitted(job)
             return None
+        if self.kind.partly_started(job):
+            await self._start(job, wl)  # e.g. a LeaderWorkerSet group's recreated pods
         budget = await self._execution_time_left(wl)
         if budget is not None and budget <= 0:
             return None  # deactivated: the scheduler evicts it
@@ -232,6 +237,14 @@ class JobController:
                 ),
             )
         await self._drop_finalizer(wl)
+
+    async def _delete_orphan(self, wl: Workload) -> None:
+        """A part of an owner that is gone (a LeaderWorkerSet group scaled away): its
+        Workload is deleted, so that the part gets a fresh one if it comes back (Kueue's)."""
+        await self._drop_finalizer(wl)
+        await self.workloads.delete_workload(wls.wl_key(wl))
+        self.cache.delete_workload(wls.wl_key(wl))
+        log.info("workload deleted", workload=wls.wl_key(wl), reason="OwnerNotFound")
 
     async def _finish(self, job: Any, wl: Workload, reason: str, message: str) -> None:
         now = self._now()

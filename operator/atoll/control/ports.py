@@ -109,6 +109,11 @@ class PodGroupStore(Protocol):
         tolerations) and set its scheduling gates to `plan.scheduling_gates`."""
         ...
 
+    async def delete_pod(self, key: str) -> None:
+        """Delete a pod that its controller recreates (a LeaderWorkerSet group's, to stop
+        the group); a pod already gone is no error."""
+        ...
+
 
 class QueueStatusStore(Protocol):
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None: ...

@@ -30,6 +30,7 @@ from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
 from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control import leaderworkerset as lws
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube.kinds import CustomKind
@@ -110,6 +111,9 @@ def queue_owner(wl: Workload, w: Wiring) -> None:
     pods = w.owners.get("Pod")
     if pods is not None and (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD) == "true":
         pods.add(wls.key_of(wl.namespace, wl.name))  # a pod group's Workload: its group
+    groups = w.owners.get(lws.LeaderWorkerSet.KIND)
+    if groups is not None and (group := lws.workload_group_key(wl)) is not None:
+        groups.add(group)  # a LeaderWorkerSet group's Workload (not a controller reference)
 
 
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
@@ -154,7 +158,8 @@ def register_kind(
             kind.objects(w.cache).pop(key, None)
         else:
             kind.objects(w.cache)[key] = obj
-        queue.add(key)
+        for each in kind.reconcile_keys(w.cache, obj) if kind.reconcile_keys else (key,):
+            queue.add(each)
 
 
 def _queue_kinds(watches: Watches, w: Wiring) -> None:

@@ -1,6 +1,7 @@
 """Where each managed custom kind is served and how the kube layer handles it: its API
 coordinates and CRD, its cache slot, its webhook id and how the webhook suspends it. One
-entry per integration whose objects are custom resources (JobSet, MPIJob); batch/v1 Jobs are
+entry per integration whose objects are custom resources (JobSet, MPIJob, LeaderWorkerSet);
+batch/v1 Jobs are
 wired on their own. `bootstrap`, `handlers`, `webhook` and `operator` read this table, so a new
 kind is one entry here plus its `control.integrations` adapter.
 """
@@ -11,11 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from atoll.api import jobset, mpijob
+from atoll.api import jobset, leaderworkerset, mpijob
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.control import integrations
+from atoll.control import leaderworkerset as lws
 from atoll.state.cache import Cache
 
 
@@ -37,6 +40,11 @@ class CustomKind:
     """Whether an object is suspended (the webhook suspends a managed one at creation)."""
     suspend_patch: Mapping[str, Any]
     """The merge patch that suspends an object."""
+    defaults: Callable[[Any], Mapping[str, Any]] | None = None
+    """The merge patch the webhook applies to a managed object on create and update (a
+    LeaderWorkerSet's pod templates), if any."""
+    reconcile_keys: Callable[[Cache, Any], list[str]] | None = None
+    """The reconcile keys an object's change queues (default: its own `namespace/name`)."""
 
     @property
     def kind(self) -> str:
@@ -69,6 +77,23 @@ CUSTOM_KINDS: Final[dict[str, CustomKind]] = {
         objects=lambda cache: cache.mpijobs,
         suspended=lambda obj: bool(obj.spec.run_policy.suspend),
         suspend_patch={"spec": {"runPolicy": {"suspend": True}}},
+    ),
+    LeaderWorkerSet.KIND: CustomKind(
+        model=LeaderWorkerSet,
+        framework=integrations.LEADERWORKERSET,
+        group=leaderworkerset.GROUP,
+        version=leaderworkerset.VERSION,
+        plural=leaderworkerset.PLURAL,
+        webhook_id="mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+        objects=lambda cache: cache.leaderworkersets,
+        # no suspend: its pods are gated at creation; its queue name is fixed once a group is
+        # ready (Kueue's rule)
+        suspended=lambda obj: obj.status.ready_replicas == 0,
+        suspend_patch={},
+        defaults=lws.template_defaults,
+        reconcile_keys=lambda cache, obj: lws.reconcile_keys(
+            obj, cache.workloads_of_job(f"{obj.namespace}/{obj.name}", kind=obj.KIND)
+        ),
     ),
 }
 """The managed custom kinds, by kind."""

@@ -28,7 +28,7 @@ from atoll import __version__
 from atoll.api.configuration import Configuration
 from atoll.api.core import Pod
 from atoll.api.labels import MANAGED_LABEL
-from atoll.control import integrations, podgroups
+from atoll.control import integrations, leaderworkerset, podgroups
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -45,6 +45,8 @@ from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
 from atoll.state.cache import Cache
 from atoll.state.devicequota import class_resources
+
+LWS_KIND = leaderworkerset.LeaderWorkerSet.KIND
 
 log = structlog.get_logger("atoll.operator")
 __all__ = ["SERVICE_ACCOUNT_TOKEN", "Operator", "RunOptions", "configure_logging", "run"]
@@ -238,7 +240,7 @@ class Operator:
             seen_workload=self.writer.observe_workload,
             gone_workload=self.writer.forget_workload,
             owners={kind: queue for kind, (_, queue) in self.kinds.items()},
-            group_pod=self._group_pod if "Pod" in self.kinds else None,
+            group_pod=self._group_pod if {"Pod", LWS_KIND} & set(self.kinds) else None,
         )
         handlers.register(registry, self._wiring)
         if self.opts.webhook != "off":
@@ -250,8 +252,10 @@ class Operator:
             for kind, (ctl, _) in self.kinds.items():
                 if kind in CUSTOM_KINDS:
                     webhook.register_kind(registry, ctl.manages, CUSTOM_KINDS[kind])
-            if "Pod" in self.kinds:
-                webhook.register_pods(registry, self.kinds["Pod"][0].manages)
+            if {"Pod", LWS_KIND} & set(self.kinds):
+                plain = self.kinds["Pod"][0].manages if "Pod" in self.kinds else lambda _: False
+                parents = frozenset({leaderworkerset.FRAMEWORK} if LWS_KIND in self.kinds else ())
+                webhook.register_pods(registry, plain, parents=parents)
 
         @kopf.on.login(registry=registry)
         def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -437,9 +441,17 @@ class Operator:
         )
 
     def _group_pod(self, pod: Pod, deleted: bool) -> None:
-        """A pod of the plain-pod integration (labelled managed by the webhook) changed: keep
-        its group in the cache and reconcile the group."""
-        if (pod.metadata.labels or {}).get(MANAGED_LABEL) != "true":
+        """A pod of the plain-pod integration (labelled managed by the webhook) or of a
+        managed LeaderWorkerSet changed: keep its group in the cache and reconcile the group."""
+        lws_group = leaderworkerset.pod_group_key(pod) if LWS_KIND in self.kinds else None
+        if lws_group is not None:
+            if deleted:
+                self.cache.delete_group_pod(lws_group, pod.name, table=self.cache.lws_pods)
+            else:
+                self.cache.set_group_pod(lws_group, pod, table=self.cache.lws_pods)
+            self.kinds[LWS_KIND][1].add(lws_group)
+            return
+        if (pod.metadata.labels or {}).get(MANAGED_LABEL) != "true" or "Pod" not in self.kinds:
             return
         key = podgroups.group_key(pod)
         if deleted:

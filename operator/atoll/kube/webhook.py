@@ -33,7 +33,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll import pki
 from atoll.api.core import Job, Pod
-from atoll.api.labels import ADMISSION_GATE, MANAGED_LABEL, QUEUE_NAME_LABEL
+from atoll.api.labels import (
+    ADMISSION_GATE,
+    MANAGED_LABEL,
+    QUEUE_NAME_LABEL,
+    SUSPENDED_BY_PARENT_ANNOTATION,
+)
 from atoll.control import jobframework as jf
 from atoll.control import podgroups
 from atoll.kube import retry
@@ -125,13 +130,22 @@ def register_kind(
             raise kopf.AdmissionError(message, code=422)
         if before is None and not kind.suspended(obj):
             patch.update(copy.deepcopy(dict(kind.suspend_patch)))
+        if kind.defaults is not None and manages(obj):
+            patch.update(copy.deepcopy(dict(kind.defaults(obj))))
 
 
-def register_pods(registry: kopf.OperatorRegistry, manages: Callable[[Pod], bool]) -> None:
+def register_pods(
+    registry: kopf.OperatorRegistry,
+    manages: Callable[[Pod], bool],
+    *,
+    parents: frozenset[str] = frozenset(),
+) -> None:
     """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
     controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed` and
     gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
-    say the group's size."""
+    say the group's size. A pod whose template a managed owner marked with Kueue's
+    `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
+    (LeaderWorkerSet), is gated whatever its controller."""
 
     @kopf.on.mutate("", "v1", "pods", id=POD_WEBHOOK_ID, operations=["CREATE"], registry=registry)
     async def admit_pods(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
@@ -139,6 +153,12 @@ def register_pods(registry: kopf.OperatorRegistry, manages: Callable[[Pod], bool
             pod = Pod.from_dict(dict(body))
         except ValueError:
             return  # the API server validates pods; never block one we cannot read
+        parent = (pod.metadata.annotations or {}).get(SUSPENDED_BY_PARENT_ANNOTATION)
+        if parent is not None and parent in parents:
+            if not podgroups.gated(pod):
+                gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
+                patch.setdefault("spec", {})["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
+            return
         labels = pod.metadata.labels or {}
         owned = any(r.controller for r in pod.metadata.owner_references or ())
         if QUEUE_NAME_LABEL not in labels or owned or not manages(pod):

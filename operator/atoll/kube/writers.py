@@ -725,6 +725,15 @@ class KubeWriter:
         }
         await self._patch_pod(key, body)
 
+    async def delete_pod(self, key: str) -> None:
+        """Delete a pod its controller recreates (gone already is fine)."""
+        ns, name = _split(key)
+        try:
+            await self._call("delete", lambda: self.core.delete_namespaced_pod(name, ns))
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}

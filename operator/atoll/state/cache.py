@@ -19,6 +19,7 @@ from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
@@ -85,6 +86,9 @@ class Cache:
     pod_groups: dict[str, dict[str, Pod]] = field(default_factory=dict)
     """Managed plain pods (the `pod` integration) by group key (`namespace/group`, or
     `namespace/pod` for a single pod), then by pod name."""
+    leaderworkersets: dict[str, LeaderWorkerSet] = field(default_factory=dict)
+    lws_pods: dict[str, dict[str, Pod]] = field(default_factory=dict)
+    """Pods of managed LeaderWorkerSets by group key (`namespace/<lws>-<index>`), then name."""
     assumed: dict[str, m.Admission] = field(default_factory=dict)
     """Admissions decided by this process and not yet seen in the Workload's status."""
     evicting: set[str] = field(default_factory=set)
@@ -346,15 +350,21 @@ class Cache:
     def delete_jobset(self, key: str) -> None:
         self.jobsets.pop(key, None)
 
-    def set_group_pod(self, group: str, pod: Pod) -> None:
-        self.pod_groups.setdefault(group, {})[pod.name] = pod
+    def set_group_pod(
+        self, group: str, pod: Pod, *, table: dict[str, dict[str, Pod]] | None = None
+    ) -> None:
+        """Keep a pod of a group (in `pod_groups`, or `table`: `lws_pods`)."""
+        (self.pod_groups if table is None else table).setdefault(group, {})[pod.name] = pod
 
-    def delete_group_pod(self, group: str, name: str) -> None:
-        pods = self.pod_groups.get(group)
+    def delete_group_pod(
+        self, group: str, name: str, *, table: dict[str, dict[str, Pod]] | None = None
+    ) -> None:
+        groups = self.pod_groups if table is None else table
+        pods = groups.get(group)
         if pods is not None:
             pods.pop(name, None)
             if not pods:
-                del self.pod_groups[group]
+                del groups[group]
 
     def workloads_of_job(
         self, job_key: str, job_uid: str | None = None, *, kind: str = "Job"
