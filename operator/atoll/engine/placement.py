@@ -197,6 +197,25 @@ def _place_planned(
     return _materialize(w, ps=ps, p=p, ents=ents, pairs=pairs, depth=depth)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Group:
+    """The pod sets of one podset group of a gang, with their plans."""
+
+    gang: Gang
+    members: tuple[int, ...]
+    plans: tuple[Plan, ...]
+    within: frozenset[str] | None
+
+    @property
+    def sets(self) -> list[GangPodSet]:
+        return [self.gang.pod_sets[i] for i in self.members]
+
+    def names(self) -> str:
+        sets = self.sets
+        group = sets[0].topology.group if sets[0].topology else None
+        return f"{', '.join(ps.name for ps in sets)} (podset group {group})"
+
+
 def _place_group(
     w: Working, gang: Gang, members: tuple[int, ...], within: frozenset[str] | None
 ) -> dict[int, PodSetPlacement] | NoFit:
@@ -204,13 +223,14 @@ def _place_group(
     tas_flavor_snapshot.go `findLeaderAndWorkers`): every member in one domain of their shared
     required / preferred level, the tightest domain that holds them all. A preferred group
     widens level by level and, when no domain holds it whole, is placed member by member."""
-    sets = [gang.pod_sets[i] for i in members]
     plans: list[Plan] = []
-    for ps in sets:
-        p = _plan_or_no_fit(w, gang, ps)
+    for i in members:
+        p = _plan_or_no_fit(w, gang, gang.pod_sets[i])
         if isinstance(p, NoFit):
             return p
         plans.append(p)
+    g = _Group(gang=gang, members=members, plans=tuple(plans), within=within)
+    sets = g.sets
     asks = {
         (ps.topology.topology, ps.topology.mode, ps.topology.level) for ps in sets if ps.topology
     }
@@ -219,17 +239,17 @@ def _place_group(
             gang=gang.key,
             pod_set=sets[0].name,
             reason=NoFitReason.INVALID_REQUEST,
-            message=f"pod sets {_names(sets)}: one podset group must ask for one topology level",
+            message=f"pod sets {g.names()}: one podset group must ask for one topology level",
         )
     first = plans[0]
     if first.depth is not None and any(ps.count for ps in sets):
         top = first.depth if first.mode is TopologyMode.REQUIRED else 0
         for depth in range(first.depth, top - 1, -1):
-            got = _group_in_domain(w, gang, members, plans, depth, within=within)
+            got = _group_in_domain(w, g, depth)
             if got is not None:
                 return got
         if first.mode is TopologyMode.REQUIRED:
-            return _group_no_fit(w, gang, members, plans, within)
+            return _group_no_fit(w, g)
     out: dict[int, PodSetPlacement] = {}
     for i, ps, p in zip(members, sets, plans, strict=True):
         placed = _place_planned(w, gang, i, ps, p, within=within)
@@ -239,61 +259,41 @@ def _place_group(
     return out
 
 
-def _names(sets: Sequence[GangPodSet]) -> str:
-    group = sets[0].topology.group if sets[0].topology else None
-    return f"{', '.join(ps.name for ps in sets)} (podset group {group})"
-
-
-def _domains(
-    w: Working,
-    gang: Gang,
-    members: tuple[int, ...],
-    plans: Sequence[Plan],
-    depth: int,
-    *,
-    within: frozenset[str] | None,
-) -> list[tuple[topo.Path, frozenset[str]]]:
+def _domains(w: Working, g: _Group, depth: int) -> list[tuple[topo.Path, frozenset[str]]]:
     """Domains at `depth` where each member alone fits, with their nodes, in the order the
     policy tries them: by the capacity left for the largest member (tightest first)."""
     fits: dict[topo.Path, list[topo.Entry]] | None = None
     rank: dict[topo.Path, tuple[int, int]] = {}
-    largest = max(range(len(members)), key=lambda k: (gang.pod_sets[members[k]].count, -k))
-    for k, (i, p) in enumerate(zip(members, plans, strict=True)):
-        ps = gang.pod_sets[i]
+    counts = [ps.count for ps in g.sets]
+    largest = max(range(len(counts)), key=lambda k: (counts[k], -k))
+    for k, (i, p) in enumerate(zip(g.members, g.plans, strict=True)):
+        ps = g.gang.pod_sets[i]
         if ps.count == 0:
             continue
-        ents, _ = entries(w, i, ps, p.levels, within)
+        ents, _ = entries(w, i, ps, p.levels, g.within)
         here: dict[topo.Path, list[topo.Entry]] = {}
-        for key, members_ents in topo.group(ents, depth).items():
-            cap = topo.capacity(members_ents, depth, p.units)
+        for key, domain in topo.group(ents, depth).items():
+            cap = topo.capacity(domain, depth, p.units)
             if cap < p.need or (fits is not None and key not in fits):
                 continue
-            here[key] = members_ents + (fits[key] if fits is not None else [])
+            here[key] = domain + (fits[key] if fits is not None else [])
             if k == largest:
-                rank[key] = (cap, sum(e.weight for e in members_ents))
+                rank[key] = (cap, sum(e.weight for e in domain))
         fits = here
     sign = {PlacementPolicy.BEST_FIT: 1, PlacementPolicy.SPREAD: -1}.get(w.policy, 0)
     order = sorted(fits or {}, key=lambda key: (sign * rank[key][0], sign * rank[key][1], key))
     return [(key, frozenset(e.node for e in (fits or {})[key])) for key in order]
 
 
-def _group_in_domain(
-    w: Working,
-    gang: Gang,
-    members: tuple[int, ...],
-    plans: Sequence[Plan],
-    depth: int,
-    *,
-    within: frozenset[str] | None,
-) -> dict[int, PodSetPlacement] | None:
+def _group_in_domain(w: Working, g: _Group, depth: int) -> dict[int, PodSetPlacement] | None:
     """The members placed together in the first domain at `depth` that holds them all (each
     member required at that depth inside it); None when no domain does."""
-    for _key, nodes in _domains(w, gang, members, plans, depth, within=within):
+    for _key, nodes in _domains(w, g, depth):
         trial = _copy(w)
         out: dict[int, PodSetPlacement] = {}
-        for i, p in zip(members, plans, strict=True):
+        for i, p in zip(g.members, g.plans, strict=True):
             forced = dataclasses.replace(p, depth=depth, mode=TopologyMode.REQUIRED)
-            placed = _place_planned(trial, gang, i, gang.pod_sets[i], forced, within=nodes)
+            placed = _place_planned(trial, g.gang, i, g.gang.pod_sets[i], forced, within=nodes)
             if isinstance(placed, NoFit):
                 break
             out[i] = placed
@@ -303,26 +303,20 @@ def _group_in_domain(
     return None
 
 
-def _group_no_fit(
-    w: Working,
-    gang: Gang,
-    members: tuple[int, ...],
-    plans: Sequence[Plan],
-    within: frozenset[str] | None,
-) -> NoFit:
+def _group_no_fit(w: Working, g: _Group) -> NoFit:
     """Why a required group has no domain: a member that does not fit even alone, or the
     group as a whole."""
-    sets = [gang.pod_sets[i] for i in members]
-    for i, ps, p in zip(members, sets, plans, strict=True):
-        alone = _place_planned(_copy(w), gang, i, ps, p, within=within)
+    sets = g.sets
+    for i, ps, p in zip(g.members, sets, g.plans, strict=True):
+        alone = _place_planned(_copy(w), g.gang, i, ps, p, within=g.within)
         if isinstance(alone, NoFit):
             return alone
     level = sets[0].topology.level if sets[0].topology else None
     return NoFit(
-        gang=gang.key,
+        gang=g.gang.key,
         pod_set=max(sets, key=lambda ps: ps.count).name,
         reason=NoFitReason.NO_DOMAIN,
-        message=f"pod sets {_names(sets)}: each fits in a {level} domain, but no one"
+        message=f"pod sets {g.names()}: each fits in a {level} domain, but no one"
         f" {level} domain holds them together",
         needed=sum(ps.count for ps in sets),
         level=level,
