@@ -115,7 +115,8 @@ def test_atoll_runs_the_same_jobsets_one_after_the_other(
     deadline = time.monotonic() + 180
     done: set[str] = set()
     while time.monotonic() < deadline and len(done) < len(NAMES):
-        wls = [JOBSET.workload_of(cluster, namespace, n) for n in NAMES]
+        # One list, so that both Workloads are read at the same moment.
+        wls = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
         holding = [w for w in wls if is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
         both_reserved = both_reserved or len(holding) == len(NAMES)
         done |= {n for n in NAMES if _completed(cluster, namespace, n)}

@@ -239,7 +239,8 @@ def _place_group(
             gang=gang.key,
             pod_set=sets[0].name,
             reason=NoFitReason.INVALID_REQUEST,
-            message=f"pod sets {g.names()}: one podset group must ask for one topology level",
+            message=f"pod sets {g.names()}: a podset group must ask for one level of one topology"
+            " (the same level, and flavors of the same Topology)",
         )
     first = plans[0]
     if first.depth is not None and any(ps.count for ps in sets):
