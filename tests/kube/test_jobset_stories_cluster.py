@@ -15,11 +15,10 @@ import pytest
 from atoll.sandbox.allreduce import AllReduceAgent
 from atoll.sandbox.processes import Proc
 from tests.conftest import KubeCluster
-from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, apply, create, get_json, is_true
+from tests.kube.conftest import OperatorProcess, create, get_json, is_true
 from tests.kube.owners import JOBSET
 from tests.kube.test_jobset_cluster import jobset, jobset_controller, jobset_operator
-from tests.kube.test_stories_cluster import SIX, allreduce
+from tests.kube.test_stories_cluster import SIX, allreduce, six_gpu_queue
 
 pytestmark = pytest.mark.cluster
 __all__ = ["allreduce", "jobset_controller", "jobset_operator"]
@@ -103,13 +102,7 @@ def test_atoll_runs_the_same_jobsets_one_after_the_other(
     allreduce: AllReduceAgent,
 ) -> None:
     del jobset_operator
-    rf, cq = f"six-{namespace}", f"cq-six-{namespace}"
-    apply(
-        cluster,
-        b.flavor(rf, node_labels=SIX),
-        b.cluster_queue(cq, rf, gpus=6),
-        b.local_queue("q", namespace, cq),
-    )
+    six_gpu_queue(cluster, namespace)
     create(cluster, *(story_jobset(n, namespace, queue="q", gated=False) for n in NAMES))
     both_reserved = False
     deadline = time.monotonic() + 180

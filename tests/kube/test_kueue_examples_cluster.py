@@ -122,6 +122,15 @@ def admitted(cluster: KubeCluster, ns: str) -> dict[str, Any]:
     return wl
 
 
+def run_example(
+    cluster: KubeCluster, ns: str, *objs: dict[str, Any], topology: bool = False
+) -> dict[str, Any]:
+    """The example submitted to `user-queue`; its Workload once Admitted."""
+    user_queue(cluster, ns, topology=topology)
+    submit(cluster, ns, *objs)
+    return admitted(cluster, ns)
+
+
 def pod_sets(wl: dict[str, Any]) -> list[tuple[str, int]]:
     return [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]]
 
@@ -135,9 +144,7 @@ def test_the_jobset_example_is_admitted_whole_and_runs(
     cluster: KubeCluster, examples_operator: OperatorProcess, namespace: str
 ) -> None:
     del examples_operator
-    user_queue(cluster, namespace, topology=False)
-    submit(cluster, namespace, ex.jobset())
-    wl = admitted(cluster, namespace)
+    wl = run_example(cluster, namespace, ex.jobset())
     assert pod_sets(wl) == [("workers", 1), ("driver", 1)]
     cluster.wait_for("both pods to be bound", lambda: len(bound_pods(cluster, namespace)) == 2)
     roles = {p["metadata"]["labels"][PODSET_LABEL] for p in bound_pods(cluster, namespace)}
@@ -158,10 +165,8 @@ def test_the_tas_jobset_examples_land_as_kueues_docs_say(
     cluster: KubeCluster, examples_operator: OperatorProcess, namespace: str, example: str
 ) -> None:
     del examples_operator
-    user_queue(cluster, namespace, topology=True)
     obj = ex.TAS_JOBSETS[example]
-    submit(cluster, namespace, obj)
-    wl = admitted(cluster, namespace)
+    wl = run_example(cluster, namespace, obj, topology=True)
     (assignment,) = wl["status"]["admission"]["podSetAssignments"]
     assert assignment.get("topologyAssignment"), assignment
     pods = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"]
@@ -185,9 +190,7 @@ def test_the_mpijob_example_starts_launcher_and_workers_together(
     cluster: KubeCluster, examples_operator: OperatorProcess, namespace: str
 ) -> None:
     del examples_operator
-    user_queue(cluster, namespace, topology=False)
-    submit(cluster, namespace, ex.mpijob())
-    wl = admitted(cluster, namespace)
+    wl = run_example(cluster, namespace, ex.mpijob())
     assert pod_sets(wl) == [("launcher", 1), ("worker", 2)]
     cluster.wait_for(
         "the launcher and 2 workers to be bound",
@@ -200,9 +203,7 @@ def test_the_single_pod_example_is_admitted_and_ungated(
     cluster: KubeCluster, examples_operator: OperatorProcess, namespace: str
 ) -> None:
     del examples_operator
-    user_queue(cluster, namespace, topology=False)
-    submit(cluster, namespace, ex.pod())
-    wl = admitted(cluster, namespace)
+    wl = run_example(cluster, namespace, ex.pod())
     assert wl["metadata"]["name"].startswith("pod-lone-nap-")
     assert pod_sets(wl)[0][1] == 1
     cluster.wait_for("the pod to be bound", lambda: len(bound_pods(cluster, namespace)) == 1)

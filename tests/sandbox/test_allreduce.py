@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from atoll.sandbox.allreduce import ANNOTATION, JOB_NAME_LABEL, JOBSET_NAME_LABEL, AllReduceAgent
 
 
@@ -50,23 +52,21 @@ def _jobset_pods(running_workers: int) -> list[dict[str, Any]]:
     return [leader, *workers]
 
 
-def test_a_jobsets_pods_finish_together_once_all_ran_long_enough() -> None:
+@pytest.mark.parametrize(
+    ("running_workers", "finished"),
+    [
+        pytest.param(3, ["a-leader-0", "a-workers-0", "a-workers-1", "a-workers-2"], id="all"),
+        pytest.param(2, [], id="one-not-running"),
+    ],
+)
+def test_a_jobsets_pods_finish_together_only_once_all_ran_long_enough(
+    running_workers: int, finished: list[str]
+) -> None:
     now = [0.0]
-    kubectl = FakeKubectl(_jobset_pods(running_workers=3))
-    agent = AllReduceAgent(kubectl=kubectl, clock=lambda: now[0])
-    agent.step()
-    now[0] = 2.5
-    agent.step()
-    assert sorted(kubectl.patched) == ["a-leader-0", "a-workers-0", "a-workers-1", "a-workers-2"]
-    assert agent.completed == [("ns", "a")]
-
-
-def test_a_jobset_with_a_pod_not_running_makes_no_progress() -> None:
-    now = [0.0]
-    kubectl = FakeKubectl(_jobset_pods(running_workers=2))
+    kubectl = FakeKubectl(_jobset_pods(running_workers=running_workers))
     agent = AllReduceAgent(kubectl=kubectl, clock=lambda: now[0])
     agent.step()
     now[0] = 60.0
     agent.step()
-    assert kubectl.patched == []
-    assert agent.completed == []
+    assert sorted(kubectl.patched) == finished
+    assert agent.completed == ([("ns", "a")] if finished else [])
