@@ -4,15 +4,19 @@ the API server would and record what was written."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import Job, PodTemplateSpec
+from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.mpijob import MPIJob
 from atoll.api.workload import Workload, WorkloadSpec
-from atoll.control.jobframework import JobStart
+from atoll.control.jobframework import JobStart, TemplateStart
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation
 from atoll.state import workloads as wls
+from atoll.state.cache import Cache
 
 _versions = itertools.count(1)
 
@@ -96,3 +100,50 @@ class FakeCluster:
 
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((f"{ref.kind}/{ref.namespace}/{ref.name}", reason, message))
+
+
+@dataclass
+class FakeOwners(FakeCluster):
+    """FakeCluster with the JobSet and MPIJob ports: the objects by key, and what was started
+    (the admission merged per pod template) and stopped (the templates restored)."""
+
+    jobsets: dict[str, JobSet] = field(default_factory=dict)
+    mpijobs: dict[str, MPIJob] = field(default_factory=dict)
+    starts: list[tuple[str, Mapping[str, TemplateStart]]] = field(default_factory=list)
+    stops: list[tuple[str, Mapping[str, PodTemplateSpec]]] = field(default_factory=list)
+
+    def _suspend(self, key: str, value: bool) -> None:
+        if key in self.jobsets:
+            js = self.jobsets[key]
+            self.jobsets[key] = js.model_copy(
+                update={"spec": js.spec.model_copy(update={"suspend": value})}
+            )
+            return
+        mpi = self.mpijobs[key]
+        policy = mpi.spec.run_policy.model_copy(update={"suspend": value})
+        self.mpijobs[key] = mpi.model_copy(
+            update={"spec": mpi.spec.model_copy(update={"run_policy": policy})}
+        )
+
+    async def _start(self, key: str, plans: Mapping[str, TemplateStart]) -> None:
+        self.starts.append((key, plans))
+        self._suspend(key, False)
+
+    async def _stop(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
+        self.stops.append((key, templates))
+        self._suspend(key, True)
+
+    async def _suspend_only(self, key: str) -> None:
+        self._suspend(key, True)
+
+    start_jobset = start_mpijob = _start
+    stop_jobset = stop_mpijob = _stop
+    suspend_jobset = suspend_mpijob = _suspend_only
+
+    def sync(self, cache: Cache) -> None:
+        """Copy the objects and Workloads into the controller's cache, as the watches do."""
+        for obj in self.jobsets.values():
+            cache.set_jobset(obj)
+        cache.mpijobs.update(self.mpijobs)
+        for wl in self.workloads.values():
+            cache.set_workload(wl)

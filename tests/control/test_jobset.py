@@ -4,21 +4,16 @@ with each pod set's admission merged into its template, stopped with templates r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from atoll.api.core import PodTemplateSpec
 from atoll.api.jobset import JobSet
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
-from atoll.control.integrations import JobSetIntegration, enabled
-from atoll.control.jobs import JobController
-from atoll.control.scheduler import Scheduler
-from atoll.state import workloads as wls
-from tests.control.builders import GPU, controller_for, job, preempted
-from tests.control.fakes import FakeCluster
+from atoll.control.integrations import enabled
+from tests.control.builders import GPU, job
+from tests.control.fakes import FakeOwners
 
 
 def jobset(
@@ -61,52 +56,6 @@ def jobset(
             "status": status,
         }
     )
-
-
-@dataclass
-class FakeJobSets(FakeCluster):
-    jobsets: dict[str, JobSet] = field(default_factory=dict)
-    jobset_starts: list[tuple[str, Mapping[str, jf.TemplateStart]]] = field(default_factory=list)
-    jobset_stops: list[tuple[str, Mapping[str, PodTemplateSpec]]] = field(default_factory=list)
-
-    def _suspend(self, key: str, value: bool) -> None:
-        obj = self.jobsets[key]
-        self.jobsets[key] = obj.model_copy(
-            update={"spec": obj.spec.model_copy(update={"suspend": value})}
-        )
-
-    async def start_jobset(self, key: str, plans: Mapping[str, jf.TemplateStart]) -> None:
-        self.jobset_starts.append((key, plans))
-        self._suspend(key, False)
-
-    async def stop_jobset(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
-        self.jobset_stops.append((key, templates))
-        self._suspend(key, True)
-
-    async def suspend_jobset(self, key: str) -> None:
-        self._suspend(key, True)
-
-
-def _setup(gpus: int = 64) -> tuple[JobController, FakeJobSets]:
-    fake = FakeJobSets()
-    return controller_for(JobSetIntegration(fake), fake, gpus=gpus), fake
-
-
-def _sync(ctl: JobController, fake: FakeJobSets) -> None:
-    for obj in fake.jobsets.values():
-        ctl.cache.set_jobset(obj)
-    for wl in fake.workloads.values():
-        ctl.cache.set_workload(wl)
-
-
-async def _round(ctl: JobController, fake: FakeJobSets, key: str = "ns/train") -> None:
-    _sync(ctl, fake)
-    await ctl.reconcile(key)
-    _sync(ctl, fake)
-    await Scheduler(cache=ctl.cache, store=fake, emit=fake.emit).run_once()
-    _sync(ctl, fake)
-    await ctl.reconcile(key)
-    _sync(ctl, fake)
 
 
 def test_one_pod_set_per_replicated_job_counts_replicas_times_pods_per_job() -> None:
@@ -155,57 +104,8 @@ def test_a_changed_replica_count_no_longer_matches_its_workload() -> None:
     assert "workers has 5 pods" in (js.workload_mismatch(jobset(workers=5), wl) or "")
 
 
-async def test_a_jobset_is_admitted_whole_and_started_per_replicated_job() -> None:
-    ctl, fake = _setup(gpus=64)
-    fake.jobsets["ns/train"] = jobset(workers=4, gpus=8)
-    await _round(ctl, fake)
-    (wl,) = fake.workloads.values()
-    assert wls.is_admitted(wl)
-    assert [a.count for a in wl.status.admission.pod_set_assignments] == [1, 4]  # type: ignore[union-attr]
-    ((key, plans),) = fake.jobset_starts
-    assert key == "ns/train"
-    assert set(plans) == {"leader", "workers"}
-    assert plans["workers"].labels["kueue.x-k8s.io/podset"] == "workers"
-    assert plans["leader"].annotations["kueue.x-k8s.io/workload"] == wl.name
-    assert not fake.jobsets["ns/train"].spec.suspend
-
-
-async def test_a_jobset_beyond_capacity_is_never_started_in_part() -> None:
-    ctl, fake = _setup(gpus=24)
-    fake.jobsets["ns/train"] = jobset(workers=4, gpus=8)  # 32 GPUs
-    await _round(ctl, fake)
-    (wl,) = fake.workloads.values()
-    assert not wls.has_quota(wl)
-    assert fake.jobset_starts == []
-    assert fake.jobsets["ns/train"].spec.suspend
-
-
-async def test_an_evicted_jobset_is_suspended_with_its_templates_restored() -> None:
-    ctl, fake = _setup(gpus=64)
-    fake.jobsets["ns/train"] = jobset()
-    await _round(ctl, fake)
-    (key,) = fake.workloads
-    fake.workloads[key] = preempted(fake.workloads[key])
-    _sync(ctl, fake)
-    await ctl.reconcile("ns/train")
-    ((_, templates),) = fake.jobset_stops
-    assert set(templates) == {"leader", "workers"}
-    assert fake.jobsets["ns/train"].spec.suspend
-    assert not wls.has_quota(fake.workloads[key])  # no child Job active: quota released
-
-
-async def test_unlabelled_jobsets_are_left_alone() -> None:
-    ctl, fake = _setup()
-    fake.jobsets["ns/train"] = jobset(labels={"team": "a"}).model_copy(
-        update={"spec": jobset().spec.model_copy(update={"suspend": False})}
-    )
-    await _round(ctl, fake)
-    assert fake.workloads == {}
-    assert not fake.jobsets["ns/train"].spec.suspend
-
-
 def test_frameworks_enable_kinds_by_kueue_name() -> None:
-    fake = FakeJobSets()
+    fake = FakeOwners()
     assert [i.framework for i in enabled(("batch/job",), fake)] == ["batch/job"]
     kinds = enabled(("jobset.x-k8s.io/jobset", "batch/job"), fake)
     assert [i.framework for i in kinds] == ["batch/job", "jobset.x-k8s.io/jobset"]
@@ -214,7 +114,7 @@ def test_frameworks_enable_kinds_by_kueue_name() -> None:
 
 
 def test_jobs_owned_by_a_managed_jobset_belong_to_it() -> None:
-    fake = FakeJobSets()
+    fake = FakeOwners()
     job_kind = enabled(("batch/job", "jobset.x-k8s.io/jobset"), fake)[0]
     raw = job("train-workers-0").to_dict()
     raw["metadata"]["ownerReferences"] = [

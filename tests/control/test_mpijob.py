@@ -5,21 +5,17 @@ templates restored; the launcher's batch/v1 Job is left to the MPIJob."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from atoll.api.core import Job, PodTemplateSpec
+from atoll.api.core import Job
 from atoll.api.mpijob import MPIJob
 from atoll.control import jobframework as jf
 from atoll.control import mpijob as mpi
-from atoll.control.integrations import MPIJobIntegration, enabled
-from atoll.control.jobs import JobController
-from atoll.control.scheduler import Scheduler
-from atoll.state import workloads as wls
-from tests.control.builders import GPU, controller_for, job, preempted
-from tests.control.fakes import FakeCluster
+from atoll.control.integrations import enabled
+from tests.control.builders import GPU, job
+from tests.control.fakes import FakeOwners
 
 
 def mpijob(
@@ -66,52 +62,6 @@ def mpijob(
             "status": status,
         }
     )
-
-
-@dataclass
-class FakeMPIJobs(FakeCluster):
-    mpijobs: dict[str, MPIJob] = field(default_factory=dict)
-    mpijob_starts: list[tuple[str, Mapping[str, jf.TemplateStart]]] = field(default_factory=list)
-    mpijob_stops: list[tuple[str, Mapping[str, PodTemplateSpec]]] = field(default_factory=list)
-
-    def _suspend(self, key: str, value: bool) -> None:
-        obj = self.mpijobs[key]
-        policy = obj.spec.run_policy.model_copy(update={"suspend": value})
-        self.mpijobs[key] = obj.model_copy(
-            update={"spec": obj.spec.model_copy(update={"run_policy": policy})}
-        )
-
-    async def start_mpijob(self, key: str, plans: Mapping[str, jf.TemplateStart]) -> None:
-        self.mpijob_starts.append((key, plans))
-        self._suspend(key, False)
-
-    async def stop_mpijob(self, key: str, templates: Mapping[str, PodTemplateSpec]) -> None:
-        self.mpijob_stops.append((key, templates))
-        self._suspend(key, True)
-
-    async def suspend_mpijob(self, key: str) -> None:
-        self._suspend(key, True)
-
-
-def _setup(gpus: int = 64) -> tuple[JobController, FakeMPIJobs]:
-    fake = FakeMPIJobs()
-    return controller_for(MPIJobIntegration(fake), fake, gpus=gpus), fake
-
-
-def _sync(ctl: JobController, fake: FakeMPIJobs) -> None:
-    ctl.cache.mpijobs.update(fake.mpijobs)
-    for wl in fake.workloads.values():
-        ctl.cache.set_workload(wl)
-
-
-async def _round(ctl: JobController, fake: FakeMPIJobs, key: str = "ns/pi") -> None:
-    _sync(ctl, fake)
-    await ctl.reconcile(key)
-    _sync(ctl, fake)
-    await Scheduler(cache=ctl.cache, store=fake, emit=fake.emit).run_once()
-    _sync(ctl, fake)
-    await ctl.reconcile(key)
-    _sync(ctl, fake)
 
 
 def test_launcher_then_worker_pod_sets_named_in_lower_case() -> None:
@@ -178,59 +128,6 @@ def test_a_changed_worker_count_no_longer_matches_its_workload() -> None:
     )
 
 
-async def test_an_mpijob_is_admitted_whole_and_started_per_replica_type() -> None:
-    ctl, fake = _setup(gpus=64)
-    fake.mpijobs["ns/pi"] = mpijob(workers=4, gpus=8)
-    await _round(ctl, fake)
-    (wl,) = fake.workloads.values()
-    assert wls.is_admitted(wl)
-    assert [a.count for a in wl.status.admission.pod_set_assignments] == [1, 4]  # type: ignore[union-attr]
-    ((key, plans),) = fake.mpijob_starts
-    assert key == "ns/pi"
-    assert set(plans) == {"Launcher", "Worker"}
-    assert plans["Worker"].labels["kueue.x-k8s.io/podset"] == "worker"
-    assert plans["Launcher"].labels["kueue.x-k8s.io/podset"] == "launcher"
-    assert plans["Launcher"].annotations["kueue.x-k8s.io/workload"] == wl.name
-    assert not fake.mpijobs["ns/pi"].spec.run_policy.suspend
-
-
-async def test_an_mpijob_beyond_capacity_is_never_started_in_part() -> None:
-    ctl, fake = _setup(gpus=24)
-    fake.mpijobs["ns/pi"] = mpijob(workers=4, gpus=8)  # 32 GPUs
-    await _round(ctl, fake)
-    (wl,) = fake.workloads.values()
-    assert not wls.has_quota(wl)
-    assert fake.mpijob_starts == []
-    assert fake.mpijobs["ns/pi"].spec.run_policy.suspend
-
-
-async def test_an_evicted_mpijob_is_suspended_with_both_templates_restored() -> None:
-    ctl, fake = _setup(gpus=64)
-    fake.mpijobs["ns/pi"] = mpijob()
-    await _round(ctl, fake)
-    (key,) = fake.workloads
-    fake.workloads[key] = preempted(fake.workloads[key])
-    _sync(ctl, fake)
-    await ctl.reconcile("ns/pi")
-    ((_, templates),) = fake.mpijob_stops
-    assert set(templates) == {"Launcher", "Worker"}
-    assert "kueue.x-k8s.io/workload" not in (templates["Worker"].metadata.annotations or {})  # type: ignore[union-attr]
-    assert fake.mpijobs["ns/pi"].spec.run_policy.suspend
-    assert not wls.has_quota(fake.workloads[key])  # no pod active: quota released
-
-
-async def test_unlabelled_mpijobs_are_left_alone() -> None:
-    ctl, fake = _setup()
-    running = mpijob(labels={"team": "a"})
-    policy = running.spec.run_policy.model_copy(update={"suspend": False})
-    fake.mpijobs["ns/pi"] = running.model_copy(
-        update={"spec": running.spec.model_copy(update={"run_policy": policy})}
-    )
-    await _round(ctl, fake)
-    assert fake.workloads == {}
-    assert not fake.mpijobs["ns/pi"].spec.run_policy.suspend
-
-
 def _launcher_job(owner_kind: str, api_version: str) -> Job:
     raw = job("pi-launcher").to_dict()
     raw["metadata"]["ownerReferences"] = [
@@ -246,7 +143,7 @@ def _launcher_job(owner_kind: str, api_version: str) -> Job:
 
 
 def test_the_launcher_job_of_an_mpijob_belongs_to_it_when_mpijobs_are_managed() -> None:
-    fake = FakeMPIJobs()
+    fake = FakeOwners()
     launcher = _launcher_job("MPIJob", "kubeflow.org/v2beta1")
     managed = enabled(("batch/job", "kubeflow.org/mpijob"), fake)
     assert [i.framework for i in managed] == ["batch/job", "kubeflow.org/mpijob"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +22,18 @@ from tests.kube.conftest import (
     is_true,
     replacing_operator,
 )
+from tests.kube.owners import (
+    JOBSET,
+    check_first_admitted_whole_second_waits,
+    check_left_alone,
+    check_preempted_and_restored,
+    owned_workloads,
+    queue,
+)
 from tests.sandbox.test_integrations import jobset_controller
 
 pytestmark = pytest.mark.cluster
 __all__ = ["jobset_controller"]
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 FRAMEWORKS = 'integrations.frameworks=["batch/job", "jobset.x-k8s.io/jobset"]'
 
 
@@ -52,15 +58,6 @@ def jobset_operator(
             lambda: not owned_workloads(cluster, "JobSet"),
             timeout=180,
         )
-
-
-def owned_workloads(cluster: KubeCluster, kind: str) -> list[str]:
-    """Workloads of any namespace whose owner is a `kind`."""
-    return [
-        wl["metadata"]["name"]
-        for wl in get_json(cluster, "get", "workloads", "-A")["items"]
-        if any(r["kind"] == kind for r in wl["metadata"].get("ownerReferences") or [])
-    ]
 
 
 def jobset(
@@ -115,112 +112,36 @@ def jobset(
     }
 
 
-def workload_of(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
-    for wl in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
-        for ref in wl["metadata"].get("ownerReferences") or []:
-            if ref["kind"] == "JobSet" and ref["name"] == name:
-                return dict(wl)
-    return None
-
-
-def pods_of(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", f"{NAME_LABEL}={name}")
-    return list(pods["items"])
-
-
-def _get_jobset(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    got: dict[str, Any] = get_json(cluster, "get", "jobset", name, "-n", namespace)
-    return got
-
-
-def _queue(cluster: KubeCluster, ns: str, gpus: int, **cq: Any) -> str:
-    rf, cq_name = f"rf-{ns}", f"cq-{ns}"
-    apply(
-        cluster,
-        b.flavor(rf),
-        b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
-        b.local_queue("q", ns, cq_name),
-    )
-    return cq_name
-
-
 def test_a_jobset_is_admitted_whole_and_a_second_waits_whole_with_the_numbers(
     cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
 ) -> None:
     del jobset_operator
-    cq = _queue(cluster, namespace, gpus=40)
-    out = create(cluster, jobset("first", namespace), jobset("second", namespace))
-    assert out.returncode == 0
-    # The webhook suspends both at creation (the first may already be admitted and started
-    # again by now, so its pods are checked against its admission time below).
-    assert _get_jobset(cluster, namespace, "second")["spec"]["suspend"] is True
-    cluster.wait_for(
-        "the first JobSet's Workload to be Admitted",
-        lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
+    cq = queue(cluster, namespace, gpus=40)
+    assert create(cluster, jobset("first", namespace), jobset("second", namespace)).returncode == 0
+    check_first_admitted_whole_second_waits(
+        cluster, JOBSET, namespace, cq=cq, pod_sets=[("leader", 1), ("workers", 4)]
     )
-    wl = workload_of(cluster, namespace, "first")
-    assert wl is not None
-    assert wl["metadata"]["name"].startswith("jobset-first-")
-    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
-        ("leader", 1),
-        ("workers", 4),
-    ]
-    assert [p["count"] for p in wl["status"]["admission"]["podSetAssignments"]] == [1, 4]
-    cluster.wait_for(
-        "the first JobSet's 5 pods to run",
-        lambda: (
-            sum(1 for p in pods_of(cluster, namespace, "first") if p["spec"].get("nodeName")) == 5
-        ),
-    )
-    pods = pods_of(cluster, namespace, "first")
-    admitted_at = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]
-    early = [
-        p["metadata"]["name"] for p in pods if p["metadata"]["creationTimestamp"] < admitted_at
-    ]
-    assert early == [], f"pods created before the admission at {admitted_at}: {early}"
-    assert {p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods} == {
-        "leader",
-        "workers",
-    }
-    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in pods)
-    # The second needs 40 more GPUs: it waits whole, with the numbers, and has no pod.
-    cluster.wait_for(
-        "the second JobSet to wait with a reason",
-        lambda: (
-            (condition(workload_of(cluster, namespace, "second"), "QuotaReserved") or {})
-            .get("message", "")
-            .startswith("couldn't assign flavors")
-        ),
-    )
-    waiting = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
-    assert waiting is not None
-    assert waiting["status"] == "False"
-    assert "nvidia.com/gpu" in waiting["message"]
-    assert any(ch.isdigit() for ch in waiting["message"])
-    assert pods_of(cluster, namespace, "second") == []
-    assert _get_jobset(cluster, namespace, "second")["spec"]["suspend"] is True
-    table = cluster.kubectl("get", "workloads", "-n", namespace).stdout
-    assert "jobset-first-" in table
-    assert "jobset-second-" in table
 
 
 def test_a_jobset_beyond_capacity_is_never_admitted_in_part(
     cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
 ) -> None:
     del jobset_operator
-    _queue(cluster, namespace, gpus=32)
+    queue(cluster, namespace, gpus=32)
     create(cluster, jobset("big", namespace))  # 40 GPUs
     cluster.wait_for(
         "the JobSet's Workload to be pending",
-        lambda: condition(workload_of(cluster, namespace, "big"), "QuotaReserved") is not None,
+        lambda: (
+            condition(JOBSET.workload_of(cluster, namespace, "big"), "QuotaReserved") is not None
+        ),
     )
     time.sleep(3)
-    wl = workload_of(cluster, namespace, "big")
+    wl = JOBSET.workload_of(cluster, namespace, "big")
     assert wl is not None
     assert not is_true(wl, "QuotaReserved")
     assert "admission" not in (wl.get("status") or {})
-    assert pods_of(cluster, namespace, "big") == []
-    assert _get_jobset(cluster, namespace, "big")["spec"]["suspend"] is True
+    assert JOBSET.pods_of(cluster, namespace, "big") == []
+    assert JOBSET.get(cluster, namespace, "big")["spec"]["suspend"] is True
 
 
 def test_pod_sets_needing_different_flavors_get_them(
@@ -268,14 +189,14 @@ def test_pod_sets_needing_different_flavors_get_them(
     create(cluster, jobset("mixed", namespace))
     cluster.wait_for(
         "the JobSet to be Admitted",
-        lambda: is_true(workload_of(cluster, namespace, "mixed"), "Admitted"),
+        lambda: is_true(JOBSET.workload_of(cluster, namespace, "mixed"), "Admitted"),
     )
-    wl = workload_of(cluster, namespace, "mixed")
+    wl = JOBSET.workload_of(cluster, namespace, "mixed")
     assert wl is not None
     leader, workers = wl["status"]["admission"]["podSetAssignments"]
     assert leader["flavors"][b.GPU] == small
     assert workers["flavors"][b.GPU] == big
-    spec = _get_jobset(cluster, namespace, "mixed")["spec"]
+    spec = JOBSET.get(cluster, namespace, "mixed")["spec"]
     selectors = {
         rj["name"]: rj["template"]["spec"]["template"]["spec"].get("nodeSelector")
         for rj in spec["replicatedJobs"]
@@ -283,78 +204,35 @@ def test_pod_sets_needing_different_flavors_get_them(
     assert selectors == {"leader": {block: "block-0"}, "workers": {block: "block-1"}}
     cluster.wait_for(
         "the 5 pods to be bound",
-        lambda: (
-            sum(1 for p in pods_of(cluster, namespace, "mixed") if p["spec"].get("nodeName")) == 5
-        ),
+        lambda: sum(JOBSET.bound(cluster, namespace, "mixed").values()) == 5,
     )
     nodes = {
         n["metadata"]["name"]: n["metadata"]["labels"].get(block)
         for n in get_json(cluster, "get", "nodes")["items"]
     }
-    for pod in pods_of(cluster, namespace, "mixed"):
+    for pod in JOBSET.pods_of(cluster, namespace, "mixed"):
         rj = pod["metadata"]["labels"]["kueue.x-k8s.io/podset"]
         assert nodes[pod["spec"]["nodeName"]] == ("block-0" if rj == "leader" else "block-1")
 
 
 def test_a_preempted_jobset_is_suspended_and_its_pods_go(
-    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str, tmp_path: Path
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
 ) -> None:
-    del jobset_operator, tmp_path
-    _queue(cluster, namespace, gpus=40, preemption={"withinClusterQueue": "LowerPriority"})
-    apply(
-        cluster, b.priority_class(f"low-{namespace}", 1), b.priority_class(f"high-{namespace}", 100)
+    del jobset_operator
+    queue(cluster, namespace, gpus=40, preemption={"withinClusterQueue": "LowerPriority"})
+    low = jobset("low", namespace, priority=f"low-{namespace}")
+    check_preempted_and_restored(
+        cluster, JOBSET, namespace, low=low, roles={"leader": 1, "workers": 4}
     )
-    create(cluster, jobset("low", namespace, priority=f"low-{namespace}"))
-    cluster.wait_for(
-        "the low JobSet's pods to run",
-        lambda: (
-            sum(1 for p in pods_of(cluster, namespace, "low") if p["spec"].get("nodeName")) == 5
-        ),
-    )
-    before = _get_jobset(cluster, namespace, "low")["spec"]["replicatedJobs"]
-    assert before[1]["template"]["spec"]["template"]["metadata"]["annotations"].get(
-        "kueue.x-k8s.io/workload"
-    )
-    create(
-        cluster,
-        b.job("urgent", namespace, queue="q", pods=2, gpus=8, priority=f"high-{namespace}"),
-    )
-    cluster.wait_for(
-        "the low JobSet to be suspended and its pods to go",
-        lambda: (
-            _get_jobset(cluster, namespace, "low")["spec"]["suspend"] is True
-            and pods_of(cluster, namespace, "low") == []
-        ),
-        timeout=90,
-    )
-    wl = workload_of(cluster, namespace, "low")
-    evicted = condition(wl, "Evicted")
-    assert evicted is not None
-    assert evicted["reason"] == "Preempted"
-    after = _get_jobset(cluster, namespace, "low")["spec"]["replicatedJobs"]
-    for rj in after:  # the templates are restored as they were created
-        tmpl = rj["template"]["spec"]["template"]
-        assert "kueue.x-k8s.io/workload" not in (tmpl["metadata"].get("annotations") or {})
-        assert "kueue.x-k8s.io/podset" not in (tmpl["metadata"].get("labels") or {})
 
 
 def test_unlabelled_jobsets_are_left_alone(
     cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
 ) -> None:
     del jobset_operator
-    _queue(cluster, namespace, gpus=0)
-    create(cluster, jobset("plain", namespace, queue=None, run="1s", gpus=0, leader_gpus=0))
-    assert not _get_jobset(cluster, namespace, "plain")["spec"].get("suspend")
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Completed",
-        "jobset/plain",
-        "-n",
-        namespace,
-        "--timeout=120s",
-        timeout=130,
-    )
-    assert workload_of(cluster, namespace, "plain") is None
+    queue(cluster, namespace, gpus=0)
+    plain = jobset("plain", namespace, queue=None, run="1s", gpus=0, leader_gpus=0)
+    check_left_alone(cluster, JOBSET, namespace, plain)
 
 
 def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
@@ -373,19 +251,17 @@ def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
     try:
         cluster.wait_for(
             "the JobSet to be Admitted",
-            lambda: is_true(workload_of(cluster, namespace, "ring"), "Admitted"),
+            lambda: is_true(JOBSET.workload_of(cluster, namespace, "ring"), "Admitted"),
         )
     except AssertionError as e:
-        waiting = condition(workload_of(cluster, namespace, "ring"), "QuotaReserved") or {}
+        waiting = condition(JOBSET.workload_of(cluster, namespace, "ring"), "QuotaReserved") or {}
         raise AssertionError(f"{e}; QuotaReserved: {waiting.get('message')}") from e
-    wl = workload_of(cluster, namespace, "ring")
+    wl = JOBSET.workload_of(cluster, namespace, "ring")
     assert wl is not None
     assert all(a.get("topologyAssignment") for a in wl["status"]["admission"]["podSetAssignments"])
     cluster.wait_for(
         "the 5 pods to be bound",
-        lambda: (
-            sum(1 for p in pods_of(cluster, namespace, "ring") if p["spec"].get("nodeName")) == 5
-        ),
+        lambda: sum(JOBSET.bound(cluster, namespace, "ring").values()) == 5,
         timeout=90,
     )
     racks = {
@@ -393,7 +269,7 @@ def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
         for n in get_json(cluster, "get", "nodes")["items"]
     }
     by_set: dict[str, set[str]] = {}
-    for pod in pods_of(cluster, namespace, "ring"):
+    for pod in JOBSET.pods_of(cluster, namespace, "ring"):
         rj = pod["metadata"]["labels"]["kueue.x-k8s.io/podset"]
         by_set.setdefault(rj, set()).add(racks[pod["spec"]["nodeName"]])
     assert by_set.keys() == {"leader", "workers"}

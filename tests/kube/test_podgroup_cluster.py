@@ -20,7 +20,7 @@ from tests.kube.conftest import (
     one_queue,
     replacing_operator,
 )
-from tests.kube.test_jobset_cluster import owned_workloads
+from tests.kube.owners import owned_workloads
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"

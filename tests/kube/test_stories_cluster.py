@@ -45,6 +45,17 @@ def _set_parallelism(cluster: KubeCluster, ns: str, job: str, n: int) -> None:
     )
 
 
+def six_gpu_queue(cluster: KubeCluster, namespace: str) -> None:
+    """LocalQueue `q` of a ClusterQueue of the 6 GPUs of the deadlock-6gpu nodes."""
+    rf, cq = f"six-{namespace}", f"cq-six-{namespace}"
+    apply(
+        cluster,
+        b.flavor(rf, node_labels=SIX),
+        b.cluster_queue(cq, rf, gpus=6),
+        b.local_queue("q", namespace, cq),
+    )
+
+
 @pytest.fixture
 def allreduce(cluster: KubeCluster) -> Any:
     cluster.add_shape(REPO / "examples" / "clusters" / "deadlock-6gpu.yaml")
@@ -93,13 +104,7 @@ def test_interleaved_gangs_deadlock_without_atoll(
 def test_gang_admission_runs_the_same_jobs_one_after_the_other(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, allreduce: AllReduceAgent
 ) -> None:
-    rf, cq = f"six-{namespace}", f"cq-six-{namespace}"
-    apply(
-        cluster,
-        b.flavor(rf, node_labels=SIX),
-        b.cluster_queue(cq, rf, gpus=6),
-        b.local_queue("q", namespace, cq),
-    )
+    six_gpu_queue(cluster, namespace)
     for name in ("a", "bb"):
         job = b.job(name, namespace, queue="q", pods=4, node_selector=SIX, allreduce_seconds=2)
         cluster.kubectl("create", "-f", "-", input=json.dumps(job))

@@ -18,6 +18,7 @@ PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
 PODSET_UNCONSTRAINED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
 PODSET_SLICE_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-slice-required-topology"
 PODSET_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
+PODSET_GROUP_NAME: Final = "kueue.x-k8s.io/podset-group-name"
 TOPOLOGY_SCHEDULING_GATE: Final = "kueue.x-k8s.io/topology"
 
 _LAST = "self[size(self) - 1].nodeLabel"

@@ -218,8 +218,8 @@ def owned_workload(
 ) -> Workload:
     """The Workload of any owner kind: Kueue's name, the controller owner reference, the
     job-uid label and the resource-in-use finalizer. Raises ComposeError on an invalid queue
-    name."""
-    for error in job_errors(owner):
+    name or invalid podset groups."""
+    for error in (*job_errors(owner), *tas.podset_group_errors(pod_sets)):
         raise ComposeError("ErrWorkloadCompose", error)
     name = owner.metadata.name or ""
     uid = owner.metadata.uid or ""

@@ -134,6 +134,9 @@ class TopologyRequest:
     """Node label of the required or preferred level."""
     slice_level: str | None = None
     slice_size: int | None = None
+    group: str | None = None
+    """Kueue's podSetGroupName: pod sets of a gang with the same group share one domain of
+    their required / preferred level (a leader with its workers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ the whole gang a NoFit, so nothing is ever partly placed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,12 +42,21 @@ def place(
 ) -> PlacementResult:
     """Every pod of every pod set on a node (and devices), or why not.
 
-    `within` restricts placement to these nodes (used by topology-aware preemption)."""
+    `within` restricts placement to these nodes (used by topology-aware preemption). Pod
+    sets of one podset group are placed together, in one domain (`_place_group`)."""
     w = Working(inventory=inventory, policy=policy)
-    out = []
+    done: dict[int, PodSetPlacement] = {}
+    groups = pod_set_groups(gang)
     for i, ps in enumerate(gang.pod_sets):
+        if i in done:
+            continue
+        members = groups.get(ps.topology.group if ps.topology else None, (i,))
         try:
-            got = _place_pod_set(w, gang, i, ps, within)
+            got = (
+                _place_group(w, gang, members, within)
+                if len(members) > 1
+                else _place_pod_set(w, gang, i, ps, within)
+            )
         except DeviceSelectorError as e:
             return NoFit(
                 gang=gang.key,
@@ -56,8 +66,20 @@ def place(
             )
         if isinstance(got, NoFit):
             return got
-        out.append(got)
-    return Placement(gang=gang.key, pod_sets=tuple(out))
+        if isinstance(got, PodSetPlacement):
+            done[i] = got
+        else:
+            done.update(got)
+    return Placement(gang=gang.key, pod_sets=tuple(done[i] for i in range(len(gang.pod_sets))))
+
+
+def pod_set_groups(gang: Gang) -> dict[str | None, tuple[int, ...]]:
+    """Indices of the pod sets of each podset group (Kueue's podSetGroupName), in order."""
+    out: dict[str | None, tuple[int, ...]] = {}
+    for i, ps in enumerate(gang.pod_sets):
+        if ps.topology is not None and ps.topology.group is not None:
+            out[ps.topology.group] = (*out.get(ps.topology.group, ()), i)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +164,13 @@ def _split(
 def _place_pod_set(
     w: Working, gang: Gang, index: int, ps: GangPodSet, within: frozenset[str] | None
 ) -> PodSetPlacement | NoFit:
+    p = _plan_or_no_fit(w, gang, ps)
+    if isinstance(p, NoFit):
+        return p
+    return _place_planned(w, gang, index, ps, p, within=within)
+
+
+def _plan_or_no_fit(w: Working, gang: Gang, ps: GangPodSet) -> Plan | NoFit:
     p = plan(w.inventory, ps)
     if isinstance(p, str):
         reason = (
@@ -152,6 +181,12 @@ def _place_pod_set(
         return NoFit(
             gang=gang.key, pod_set=ps.name, reason=reason, message=f"pod set {ps.name}: {p}"
         )
+    return p
+
+
+def _place_planned(
+    w: Working, gang: Gang, index: int, ps: GangPodSet, p: Plan, *, within: frozenset[str] | None
+) -> PodSetPlacement | NoFit:
     if ps.count == 0:
         return PodSetPlacement(name=ps.name, pods=())
     ents, ok = entries(w, index, ps, p.levels, within)
@@ -160,6 +195,144 @@ def _place_pod_set(
         return no_fit(w, gang=gang, ps=ps, p=p, ents=ents, ok=ok)
     pairs, depth = got
     return _materialize(w, ps=ps, p=p, ents=ents, pairs=pairs, depth=depth)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Group:
+    """The pod sets of one podset group of a gang, with their plans."""
+
+    gang: Gang
+    members: tuple[int, ...]
+    plans: tuple[Plan, ...]
+    within: frozenset[str] | None
+
+    @property
+    def sets(self) -> list[GangPodSet]:
+        return [self.gang.pod_sets[i] for i in self.members]
+
+    def names(self) -> str:
+        sets = self.sets
+        group = sets[0].topology.group if sets[0].topology else None
+        return f"{', '.join(ps.name for ps in sets)} (podset group {group})"
+
+
+def _place_group(
+    w: Working, gang: Gang, members: tuple[int, ...], within: frozenset[str] | None
+) -> dict[int, PodSetPlacement] | NoFit:
+    """Kueue's podset group (a leader and its workers, pkg/cache/scheduler
+    tas_flavor_snapshot.go `findLeaderAndWorkers`): every member in one domain of their shared
+    required / preferred level, the tightest domain that holds them all. A preferred group
+    widens level by level and, when no domain holds it whole, is placed member by member."""
+    plans: list[Plan] = []
+    for i in members:
+        p = _plan_or_no_fit(w, gang, gang.pod_sets[i])
+        if isinstance(p, NoFit):
+            return p
+        plans.append(p)
+    g = _Group(gang=gang, members=members, plans=tuple(plans), within=within)
+    sets = g.sets
+    asks = {
+        (ps.topology.topology, ps.topology.mode, ps.topology.level) for ps in sets if ps.topology
+    }
+    if len(asks) > 1:
+        return NoFit(
+            gang=gang.key,
+            pod_set=sets[0].name,
+            reason=NoFitReason.INVALID_REQUEST,
+            message=f"pod sets {g.names()}: a podset group must ask for one level of one topology"
+            " (the same level, and flavors of the same Topology)",
+        )
+    first = plans[0]
+    if first.depth is not None and any(ps.count for ps in sets):
+        top = first.depth if first.mode is TopologyMode.REQUIRED else 0
+        for depth in range(first.depth, top - 1, -1):
+            got = _group_in_domain(w, g, depth)
+            if got is not None:
+                return got
+        if first.mode is TopologyMode.REQUIRED:
+            return _group_no_fit(w, g)
+    out: dict[int, PodSetPlacement] = {}
+    for i, ps, p in zip(members, sets, plans, strict=True):
+        placed = _place_planned(w, gang, i, ps, p, within=within)
+        if isinstance(placed, NoFit):
+            return placed
+        out[i] = placed
+    return out
+
+
+def _domains(w: Working, g: _Group, depth: int) -> list[tuple[topo.Path, frozenset[str]]]:
+    """Domains at `depth` where each member alone fits, with their nodes, in the order the
+    policy tries them: by the capacity left for the largest member (tightest first)."""
+    fits: dict[topo.Path, list[topo.Entry]] | None = None
+    rank: dict[topo.Path, tuple[int, int]] = {}
+    counts = [ps.count for ps in g.sets]
+    largest = max(range(len(counts)), key=lambda k: (counts[k], -k))
+    for k, (i, p) in enumerate(zip(g.members, g.plans, strict=True)):
+        ps = g.gang.pod_sets[i]
+        if ps.count == 0:
+            continue
+        ents, _ = entries(w, i, ps, p.levels, g.within)
+        here: dict[topo.Path, list[topo.Entry]] = {}
+        for key, domain in topo.group(ents, depth).items():
+            cap = topo.capacity(domain, depth, p.units)
+            if cap < p.need or (fits is not None and key not in fits):
+                continue
+            here[key] = domain + (fits[key] if fits is not None else [])
+            if k == largest:
+                rank[key] = (cap, sum(e.weight for e in domain))
+        fits = here
+    sign = {PlacementPolicy.BEST_FIT: 1, PlacementPolicy.SPREAD: -1}.get(w.policy, 0)
+    order = sorted(fits or {}, key=lambda key: (sign * rank[key][0], sign * rank[key][1], key))
+    return [(key, frozenset(e.node for e in (fits or {})[key])) for key in order]
+
+
+def _group_in_domain(w: Working, g: _Group, depth: int) -> dict[int, PodSetPlacement] | None:
+    """The members placed together in the first domain at `depth` that holds them all (each
+    member required at that depth inside it); None when no domain does."""
+    for _key, nodes in _domains(w, g, depth):
+        trial = _copy(w)
+        out: dict[int, PodSetPlacement] = {}
+        for i, p in zip(g.members, g.plans, strict=True):
+            forced = dataclasses.replace(p, depth=depth, mode=TopologyMode.REQUIRED)
+            placed = _place_planned(trial, g.gang, i, g.gang.pod_sets[i], forced, within=nodes)
+            if isinstance(placed, NoFit):
+                break
+            out[i] = placed
+        else:
+            w.free, w.taken, w.island_free = trial.free, trial.taken, trial.island_free
+            return out
+    return None
+
+
+def _group_no_fit(w: Working, g: _Group) -> NoFit:
+    """Why a required group has no domain: a member that does not fit even alone, or the
+    group as a whole."""
+    sets = g.sets
+    for i, ps, p in zip(g.members, sets, g.plans, strict=True):
+        alone = _place_planned(_copy(w), g.gang, i, ps, p, within=g.within)
+        if isinstance(alone, NoFit):
+            return alone
+    level = sets[0].topology.level if sets[0].topology else None
+    return NoFit(
+        gang=g.gang.key,
+        pod_set=max(sets, key=lambda ps: ps.count).name,
+        reason=NoFitReason.NO_DOMAIN,
+        message=f"pod sets {g.names()}: each fits in a {level} domain, but no one"
+        f" {level} domain holds them together",
+        needed=sum(ps.count for ps in sets),
+        level=level,
+    )
+
+
+def _copy(w: Working) -> Working:
+    return Working(
+        inventory=w.inventory,
+        free={k: dict(v) for k, v in w.free.items()},
+        taken={k: set(v) for k, v in w.taken.items()},
+        memo=w.memo,
+        policy=w.policy,
+        island_free=dict(w.island_free),
+    )
 
 
 def _materialize(

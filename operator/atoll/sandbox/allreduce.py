@@ -1,7 +1,8 @@
 """A model of all-reduce for the sandbox: a pod annotated `atoll.dev/allreduce-seconds: "D"`
-finishes only after every pod of its Job (the gang, `parallelism` of them) has been Running
-together for D seconds. Until then it holds its GPUs and makes no progress, as a real
-data-parallel training step blocked in a collective would. KWOK leaves these pods to us.
+finishes only after every pod of its gang (its JobSet when it belongs to one, else its Job;
+`atoll.dev/gang-size` pods) has been Running together for D seconds. Until then it holds its
+GPUs and makes no progress, as a real data-parallel training step blocked in a collective
+would. KWOK leaves these pods to us.
 
 The agent polls with kubectl (the sandbox layer talks to the cluster only through kubectl),
 so it works on any cluster the caller's kubectl reaches.
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ANNOTATION = "atoll.dev/allreduce-seconds"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -88,7 +91,8 @@ class AllReduceAgent:
         for pod in json.loads(raw.stdout)["items"]:
             meta = pod["metadata"]
             seconds = (meta.get("annotations") or {}).get(ANNOTATION)
-            job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
+            labels = meta.get("labels") or {}
+            job = labels.get(JOBSET_NAME_LABEL) or labels.get(JOB_NAME_LABEL)
             if seconds is None or job is None or meta.get("deletionTimestamp"):
                 continue
             key = (meta["namespace"], job)

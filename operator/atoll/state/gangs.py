@@ -165,6 +165,7 @@ def topology_request(
         level=level,
         slice_level=req.pod_set_slice_required_topology,
         slice_size=req.pod_set_slice_size,
+        group=req.pod_set_group_name if level is not None else None,
     )
 
 

@@ -1,0 +1,235 @@
+"""The custom owner kinds on the sandbox (JobSet, MPIJob) as the cluster tests read them: an
+owner's Workload, its pods and whether it is suspended; and the checks every kind shares
+(admitted whole with no pod before the admission and a second one waiting whole; preempted,
+suspended and its templates restored; left alone without a queue label)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.conftest import KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import apply, condition, create, get_json, is_true
+
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnerKind:
+    kind: str
+    resource: str
+    """kubectl's name for it (`jobset`)."""
+    name_label: str
+    """Label on its pods naming the owner."""
+    role_label: str
+    """Label on its pods naming their replicated job / replica type."""
+    suspend_path: tuple[str, ...]
+    """Where `suspend` sits under `spec`."""
+    templates: Callable[[Obj], Iterable[Obj]]
+    """The pod templates of an object."""
+    finished: str
+    """Condition the owner's controller sets when it succeeded."""
+    unlabelled_roles: frozenset[str] = frozenset()
+    """Roles whose pods keep the template they were created with (mpi-operator v0.6.0 creates
+    the launcher Job before the MPIJob is started), so carry no Kueue labels."""
+
+    def get(self, cluster: KubeCluster, ns: str, name: str) -> Obj:
+        got: Obj = get_json(cluster, "get", self.resource, name, "-n", ns)
+        return got
+
+    def suspended(self, cluster: KubeCluster, ns: str, name: str) -> bool:
+        spec = self.get(cluster, ns, name)["spec"]
+        for key in self.suspend_path:
+            spec = spec.get(key) or {}
+        return spec is True
+
+    def workload_of(self, cluster: KubeCluster, ns: str, name: str) -> Obj | None:
+        for wl in get_json(cluster, "get", "workloads", "-n", ns)["items"]:
+            for ref in wl["metadata"].get("ownerReferences") or []:
+                if ref["kind"] == self.kind and ref["name"] == name:
+                    return dict(wl)
+        return None
+
+    def pods_of(self, cluster: KubeCluster, ns: str, name: str) -> list[Obj]:
+        pods = get_json(cluster, "get", "pods", "-n", ns, "-l", f"{self.name_label}={name}")
+        return list(pods["items"])
+
+    def bound(self, cluster: KubeCluster, ns: str, name: str) -> dict[str, int]:
+        """Bound pods by role."""
+        out: dict[str, int] = {}
+        for pod in self.pods_of(cluster, ns, name):
+            if pod["spec"].get("nodeName"):
+                role = pod["metadata"]["labels"][self.role_label]
+                out[role] = out.get(role, 0) + 1
+        return out
+
+
+def _jobset_templates(obj: Obj) -> Iterable[Obj]:
+    return [rj["template"]["spec"]["template"] for rj in obj["spec"]["replicatedJobs"]]
+
+
+def _mpijob_templates(obj: Obj) -> Iterable[Obj]:
+    return [r["template"] for r in obj["spec"]["mpiReplicaSpecs"].values()]
+
+
+JOBSET = OwnerKind(
+    kind="JobSet",
+    resource="jobset",
+    name_label="jobset.sigs.k8s.io/jobset-name",
+    role_label=PODSET_LABEL,
+    suspend_path=("suspend",),
+    templates=_jobset_templates,
+    finished="Completed",
+)
+MPIJOB = OwnerKind(
+    kind="MPIJob",
+    resource="mpijob",
+    name_label="training.kubeflow.org/job-name",
+    role_label="training.kubeflow.org/job-role",
+    suspend_path=("runPolicy", "suspend"),
+    templates=_mpijob_templates,
+    finished="Succeeded",
+    unlabelled_roles=frozenset({"launcher"}),
+)
+
+
+def owned_workloads(cluster: KubeCluster, kind: str) -> list[str]:
+    """Workloads of any namespace whose owner is a `kind`."""
+    return [
+        wl["metadata"]["name"]
+        for wl in get_json(cluster, "get", "workloads", "-A")["items"]
+        if any(r["kind"] == kind for r in wl["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def queue(cluster: KubeCluster, ns: str, gpus: int, **cq: Any) -> str:
+    """Flavor `rf-NS`, ClusterQueue `cq-NS` of `gpus` GPUs, LocalQueue `q`; the CQ's name."""
+    rf, cq_name = f"rf-{ns}", f"cq-{ns}"
+    apply(
+        cluster,
+        b.flavor(rf),
+        b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
+        b.local_queue("q", ns, cq_name),
+    )
+    return cq_name
+
+
+def check_first_admitted_whole_second_waits(
+    cluster: KubeCluster,
+    kind: OwnerKind,
+    ns: str,
+    *,
+    cq: str,
+    pod_sets: list[tuple[str, int]],
+) -> Obj:
+    """Objects `first` and `second` were created together: `first` is admitted whole (these
+    pod sets), all its pods bound and none created before its admission; `second` waits
+    whole, suspended, without a pod, saying which resource it lacks. The first's Workload."""
+    prefix = kind.kind.lower()
+    # The webhook suspends both at creation (the first may already be admitted and started
+    # again by now, so its pods are checked against its admission time below).
+    assert kind.suspended(cluster, ns, "second")
+    cluster.wait_for(
+        f"the first {kind.kind}'s Workload to be Admitted",
+        lambda: is_true(kind.workload_of(cluster, ns, "first"), "Admitted"),
+    )
+    wl = kind.workload_of(cluster, ns, "first")
+    assert wl is not None
+    assert wl["metadata"]["name"].startswith(f"{prefix}-first-")
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == pod_sets
+    assert [(a["name"], a["count"]) for a in wl["status"]["admission"]["podSetAssignments"]] == (
+        pod_sets
+    )
+    total = sum(n for _, n in pod_sets)
+    cluster.wait_for(
+        f"the first {kind.kind}'s {total} pods to be bound",
+        lambda: sum(kind.bound(cluster, ns, "first").values()) == total,
+    )
+    pods = kind.pods_of(cluster, ns, "first")
+    admitted_at = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]
+    early = [
+        p["metadata"]["name"] for p in pods if p["metadata"]["creationTimestamp"] < admitted_at
+    ]
+    assert early == [], f"pods created before the admission at {admitted_at}: {early}"
+    labelled = [
+        p for p in pods if p["metadata"]["labels"][kind.role_label] not in kind.unlabelled_roles
+    ]
+    assert {p["metadata"]["labels"][PODSET_LABEL] for p in labelled} == {
+        n for n, _ in pod_sets if n not in kind.unlabelled_roles
+    }
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in labelled)
+    cluster.wait_for(
+        f"the second {kind.kind} to wait with a reason",
+        lambda: (
+            (condition(kind.workload_of(cluster, ns, "second"), "QuotaReserved") or {})
+            .get("message", "")
+            .startswith("couldn't assign flavors")
+        ),
+    )
+    waiting = condition(kind.workload_of(cluster, ns, "second"), "QuotaReserved")
+    assert waiting is not None
+    assert waiting["status"] == "False"
+    assert b.GPU in waiting["message"]
+    assert any(ch.isdigit() for ch in waiting["message"])
+    assert kind.pods_of(cluster, ns, "second") == []
+    assert kind.suspended(cluster, ns, "second")
+    table = cluster.kubectl("get", "workloads", "-n", ns).stdout
+    assert f"{prefix}-first-" in table
+    assert f"{prefix}-second-" in table
+    return wl
+
+
+def check_preempted_and_restored(
+    cluster: KubeCluster,
+    kind: OwnerKind,
+    ns: str,
+    *,
+    low: Obj,
+    roles: dict[str, int],
+) -> None:
+    """`low` (a priority `low-NS` object of these bound roles) runs; a high-priority Job
+    preempts it: it is suspended, its pods go, its Workload says Preempted and its pod
+    templates are restored as they were created."""
+    name = low["metadata"]["name"]
+    apply(cluster, b.priority_class(f"low-{ns}", 1), b.priority_class(f"high-{ns}", 100))
+    create(cluster, low)
+    cluster.wait_for(
+        f"the low {kind.kind}'s pods to be bound",
+        lambda: kind.bound(cluster, ns, name) == roles,
+    )
+    started = list(kind.templates(kind.get(cluster, ns, name)))
+    assert any(WORKLOAD_ANNOTATION in (t["metadata"].get("annotations") or {}) for t in started)
+    create(cluster, b.job("urgent", ns, queue="q", pods=2, gpus=8, priority=f"high-{ns}"))
+    cluster.wait_for(
+        f"the low {kind.kind} to be suspended and its pods to go",
+        lambda: kind.suspended(cluster, ns, name) and kind.pods_of(cluster, ns, name) == [],
+        timeout=90,
+    )
+    evicted = condition(kind.workload_of(cluster, ns, name), "Evicted")
+    assert evicted is not None
+    assert evicted["reason"] == "Preempted"
+    for tmpl in kind.templates(kind.get(cluster, ns, name)):
+        assert WORKLOAD_ANNOTATION not in (tmpl["metadata"].get("annotations") or {})
+        assert PODSET_LABEL not in (tmpl["metadata"].get("labels") or {})
+
+
+def check_left_alone(cluster: KubeCluster, kind: OwnerKind, ns: str, plain: Obj) -> None:
+    """`plain` has no queue label: it is not suspended, runs to its end, has no Workload."""
+    name = plain["metadata"]["name"]
+    create(cluster, plain)
+    assert not kind.suspended(cluster, ns, name)
+    cluster.kubectl(
+        "wait",
+        f"--for=condition={kind.finished}",
+        f"{kind.resource}/{name}",
+        "-n",
+        ns,
+        "--timeout=120s",
+        timeout=130,
+    )
+    assert kind.workload_of(cluster, ns, name) is None
+    assert get_json(cluster, "get", "workloads", "-n", ns)["items"] == []
