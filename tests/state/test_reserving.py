@@ -15,7 +15,7 @@ from atoll.state import convert
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
 from atoll.state.reserving import Change, ReservationBook, when
-from tests.control.builders import cluster_queue, job, workload_for
+from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
 
 
 def annotated(**ann: str) -> ClusterQueue:
@@ -38,6 +38,18 @@ SETTINGS = [
         m.Backfill(grace_seconds=30, min_wait_seconds=300, max_hold_seconds=7200),
         None,
         id="every-knob",
+    ),
+    pytest.param(
+        {"atoll.dev/backfill": "true", "atoll.dev/backfill-reserve-after": "30m"},
+        m.Backfill(reserve_after_seconds=1800),
+        None,
+        id="reserve-after",
+    ),
+    pytest.param(
+        {"atoll.dev/backfill": "true", "atoll.dev/backfill-reserve-after": "-5m"},
+        None,
+        "metadata.annotations[atoll.dev/backfill-reserve-after]: '-5m' is not a duration",
+        id="a-bad-reserve-after-names-the-annotation",
     ),
     pytest.param(
         {"atoll.dev/backfill": "true", "atoll.dev/backfill-grace": "soon"},
@@ -162,3 +174,28 @@ def test_a_forked_step_keeps_the_reservations_in_force_and_its_own_copy() -> Non
     copy.book.update([], [], {}, [], 500.0)
     assert copy.book.current == {}
     assert step.book.current == {"ns/big": r}
+
+
+@pytest.mark.parametrize(
+    ("reserve_after", "expected"),
+    [
+        pytest.param(None, ["a"], id="head-only-by-default"),
+        pytest.param("30m", ["a", "b"], id="and-those-that-waited-30m"),
+        pytest.param("5m", ["a", "b", "c"], id="and-those-that-waited-5m"),
+    ],
+)
+def test_holders_are_the_head_and_the_workloads_that_waited_long_enough(
+    reserve_after: str | None, expected: list[str]
+) -> None:
+    cache = cache_with_queue()
+    ann = {"atoll.dev/backfill": "true"}
+    if reserve_after is not None:
+        ann["atoll.dev/backfill-reserve-after"] = reserve_after
+    cache.set_cluster_queue(annotated(**ann))
+    for name, created in [("a", "00:00"), ("b", "00:20"), ("c", "00:50")]:
+        wl = workload_for(job(name, pods=8), created=f"2026-12-01T{created}:00Z")
+        cache.set_workload(wl)
+    now = 1_796_086_800.0  # 2026-12-01T01:00:00Z
+    cache.queue_heads(now)
+    holders = ReservationBook().holders(cache, cache.snapshot(), now)
+    assert [h.workload.name.split("-")[1] for h in holders] == expected
