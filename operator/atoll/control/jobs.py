@@ -531,14 +531,10 @@ class JobController:
         """`spec.maximumExecutionTimeSeconds`: the seconds left of it (time admitted, summed
         over earlier admissions), or None without a limit; at zero the Workload is
         deactivated, as Kueue does (DeactivationTarget, then `spec.active: false`)."""
-        limit = wl.spec.maximum_execution_time_seconds
-        admitted = wls.condition(wl, wls.ADMITTED)
-        if limit is None or admitted is None or admitted.status.value != "True":
-            return None
-        past = wl.status.accumulated_past_execution_time_seconds or 0
-        left = limit - past - (self.clock() - admitted.last_transition_time.timestamp())
-        if left > 0:
+        left = wls.execution_time_left(wl, self.clock())
+        if left is None or left > 0:
             return left
+        limit = wl.spec.maximum_execution_time_seconds
         if wl.spec.active:
             await self.emit(
                 workload_ref(wl),

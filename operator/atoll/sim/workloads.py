@@ -188,6 +188,26 @@ def released(
     return wl.model_copy(update={"status": wls.status_with(wl, **changes)})
 
 
+def out_of_time(wl: Workload, t: float) -> Workload:
+    """Deactivated for exceeding its maximum execution time, as the operator's Job
+    reconciler does it (DeactivationTarget, then `spec.active: false`): the next step
+    evicts it and it is not requeued."""
+    conds = wls.with_condition(
+        wl.status.conditions or (),
+        wls.DEACTIVATION_TARGET,
+        status=True,
+        reason="MaximumExecutionTimeExceeded",
+        message="exceeding the maximum execution time",
+        now=at(t),
+    )
+    return wl.model_copy(
+        update={
+            "status": wls.status_with(wl, conditions=conds),
+            "spec": wl.spec.model_copy(update={"active": False}),
+        }
+    )
+
+
 def backoff_finished(wl: Workload, t: float) -> Workload:
     conds = wls.with_condition(
         wl.status.conditions or (),

@@ -75,6 +75,20 @@ def is_evicted(wl: Workload) -> bool:
     return is_true(wl, EVICTED)
 
 
+def execution_time_left(wl: Workload, now: float) -> float | None:
+    """Kueue's `spec.maximumExecutionTimeSeconds` rule: the seconds the Workload may still
+    run (its limit, less the time admitted now and in earlier admissions,
+    `accumulatedPastExecutionTimeSeconds`); None without a limit or while not admitted. At
+    zero or below the Workload is deactivated (the operator's Job reconciler, and the
+    simulator at that instant)."""
+    limit = wl.spec.maximum_execution_time_seconds
+    admitted = condition(wl, ADMITTED)
+    if limit is None or admitted is None or admitted.status.value != "True":
+        return None
+    past = wl.status.accumulated_past_execution_time_seconds or 0
+    return limit - past - (now - admitted.last_transition_time.timestamp())
+
+
 def is_deleting(wl: Workload) -> bool:
     return wl.metadata.deletion_timestamp is not None
 
