@@ -122,8 +122,9 @@ def register(sub: Any) -> None:
             "preferred, other LocalQueues of its namespace) and a start estimate from the "
             "scheduling loop run forward with each Job's atoll.dev/run-duration annotation "
             "(else its maximumExecutionTimeSeconds or activeDeadlineSeconds; for a Workload "
-            "holding a backfill reservation, saying from when it is reserved). Give the operator's --config/--set so that fair "
-            "sharing and deviceClassMappings are taken into account."
+            "holding a backfill reservation, saying from when it is reserved). Give the "
+            "operator's --config/--set so that fair sharing and deviceClassMappings are "
+            "taken into account."
         ),
     )
     p.add_argument("target", metavar="NS/JOB", help="the Job (or Workload), namespace/name")
