@@ -163,3 +163,21 @@ def test_a_job_is_stopped_at_its_maximum_execution_time() -> None:
     assert (within.state, within.finished) == (JobState.FINISHED, 600.0 + 300.0)
     assert result.timeline.series["pending/cq"][-1] == 0
     assert result.summary()["gpuHoursLostToEviction"] == 4 * 600 / 3600
+
+
+def test_the_maximum_execution_time_counts_every_admission() -> None:
+    """Preempted after 300 s of its 1200 s, `low` has 900 s left when readmitted at 900 s
+    (accumulatedPastExecutionTimeSeconds, as the operator keeps it): stopped at 1800 s."""
+    scn = six_gpus(
+        _limited(job("low", pods=4, priority="low", arrival=0, duration="30m"), 1200),
+        job("high", pods=4, priority="high", arrival=300, duration="10m"),
+        **PREEMPTING,
+    )
+    result = _run(scn)
+    low, high = result.jobs
+    assert high.finished == 900.0
+    assert low.admitted == 900.0
+    assert low.evictions == 2
+    assert low.reason == "Deactivated"
+    at_stop = list(result.timeline.times).index(1800.0)
+    assert result.timeline.series["busy"][at_stop] == 0

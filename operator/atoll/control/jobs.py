@@ -20,7 +20,7 @@ import structlog
 
 from atoll.api import labels as keys
 from atoll.api.core import Job
-from atoll.api.meta import Condition, KubeObject, LabelSelector
+from atoll.api.meta import KubeObject, LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
 from atoll.control.admission import without_reservation
@@ -465,7 +465,9 @@ class JobController:
             changes: dict[str, object] = {
                 "conditions": conds,
                 "admission": None,
-                "accumulated_past_execution_time_seconds": _execution_time(w, evicted, reason),
+                "accumulated_past_execution_time_seconds": wls.past_execution_time(
+                    w, evicted, reason
+                ),
             }
             if backoff is not None:
                 changes["requeue_state"] = backoff
@@ -645,21 +647,3 @@ class JobController:
                 ),
             ),
         )
-
-
-def _execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
-    """`accumulatedPastExecutionTimeSeconds` once the quota is released: the time admitted
-    is added, unless the Workload was deactivated (a reactivated Workload starts afresh)."""
-    past = wl.status.accumulated_past_execution_time_seconds
-    if reason.startswith("Deactivated") or reason == "InactiveWorkload":
-        return None
-    admitted = wls.condition(wl, wls.ADMITTED)
-    if (
-        wl.spec.maximum_execution_time_seconds is None
-        or admitted is None
-        or admitted.status.value != "True"
-    ):
-        return past
-    end = evicted.last_transition_time if evicted is not None else admitted.last_transition_time
-    ran = max(0, int((end - admitted.last_transition_time).total_seconds()))
-    return (past or 0) + ran

@@ -182,7 +182,12 @@ def released(
     conds = wls.with_condition(
         conds, wls.REQUEUED, status=backoff is None, reason=reason, message=message, now=now
     )
-    changes: dict[str, object] = {"conditions": conds, "admission": None}
+    evicted = next(c for c in conds if c.type == wls.EVICTED)
+    changes: dict[str, object] = {
+        "conditions": conds,
+        "admission": None,
+        "accumulated_past_execution_time_seconds": wls.past_execution_time(wl, evicted, reason),
+    }
     if backoff is not None:
         changes["requeue_state"] = backoff
     return wl.model_copy(update={"status": wls.status_with(wl, **changes)})
