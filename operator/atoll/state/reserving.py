@@ -157,7 +157,7 @@ class ReservationBook:
                     cluster_queue=r.cluster_queue,
                     reason=d.PendingReason.WAITING_FOR_QUOTA,
                     message=text(r, now, self.backfilled_by.get(key, 0)),
-                    requeue=d.Requeue.INADMISSIBLE,
+                    requeue=d.Requeue.IMMEDIATE,  # only told: it stays in its queue as it is
                 )
             )
         return extra
