@@ -544,9 +544,7 @@ class JobController:
                 "MaximumExecutionTimeExceeded",
                 f"The maximum execution time ({limit}s) exceeded",
             )
-            await self._deactivate(
-                wl, "MaximumExecutionTimeExceeded", "exceeding the maximum execution time"
-            )
+            await self._deactivate(wl, *wls.OUT_OF_TIME)
         return 0.0
 
     async def _deactivate(self, wl: Workload, reason: str, message: str) -> None:

@@ -201,8 +201,8 @@ def out_of_time(wl: Workload, t: float) -> Workload:
         wl.status.conditions or (),
         wls.DEACTIVATION_TARGET,
         status=True,
-        reason="MaximumExecutionTimeExceeded",
-        message="exceeding the maximum execution time",
+        reason=wls.OUT_OF_TIME[0],
+        message=wls.OUT_OF_TIME[1],
         now=at(t),
     )
     return wl.model_copy(
