@@ -222,3 +222,34 @@ def test_no_finish_hint_when_a_parked_workload_ahead_takes_the_room_first() -> N
     assert "finish" not in {c.kind for c in ex.counterfactuals}
     assert ex.estimate is not None
     assert ex.estimate.at == NOW + 3600 + 600
+
+
+def _limited(name: str, pods: int, seconds: int) -> Job:
+    """A Job whose only run bound is Kueue's max-exec-time-seconds label."""
+    raw = b.job(name, pods=pods).to_dict()
+    raw["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = str(seconds)
+    return Job.from_dict(raw)
+
+
+def test_the_estimate_of_a_reserved_workload_goes_through_its_reservation() -> None:
+    """The Job in the way has only maximumExecutionTimeSeconds: the estimate counts it (as
+    the reservation does) and says from when the quota is reserved; without backfill the
+    same estimate has no reservation to name."""
+    for backfill in (True, False):
+        cache = b.cache_with_queue(gpus=8)
+        if backfill:
+            cq = b.cluster_queue(gpus=8)
+            meta = cq.metadata.model_copy(update={"annotations": {"atoll.dev/backfill": "true"}})
+            cache.set_cluster_queue(cq.model_copy(update={"metadata": meta}))
+        busy = _submit(cache, _limited("busy", 6, 600))
+        _admit(cache, busy)
+        key = _submit(cache, _job("big", pods=8), created="2026-12-01T00:05:00Z")
+        ex = explain(cache, key, NOW)
+        assert ex.estimate is not None
+        assert ex.estimate.at == NOW + 600  # busy's limit, from its admission at NOW
+        reserved = "its reservation starts from 00:20Z, in 10m (guaranteed" in ex.estimate.note
+        assert reserved is backfill
+        if backfill:
+            assert ex.reservation is not None
+            assert ex.reservation.start == NOW + 600 + 15  # plus the default grace
+            assert "start estimate: in about 10m00s" in ex.describe()

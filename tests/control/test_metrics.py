@@ -350,3 +350,23 @@ def test_negative_durations_are_clamped_to_zero(
 
     name = "kueue_admission_attempt_duration_seconds_sum"
     assert _value(registry, name, result="success", replica_role="standalone") == 0
+
+
+def test_several_reservations_of_one_queue_show_their_sum_and_earliest_start(
+    registry: CollectorRegistry,
+) -> None:
+    metrics = Metrics(registry)
+    metrics.set_reservations(
+        [
+            ("gpus", 2000.0, [("h100", "nvidia.com/gpu", 32.0)]),
+            ("gpus", 1500.0, [("h100", "nvidia.com/gpu", 8.0)]),
+            ("cpus", 900.0, [("default", "cpu", 1.5)]),
+        ]
+    )
+    gpus = {"cluster_queue": "gpus", "flavor": "h100", "resource": "nvidia.com/gpu"}
+    assert registry.get_sample_value("atoll_backfill_reserved_quota", gpus) == 40
+    start = "atoll_backfill_reservation_start_seconds"
+    assert registry.get_sample_value(start, {"cluster_queue": "gpus"}) == 1500
+    assert registry.get_sample_value(start, {"cluster_queue": "cpus"}) == 900
+    metrics.set_reservations([])
+    assert registry.get_sample_value("atoll_backfill_reserved_quota", gpus) is None

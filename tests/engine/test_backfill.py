@@ -331,3 +331,108 @@ def test_property_backfill_never_delays_a_guaranteed_reservation(scene: Scene) -
     final = snapshot([cq("a", capacity)], running=left)
     a_cq = final.cluster_queues[ClusterQueueName("a")]
     assert assign_flavors(UsageOverlay(final), big, a_cq).mode is FitMode.FIT
+
+
+# -- more than one holder (reserve_after_seconds) -------------------------------------------
+def test_a_second_holder_plans_after_the_first() -> None:
+    """8 GPUs, 6 held until 1310: the head (6 GPUs, 600 s) reserves from 1310; the second
+    holder (4 GPUs) cannot share that start, so it waits for the head's own end."""
+    snap = snapshot([cq("a", 8)], running=[running(job("r", 6, limit=300), since=NOW)])
+    head = job("head", 6, limit=600, at=1.0)
+    second = job("second", 4, limit=100, at=2.0)
+    first, after = reserve(snap, [holder(head), holder(second)], NOW)
+    assert (first.start, first.end) == (1310, 1310 + 600 + GRACE)
+    assert after.start == first.end
+    assert after.certain
+
+
+def test_a_later_holder_that_ends_before_an_earlier_one_starts_goes_first() -> None:
+    """A later holder may take a start before an earlier one's when it ends by then."""
+    snap = snapshot(
+        [cq("a", 8)],
+        running=[
+            running(job("r1", 4, limit=100), since=NOW),  # ends 1110
+            running(job("r2", 4, limit=500), since=NOW),  # ends 1510
+        ],
+    )
+    head = job("head", 8, at=1.0)
+    short = job("short", 4, limit=200, at=2.0)  # from 1110 ends 1320 < 1510
+    long = job("long", 4, limit=900, at=3.0)  # from 1110 would still run at 1510
+    first, *rest = reserve(snap, [holder(head), holder(short)], NOW)
+    assert first.start == 1510
+    assert [r.start for r in rest] == [1110]
+    # `long` would be in the head's way at 1110, and the head (no limit) then holds all 8
+    # GPUs for ever: no reservation for it
+    assert reserve(snap, [holder(head), holder(long)], NOW) == (first,)
+
+
+def test_backfill_keeps_every_reservation_of_the_tree() -> None:
+    """10 GPUs, 8 held until 1310; the head (8 GPUs, 600 s) reserves 1310-1920, the second
+    holder (all 10) from 1920: 2 GPUs may be backfilled only by work gone by 1920."""
+    snap = snapshot([cq("a", 10)], running=[running(job("r", 8, limit=300), since=NOW)])
+    head = job("head", 8, limit=600, at=1.0)
+    second = job("second", 10, limit=100, at=2.0)
+    holders = [holder(head), holder(second)]
+    decisions, (first, after), _ = cycle(snap, [job("s", 2, limit=1000)], holders)
+    assert (first.start, after.start) == (1310, 1310 + 600 + GRACE)
+    assert summary(decisions["s"]) == "pending:WaitingForQuota"
+    assert "reserved for default/second" in str(getattr(decisions["s"], "message", ""))
+    decisions, _, guard = cycle(snap, [job("s", 2, limit=500)], holders)
+    assert summary(decisions["s"]) == "admit:f"
+    assert set(guard.backfilled[job("s", 2).key]) == {head.key, second.key}
+
+
+# -- property: reservations from guaranteed ends are honoured --------------------------------
+MultiScene = tuple[int, list[AdmittedWorkload], list[Workload], list[Workload]]
+
+
+@st.composite
+def multi_scenes(draw: st.DrawFn) -> MultiScene:
+    capacity, busy, _, candidates = draw(scenes())
+    holders = [
+        job(
+            f"h{i}",
+            draw(st.integers(1, capacity)),
+            limit=draw(st.none() | st.floats(10, 1000)),
+            at=float(i),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    return capacity, busy, holders, candidates
+
+
+def _fits_beside(capacity: int, held: list[AdmittedWorkload], w: Workload) -> bool:
+    snap = snapshot([cq("a", capacity)], running=held)
+    a_cq = snap.cluster_queues[ClusterQueueName("a")]
+    return assign_flavors(UsageOverlay(snap), w, a_cq).mode is FitMode.FIT
+
+
+@settings(max_examples=200, deadline=None)
+@given(multi_scenes())
+def test_property_every_guaranteed_reservation_is_honoured(scene: MultiScene) -> None:
+    """Several holders in one queue and candidates one cycle at a time: Kueue's quota always
+    holds, and at each certain reservation's start, with every guaranteed end reached and the
+    other holders running that hold their reservations then, the holder fits."""
+    capacity, busy, holders, candidates = scene
+    base = snapshot([cq("a", capacity)], running=busy)
+    reservations = reserve(base, [holder(h) for h in holders], NOW)
+    held = list(busy)
+    for c in candidates:
+        current = snapshot([cq("a", capacity)], running=held)
+        guard = Guard(snapshot=current, reservations=reservations, now=NOW)
+        (dec,) = run_cycle(current, [c], reservations, NOW, guard)
+        if isinstance(dec, Admit):
+            held.append(running(c, since=NOW))
+            assert _gpus(held) <= capacity
+        else:
+            assert isinstance(dec, Pending)
+    for r in reservations:
+        if not r.certain:
+            continue
+        left = [a for a in held if (e := admitted_end(a, NOW, GRACE)) is None or e[0] > r.start]
+        beside = [
+            running(o.holder, since=o.start)
+            for o in reservations
+            if o is not r and o.alive(r.start)
+        ]
+        assert _fits_beside(capacity, left + beside, r.holder)

@@ -137,3 +137,47 @@ def test_backoff_delay_doubles_up_to_its_cap_without_overflow() -> None:
         3600.0,
     ]
     assert wls.backoff_delay(5000, 60.0, 3600.0) == 3600.0
+
+
+def _limited(doc: dict, seconds: int) -> dict:  # type: ignore[type-arg]
+    doc["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = str(seconds)
+    return doc
+
+
+def test_a_job_is_stopped_at_its_maximum_execution_time() -> None:
+    """A Job that would run 30 min with a 10 min limit is deactivated and evicted at 600 s
+    (the operator's rule, `execution_time_left`), not requeued, and frees its GPUs for the
+    next; a Job within its limit runs to the end."""
+    scn = six_gpus(
+        _limited(job("over", pods=4, arrival=0, duration="30m"), 600),
+        _limited(job("within", pods=4, arrival=10, duration="5m"), 600),
+    )
+    result = _run(scn)
+    over, within = result.jobs
+    assert over.finished is None
+    assert over.reason == "Deactivated"
+    assert over.message is not None
+    assert "maximumExecutionTimeSeconds (600s)" in over.message
+    assert over.evictions == 1
+    assert within.admitted == 600.0  # the GPUs the stopped Job held
+    assert (within.state, within.finished) == (JobState.FINISHED, 600.0 + 300.0)
+    assert result.timeline.series["pending/cq"][-1] == 0
+    assert result.summary()["gpuHoursLostToEviction"] == 4 * 600 / 3600
+
+
+def test_the_maximum_execution_time_counts_every_admission() -> None:
+    """Preempted after 300 s of its 1200 s, `low` has 900 s left when readmitted at 900 s
+    (accumulatedPastExecutionTimeSeconds, as the operator keeps it): stopped at 1800 s."""
+    scn = six_gpus(
+        _limited(job("low", pods=4, priority="low", arrival=0, duration="30m"), 1200),
+        job("high", pods=4, priority="high", arrival=300, duration="10m"),
+        **PREEMPTING,
+    )
+    result = _run(scn)
+    low, high = result.jobs
+    assert high.finished == 900.0
+    assert low.admitted == 900.0
+    assert low.evictions == 2
+    assert low.reason == "Deactivated"
+    at_stop = list(result.timeline.times).index(1800.0)
+    assert result.timeline.series["busy"][at_stop] == 0

@@ -3,19 +3,24 @@ the decision step keeps across steps (state.reserving): made, slid, told, counte
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 
 import pytest
 
 from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.core import Job
+from atoll.control import admission as adm
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Holder, Reservation
 from atoll.state import convert
+from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
 from atoll.state.reserving import Change, ReservationBook, when
-from tests.control.builders import cluster_queue, job, workload_for
+from atoll.state.whatif import ask
+from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
 
 
 def annotated(**ann: str) -> ClusterQueue:
@@ -38,6 +43,18 @@ SETTINGS = [
         m.Backfill(grace_seconds=30, min_wait_seconds=300, max_hold_seconds=7200),
         None,
         id="every-knob",
+    ),
+    pytest.param(
+        {"atoll.dev/backfill": "true", "atoll.dev/backfill-reserve-after": "30m"},
+        m.Backfill(reserve_after_seconds=1800),
+        None,
+        id="reserve-after",
+    ),
+    pytest.param(
+        {"atoll.dev/backfill": "true", "atoll.dev/backfill-reserve-after": "-5m"},
+        None,
+        "metadata.annotations[atoll.dev/backfill-reserve-after]: '-5m' is not a duration",
+        id="a-bad-reserve-after-names-the-annotation",
     ),
     pytest.param(
         {"atoll.dev/backfill": "true", "atoll.dev/backfill-grace": "soon"},
@@ -162,3 +179,70 @@ def test_a_forked_step_keeps_the_reservations_in_force_and_its_own_copy() -> Non
     copy.book.update([], [], {}, [], 500.0)
     assert copy.book.current == {}
     assert step.book.current == {"ns/big": r}
+
+
+@pytest.mark.parametrize(
+    ("reserve_after", "expected"),
+    [
+        pytest.param(None, ["a"], id="head-only-by-default"),
+        pytest.param("30m", ["a", "b"], id="and-those-that-waited-30m"),
+        pytest.param("5m", ["a", "b", "c"], id="and-those-that-waited-5m"),
+    ],
+)
+def test_holders_are_the_head_and_the_workloads_that_waited_long_enough(
+    reserve_after: str | None, expected: list[str]
+) -> None:
+    cache = cache_with_queue()
+    ann = {"atoll.dev/backfill": "true"}
+    if reserve_after is not None:
+        ann["atoll.dev/backfill-reserve-after"] = reserve_after
+    cache.set_cluster_queue(annotated(**ann))
+    for name, created in [("a", "00:00"), ("b", "00:20"), ("c", "00:50")]:
+        wl = workload_for(job(name, pods=8), created=f"2026-12-01T{created}:00Z")
+        cache.set_workload(wl)
+    now = 1_796_086_800.0  # 2026-12-01T01:00:00Z
+    cache.queue_heads(now)
+    holders = ReservationBook().holders(cache, cache.snapshot(), now)
+    assert [h.workload.name.split("-")[1] for h in holders] == expected
+
+
+def _limited(name: str, seconds: int) -> Job:
+    j = job(name, pods=8)
+    labels = {**(j.metadata.labels or {}), "kueue.x-k8s.io/max-exec-time-seconds": str(seconds)}
+    return j.model_copy(update={"metadata": j.metadata.model_copy(update={"labels": labels})})
+
+
+def test_a_workload_that_waited_long_enough_is_told_its_own_reservation() -> None:
+    """8 GPUs, all held by `busy` until 02:00:15 (its 2 h limit plus grace). At 00:40 the
+    head reserves from then, and `second`, queued 35 min ago (threshold 30 min), from the
+    head's own end. `second` is of the head's equivalence class, so it is parked with the
+    head's failure, but its message names its own reservation, not the head's."""
+    cache = cache_with_queue()
+    cache.set_cluster_queue(
+        annotated(**{"atoll.dev/backfill": "true", "atoll.dev/backfill-reserve-after": "30m"})
+    )
+    midnight = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    busy = workload_for(_limited("busy", 7200), created="2026-11-30T23:59:00Z")
+    cache.set_workload(busy)
+    admit = ask(Decider(cache), wls.wl_key(busy), midnight.timestamp()).decision
+    assert isinstance(admit, d.Admit)
+    cache.set_workload(busy.model_copy(update={"status": adm.admit(admit, midnight)(busy)}))
+    keys = {}
+    for name, created in [("head", "00:01"), ("second", "00:05")]:
+        wl = workload_for(_limited(name, 900), created=f"2026-12-01T{created}:00Z")
+        cache.set_workload(wl)
+        keys[name] = wls.wl_key(wl)
+    step = Decider(cache)
+    now = midnight.timestamp() + 2400
+    told = {str(dec.workload): dec for dec in step.decide(now)}
+    head, second = step.book.current[keys["head"]], step.book.current[keys["second"]]
+    assert head.start == midnight.timestamp() + 7200 + 15
+    assert second.start == head.start + 900 + 15
+    mine, heads = told[keys["second"]], told[keys["head"]]
+    assert isinstance(mine, d.Pending)
+    assert isinstance(heads, d.Pending)
+    assert mine.message.endswith(
+        "; reserved 8 nvidia.com/gpu in rf from 02:15Z, in 1.6h; 0 Workloads backfilled"
+    )
+    assert "02:00Z" not in mine.message
+    assert "; reserved 8 nvidia.com/gpu in rf from 02:00Z, in 80m;" in heads.message

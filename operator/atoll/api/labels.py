@@ -55,6 +55,9 @@ BACKFILL_MIN_WAIT_ANNOTATION: Final = "atoll.dev/backfill-min-wait"
 """atoll's, on a ClusterQueue: the head takes a reservation after waiting this long."""
 BACKFILL_MAX_HOLD_ANNOTATION: Final = "atoll.dev/backfill-max-hold"
 """atoll's, on a ClusterQueue: how long one workload may hold a reservation."""
+BACKFILL_RESERVE_AFTER_ANNOTATION: Final = "atoll.dev/backfill-reserve-after"
+"""atoll's, on a ClusterQueue: besides the head, any workload that has waited this long
+takes a reservation."""
 
 RESOURCE_IN_USE_FINALIZER: Final = "kueue.x-k8s.io/resource-in-use"
 DEFAULT_LOCAL_QUEUE: Final = "default"

@@ -121,8 +121,10 @@ def register(sub: Any) -> None:
             "running workloads whose end would admit it, a required topology relaxed to "
             "preferred, other LocalQueues of its namespace) and a start estimate from the "
             "scheduling loop run forward with each Job's atoll.dev/run-duration annotation "
-            "(else activeDeadlineSeconds). Give the operator's --config/--set so that fair "
-            "sharing and deviceClassMappings are taken into account."
+            "(else its maximumExecutionTimeSeconds or activeDeadlineSeconds; for a Workload "
+            "holding a backfill reservation, saying from when it is reserved). Give the "
+            "operator's --config/--set so that fair sharing and deviceClassMappings are "
+            "taken into account."
         ),
     )
     p.add_argument("target", metavar="NS/JOB", help="the Job (or Workload), namespace/name")

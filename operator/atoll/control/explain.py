@@ -12,9 +12,12 @@ heads, engine cycle, topology/device placement, domain preemption), never changi
   whether a required topology relaxed to preferred would place it, and other LocalQueues of
   its namespace through which it would be admitted now;
 - a start-time estimate: the scheduling loop (the same step) run forward on a copy on a
-  virtual clock, each admitted Job finishing after its run time (`atoll.dev/run-duration`,
-  else `activeDeadlineSeconds`). When a Job in the way has no known run time, the estimate
-  says so instead of guessing.
+  virtual clock, each admitted Job finishing after its run time (`atoll.dev/run-duration`
+  when sooner than its limit, else `maximumExecutionTimeSeconds` or
+  `activeDeadlineSeconds`: `run_times`). A workload holding a reservation (backfill) is
+  admitted by the step at the reservation's start at the latest when its ends are
+  guaranteed: the run wakes up then, and the estimate says so. When a Job in the way has
+  no known run time, the estimate says so instead of guessing.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from atoll.api.workload import Workload
 from atoll.control.admission import without_reservation
 from atoll.engine import decisions as d
 from atoll.engine import model as m
-from atoll.engine.backfill import Reservation
+from atoll.engine.backfill import Reservation, run_end
 from atoll.engine.inventory import Placement
-from atoll.state import convert, reserving
+from atoll.state import reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider, fork
@@ -167,21 +170,15 @@ def _human(seconds: float) -> str:
 
 # -- run times ---------------------------------------------------------------------------
 def run_times(cache: Cache) -> RunTime:
-    """Run time of a workload from its Job: the `atoll.dev/run-duration` hint (on the Job or
-    its pod template, read as backfill reads it: `convert.run_bounds`), else
-    `activeDeadlineSeconds` (an upper bound)."""
+    """Run time of a workload, as a reservation counts it (`engine.backfill.run_end`, from
+    the run bounds `convert.run_bounds` read off the Workload and its Job): its
+    `atoll.dev/run-duration` hint when that is sooner than its limit, else its limit
+    (`maximumExecutionTimeSeconds` or `activeDeadlineSeconds`, the smaller)."""
 
     def of(key: str) -> float | None:
-        wl = cache.workloads.get(key)
-        job = cache.owner_job(wl) if wl is not None else None
-        if wl is None or job is None:
-            return None
-        _, hint = convert.run_bounds(wl, job)
-        if hint is not None:
-            return hint
-        if job.spec.active_deadline_seconds is not None:
-            return float(job.spec.active_deadline_seconds)
-        return None
+        w = cache.engine_workload(key)
+        end = None if w is None else run_end(w, 0.0, 0.0, 0.0)
+        return None if end is None else end[0]
 
     return of
 
@@ -512,7 +509,9 @@ def _apply(sim: Cache, decisions: tuple[d.Decision, ...], t: float) -> None:
 
 
 def estimate_start(base: Decider, key: str, now: float, runtime: RunTime) -> Estimate:
-    """Run the scheduling loop forward on a fork of `base` until `key` is admitted."""
+    """Run the scheduling loop forward on a fork of `base` until `key` is admitted. When the
+    first step gives `key` a reservation (a backfill queue), its start is a time the run
+    wakes up at, and the estimate names it."""
     sim = base.fork()
     cache = sim.cache
     ends: dict[str, float | None] = {}
@@ -520,14 +519,17 @@ def estimate_start(base: Decider, key: str, now: float, runtime: RunTime) -> Est
         start, rt = _started(cache, other), runtime(other)
         ends[other] = None if rt is None else max(now, (start or now) + rt)
     t = now
+    reserved: Reservation | None = None
     for _ in range(MAX_ESTIMATE_STEPS):
         if key not in cache.workloads:
             return Estimate(at=None, note="the workload is gone")
         decisions = sim.decide(t)
+        if t == now:
+            reserved = sim.book.current.get(key)
         progress = False
         for dec in decisions:
             if isinstance(dec, d.Admit) and dec.workload == key:
-                return Estimate(at=t, note=_assumptions(t > now))
+                return Estimate(at=t, note=_assumptions(t > now, reserved, now))
             if isinstance(dec, d.Admit):
                 rt = runtime(dec.workload)
                 ends[dec.workload] = None if rt is None else t + rt
@@ -542,19 +544,10 @@ def estimate_start(base: Decider, key: str, now: float, runtime: RunTime) -> Est
         requeue = cache.next_requeue(t)
         if requeue is not None:
             known.append(requeue)
+        if reserved is not None and reserved.start > t:
+            known.append(reserved.start)
         if not known:
-            unknown = sorted(k for k, e in ends.items() if e is None)
-            if unknown:
-                shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
-                return Estimate(
-                    at=None,
-                    note=f"it waits for {shown}, whose run time is unknown (set the "
-                    f"{keys.RUN_DURATION_ANNOTATION} annotation or activeDeadlineSeconds on "
-                    "the Job)",
-                )
-            return Estimate(
-                at=None, note="nothing running would free what it needs (it never fits)"
-            )
+            return _no_estimate(ends)
         t = max(t, min(known))
         for other in [k for k, e in ends.items() if e is not None and e <= t]:
             del ends[other]
@@ -562,13 +555,34 @@ def estimate_start(base: Decider, key: str, now: float, runtime: RunTime) -> Est
     return Estimate(at=None, note=f"not admitted within {MAX_ESTIMATE_STEPS} simulated steps")
 
 
-def _assumptions(later: bool) -> str:
+def _no_estimate(ends: dict[str, float | None]) -> Estimate:
+    unknown = sorted(k for k, e in ends.items() if e is None)
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        return Estimate(
+            at=None,
+            note=f"it waits for {shown}, whose run time is unknown (set the "
+            f"{keys.RUN_DURATION_ANNOTATION} annotation, the "
+            f"{keys.MAX_EXEC_TIME_SECONDS_LABEL} label or activeDeadlineSeconds on the Job)",
+        )
+    return Estimate(at=None, note="nothing running would free what it needs (it never fits)")
+
+
+def _assumptions(later: bool, reserved: Reservation | None, now: float) -> str:
     if not later:
         return "it would be admitted in the next cycle"
-    return (
+    note = (
         "assuming each admitted Job runs for its atoll.dev/run-duration (else its "
-        "activeDeadlineSeconds)"
+        "maximumExecutionTimeSeconds or activeDeadlineSeconds)"
     )
+    if reserved is None:
+        return note
+    sure = (
+        "guaranteed by the running Workloads' limits"
+        if reserved.certain
+        else "estimated from run-duration hints"
+    )
+    return f"its reservation starts {reserving.when(reserved.start, now)} ({sure}); {note}"
 
 
 # -- all of it ---------------------------------------------------------------------------

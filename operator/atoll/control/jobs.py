@@ -20,7 +20,7 @@ import structlog
 
 from atoll.api import labels as keys
 from atoll.api.core import Job
-from atoll.api.meta import Condition, KubeObject, LabelSelector
+from atoll.api.meta import KubeObject, LabelSelector
 from atoll.api.workload import RequeueState, Workload, WorkloadStatus
 from atoll.control import jobframework as jf
 from atoll.control.admission import without_reservation
@@ -478,7 +478,9 @@ class JobController:
             changes: dict[str, object] = {
                 "conditions": conds,
                 "admission": None,
-                "accumulated_past_execution_time_seconds": _execution_time(w, evicted, reason),
+                "accumulated_past_execution_time_seconds": wls.past_execution_time(
+                    w, evicted, reason
+                ),
             }
             if backoff is not None:
                 changes["requeue_state"] = backoff
@@ -544,14 +546,10 @@ class JobController:
         """`spec.maximumExecutionTimeSeconds`: the seconds left of it (time admitted, summed
         over earlier admissions), or None without a limit; at zero the Workload is
         deactivated, as Kueue does (DeactivationTarget, then `spec.active: false`)."""
-        limit = wl.spec.maximum_execution_time_seconds
-        admitted = wls.condition(wl, wls.ADMITTED)
-        if limit is None or admitted is None or admitted.status.value != "True":
-            return None
-        past = wl.status.accumulated_past_execution_time_seconds or 0
-        left = limit - past - (self.clock() - admitted.last_transition_time.timestamp())
-        if left > 0:
+        left = wls.execution_time_left(wl, self.clock())
+        if left is None or left > 0:
             return left
+        limit = wl.spec.maximum_execution_time_seconds
         if wl.spec.active:
             await self.emit(
                 workload_ref(wl),
@@ -559,9 +557,7 @@ class JobController:
                 "MaximumExecutionTimeExceeded",
                 f"The maximum execution time ({limit}s) exceeded",
             )
-            await self._deactivate(
-                wl, "MaximumExecutionTimeExceeded", "exceeding the maximum execution time"
-            )
+            await self._deactivate(wl, *wls.OUT_OF_TIME)
         return 0.0
 
     async def _deactivate(self, wl: Workload, reason: str, message: str) -> None:
@@ -662,21 +658,3 @@ class JobController:
                 ),
             ),
         )
-
-
-def _execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
-    """`accumulatedPastExecutionTimeSeconds` once the quota is released: the time admitted
-    is added, unless the Workload was deactivated (a reactivated Workload starts afresh)."""
-    past = wl.status.accumulated_past_execution_time_seconds
-    if reason.startswith("Deactivated") or reason == "InactiveWorkload":
-        return None
-    admitted = wls.condition(wl, wls.ADMITTED)
-    if (
-        wl.spec.maximum_execution_time_seconds is None
-        or admitted is None
-        or admitted.status.value != "True"
-    ):
-        return past
-    end = evicted.last_transition_time if evicted is not None else admitted.last_transition_time
-    ran = max(0, int((end - admitted.last_transition_time).total_seconds()))
-    return (past or 0) + ran

@@ -452,14 +452,14 @@ class Metrics:
         )
         self._backfill_reserved = _GaugeFamily(
             "atoll_backfill_reserved_quota",
-            "Quota reserved for the waiting head of a backfill ClusterQueue "
-            "(atoll.dev/backfill), by flavor and resource (cpu in cores).",
+            "Quota reserved for the waiting holders of a backfill ClusterQueue "
+            "(atoll.dev/backfill), summed, by flavor and resource (cpu in cores).",
             ("cluster_queue", "flavor", "resource"),
             None,
         )
         self._backfill_start = _GaugeFamily(
             "atoll_backfill_reservation_start_seconds",
-            "When the reservation of a backfill ClusterQueue starts (Unix time).",
+            "When the earliest reservation of a backfill ClusterQueue starts (Unix time).",
             ("cluster_queue",),
             None,
         )
@@ -689,13 +689,21 @@ class Metrics:
     def set_reservations(
         self, reservations: Iterable[tuple[str, float, Iterable[tuple[str, str, float]]]]
     ) -> None:
-        """The reservations in force: (cluster queue, start, (flavor, resource, amount))."""
+        """The reservations in force: (cluster queue, start, (flavor, resource, amount)).
+        A queue with several (`atoll.dev/backfill-reserve-after`) shows their sum and the
+        earliest start."""
         for family in (self._backfill_reserved, self._backfill_start):
             family.remove_where()
+        starts: dict[str, float] = {}
+        amounts: dict[tuple[str, str, str], float] = {}
         for cq, start, usage in reservations:
-            self._backfill_start.set((cq,), start)
+            starts[cq] = min(start, starts.get(cq, start))
             for flavor, resource, amount in usage:
-                self._backfill_reserved.set((cq, flavor, resource), amount)
+                amounts[cq, flavor, resource] = amounts.get((cq, flavor, resource), 0.0) + amount
+        for cq, start in starts.items():
+            self._backfill_start.set((cq,), start)
+        for labels, amount in amounts.items():
+            self._backfill_reserved.set(labels, amount)
 
     def backfilled(self, cluster_queue: str) -> None:
         self._backfilled.labels(cluster_queue).inc()

@@ -4,13 +4,17 @@ atoll's own rule; Kueue has no equivalent (it only has StrictFIFO, which idles t
 behind a head that does not fit, and BestEffortFIFO, under which a big gang may wait for
 ever behind a stream of small ones). The idea is Slurm's backfill scheduler:
 
-- Reservation: the first workload of a backfill queue in queue order (the holder), when it
-  does not fit now, gets the earliest time it would fit from the admitted workloads' ends:
-  each admitted workload ends at its reservation time plus its `run_limit` (guaranteed:
-  maximum execution time or active deadline, plus the queue's grace), or else plus its
-  `run_hint` (an estimate: once exceeded it is taken as ending now, so the reservation
-  slides); work with neither never ends as far as a reservation knows. The quota the holder
-  would then be assigned is reserved from that time.
+- Reservation: the first workload of a backfill queue in queue order (a holder; with
+  `reserve_after_seconds`, also every workload of the queue that has waited that long),
+  when it does not fit now, gets the earliest time it would fit from the admitted
+  workloads' ends: each admitted workload ends at its reservation time plus its `run_limit`
+  (guaranteed: maximum execution time or active deadline, plus the queue's grace), or else
+  plus its `run_hint` (an estimate: once exceeded it is taken as ending now, so the
+  reservation slides); work with neither never ends as far as a reservation knows. The
+  quota the holder would then be assigned is reserved from that time. Holders are served
+  in order (`reserve`): a later one plans around the reservations before it in its cohort
+  tree (each held from its start until the holder's own end), and takes no start at which
+  it would still be running when an earlier one starts and keep that one from fitting.
 - Backfill: another workload of a backfill queue in the holder's cohort tree is admitted
   only when, besides fitting by Kueue's rules, either its own guaranteed end (now +
   `run_limit` + grace) comes before the reservation's start, or the holder would still fit
@@ -40,10 +44,16 @@ from atoll.engine.model import (
 from atoll.engine.overlay import UsageOverlay
 from atoll.engine.snapshot import Snapshot
 
+MAX_HOLDERS = 8
+"""Reservations per ClusterQueue at most (the head and the first workloads, in queue order,
+that waited `reserve_after_seconds`): each one costs a pass over the admitted workloads'
+ends per step."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Holder:
-    """A workload that may hold a reservation: the first of its backfill queue."""
+    """A workload that may hold a reservation: the first of its backfill queue, or one that
+    has waited the queue's `reserve_after_seconds`."""
 
     workload: Workload
     cluster_queue: ClusterQueueName
@@ -63,6 +73,15 @@ class Reservation:
     """Every end the start waits for is guaranteed (no run-duration hint among them)."""
     since: float
     holder: Workload = field(compare=False, repr=False)
+    end: float | None = None
+    """When the holder, admitted at `start`, gives the quota back (its guaranteed end, or
+    its hint); None when nothing says (later holders plan around it for ever)."""
+    end_certain: bool = True
+    """`end` is guaranteed (and so is `start`)."""
+
+    def alive(self, t: float) -> bool:
+        """The reserved quota is held at `t` (from `start`, until `end`)."""
+        return self.start <= t and (self.end is None or t < self.end)
 
 
 def _grace(snapshot: Snapshot, cq: ClusterQueueName) -> float:
@@ -76,8 +95,13 @@ def admitted_end(a: AdmittedWorkload, now: float, grace: float) -> tuple[float, 
     assumed so far (reserved later than `now`) counts from now."""
     if a.evicted:
         return now, True
-    began = min(a.reserved_at, now)
-    w = a.workload
+    return run_end(a.workload, min(a.reserved_at, now), now, grace)
+
+
+def run_end(w: Workload, began: float, now: float, grace: float) -> tuple[float, bool] | None:
+    """When `w`, holding quota from `began`, gives it back, and whether that is guaranteed:
+    `began` + its run limit + grace, or its run-duration hint when that comes sooner (never
+    before `now`: a hint exceeded may end any moment); None when nothing says."""
     bound = None if w.run_limit is None else began + w.run_limit + grace
     if w.run_hint is not None:
         hinted = max(began + w.run_hint, now)  # a hint exceeded: it may end any moment
@@ -103,7 +127,17 @@ def _ends(
     return out
 
 
-def _reserve_one(snapshot: Snapshot, ov: UsageOverlay, h: Holder, now: float) -> Reservation | None:
+def _reserve_one(
+    snapshot: Snapshot,
+    ov: UsageOverlay,
+    clean: UsageOverlay,
+    h: Holder,
+    *,
+    now: float,
+    earlier: Sequence[Reservation],
+) -> Reservation | None:
+    """`h`'s reservation, planned around `earlier`; `ov` and `clean` are overlays of
+    `snapshot` with no change outside a what-if (`clean` for checks at other times)."""
     cq = snapshot.cluster_queues.get(h.cluster_queue)
     if cq is None or cq.backfill is None or h.workload.key in snapshot.admitted:
         return None
@@ -113,8 +147,20 @@ def _reserve_one(snapshot: Snapshot, ov: UsageOverlay, h: Holder, now: float) ->
     if policy.max_hold_seconds is not None and now - h.since > policy.max_hold_seconds:
         return None
     n = ov.node(cq.name)
+    root = ov.tree.root(n)
+    planned = [r for r in earlier if ov.tree.root(ov.node(r.cluster_queue)) == root]
+    events = [
+        (t, late, 0, str(key)) for t, late, key in _ends(snapshot, root, now, policy.grace_seconds)
+    ]
+    events += [
+        (r.end, not (r.certain and r.end_certain), 1, str(i))
+        for i, r in enumerate(planned)
+        if r.end is not None and r.end > now
+    ]
+    events.sort()
 
     def made(start: float, certain: bool, usage: Mapping[FlavorResource, int]) -> Reservation:
+        ends = run_end(h.workload, start, start, policy.grace_seconds)
         return Reservation(
             workload=h.workload.key,
             cluster_queue=cq.name,
@@ -123,26 +169,88 @@ def _reserve_one(snapshot: Snapshot, ov: UsageOverlay, h: Holder, now: float) ->
             certain=certain,
             since=h.since,
             holder=h.workload,
+            end=None if ends is None else ends[0],
+            end_certain=ends is not None and ends[1],
         )
 
-    a = assign_flavors(ov, h.workload, cq)
-    if a.mode is FitMode.FIT:
-        return made(now, True, a.usage)
-    ends = _ends(snapshot, ov.tree.root(n), now, policy.grace_seconds)
+    def attempt(at: float, certain: bool) -> Reservation | None:
+        """The holder's reservation from `at` (the admitted workloads that end by then are
+        gone from `ov`), if it fits beside the planned reservations held then and keeps
+        every planned one that starts later."""
+        ov.begin()
+        try:
+            for r in planned:
+                if r.alive(at):
+                    ov.add(ov.node(r.cluster_queue), dict(r.usage))
+            a = assign_flavors(ov, h.workload, cq)
+        finally:
+            ov.rollback()
+        if a.mode is not FitMode.FIT:
+            return None
+        mine = made(at, certain, a.usage)
+        for r in planned:
+            if r.start > at and mine.alive(r.start):
+                held = [(n, dict(mine.usage))]
+                if not _fits_at(snapshot, clean, r, now, held=held, others=planned):
+                    return None
+        return mine
+
+    found = attempt(now, True)
+    if found is not None or not events:
+        return found
     ov.begin()
     try:
         certain, i = True, 0
-        while i < len(ends):
-            start, batch = ends[i][0], []
-            while i < len(ends) and ends[i][0] == start:
-                certain = certain and not ends[i][1]
-                batch.append(ends[i][2])
+        while i < len(events):
+            start, batch = events[i][0], []
+            while i < len(events) and events[i][0] == start:
+                certain = certain and not events[i][1]
+                if events[i][2] == 0:
+                    batch.append(WorkloadKey(events[i][3]))
                 i += 1
             ov.remove_workloads(batch)
-            a = assign_flavors(ov, h.workload, cq)
-            if a.mode is FitMode.FIT:
-                return made(start, certain, a.usage)
+            found = attempt(start, certain)
+            if found is not None:
+                return found
         return None
+    finally:
+        ov.rollback()
+
+
+def _fits_at(
+    snapshot: Snapshot,
+    ov: UsageOverlay,
+    r: Reservation,
+    now: float,
+    *,
+    gone: Iterable[WorkloadKey] = (),
+    held: Iterable[tuple[int, Mapping[FlavorResource, int]]] = (),
+    done: Iterable[tuple[int, Mapping[FlavorResource, int], float | None]] = (),
+    others: Iterable[Reservation] = (),
+) -> bool:
+    """At `r`'s start, does its holder fit? The admitted workloads that end by then (on the
+    snapshot, by its queue's grace) are gone, and so are `gone`; `done` (node, usage, end)
+    released when they end by then; `held` (node, usage) added, and so is every one of
+    `others` held then. `ov` is as it is outside: unchanged afterwards."""
+    hcq = snapshot.cluster_queues[r.cluster_queue]
+    grace = _grace(snapshot, r.cluster_queue)
+    ov.begin()
+    try:
+        leaving = set(gone)
+        for key, a in snapshot.admitted.items():
+            end = admitted_end(a, now, grace)
+            if end is not None and end[0] <= r.start:
+                leaving.add(key)
+        ov.remove_workloads(sorted(leaving))
+        for node, usage, end_at in done:
+            if end_at is not None and end_at <= r.start:
+                ov.remove(node, usage)
+        for node, usage in held:
+            ov.add(node, usage)
+        for o in others:
+            if o is not r and o.alive(r.start):
+                ov.add(ov.node(o.cluster_queue), dict(o.usage))
+        return assign_flavors(ov, r.holder, hcq).mode is FitMode.FIT
     finally:
         ov.rollback()
 
@@ -150,11 +258,12 @@ def _reserve_one(snapshot: Snapshot, ov: UsageOverlay, h: Holder, now: float) ->
 def reserve(snapshot: Snapshot, holders: Iterable[Holder], now: float) -> tuple[Reservation, ...]:
     """The reservation of each holder that does not fit now, or fits now (start `now`: the
     capacity it is about to take is not given away): holders that could not fit even once
-    every admitted workload with a known end has ended get none."""
-    ov = UsageOverlay(snapshot)
-    out = []
+    every admitted workload with a known end has ended get none. `holders` in the order they
+    are served: each plans around the reservations made before it."""
+    ov, clean = UsageOverlay(snapshot), UsageOverlay(snapshot)
+    out: list[Reservation] = []
     for h in holders:
-        r = _reserve_one(snapshot, ov, h, now)
+        r = _reserve_one(snapshot, ov, clean, h, now=now, earlier=out)
         if r is not None:
             out.append(r)
     return tuple(out)
@@ -219,25 +328,19 @@ class Guard:
         usage: Mapping[FlavorResource, int],
         leaving: Sequence[WorkloadKey],
     ) -> bool:
-        """At the reservation's start, with `usage` still held, does the holder fit?"""
-        snapshot = self.snapshot
-        hcq = snapshot.cluster_queues[r.cluster_queue]
-        grace = _grace(snapshot, r.cluster_queue)
-        ov.begin()
-        try:
-            gone = set(leaving)
-            for key, a in snapshot.admitted.items():
-                end = admitted_end(a, self.now, grace)
-                if end is not None and end[0] <= r.start:
-                    gone.add(key)
-            ov.remove_workloads(sorted(gone))
-            for n, u, end_at in self.admitted:
-                if end_at is not None and end_at <= r.start:
-                    ov.remove(n, u)
-            ov.add(node, usage)
-            return assign_flavors(ov, r.holder, hcq).mode is FitMode.FIT
-        finally:
-            ov.rollback()
+        """At the reservation's start, with `usage` still held (and the other reservations
+        held then), does the holder fit?"""
+        others = [o for o in self.reservations if o.workload not in self.done]
+        return _fits_at(
+            self.snapshot,
+            ov,
+            r,
+            self.now,
+            gone=leaving,
+            held=[(node, usage)],
+            done=self.admitted,
+            others=others,
+        )
 
 
 def _refused(w: Workload, cq: ClusterQueue, r: Reservation, own_end: float | None) -> Pending:

@@ -196,6 +196,10 @@ class Backfill:
     """The head of the queue takes a reservation only once it has waited this long."""
     max_hold_seconds: float | None = None
     """How long one workload may hold a reservation (None: until it is admitted)."""
+    reserve_after_seconds: float | None = None
+    """Besides the head, every workload of the queue that has waited at least this long
+    (since its queue-order timestamp) takes a reservation too, in queue order, up to
+    `engine.backfill.MAX_HOLDERS` per queue (None: the head only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,10 +12,12 @@ class Kind(IntEnum):
     capacity before new work arrives."""
 
     COMPLETE = 0
-    TIMEOUT = 1
-    REQUEUE = 2
-    ARRIVE = 3
-    PODS = 4
+    OUT_OF_TIME = 1
+    """The Workload's maximum execution time is up (`state.workloads.execution_time_left`)."""
+    TIMEOUT = 2
+    REQUEUE = 3
+    ARRIVE = 4
+    PODS = 5
     """Greedy mode: the Job controller creates the next batch of pods."""
 
 

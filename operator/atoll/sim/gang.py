@@ -33,6 +33,7 @@ from atoll.sim.pods import Gang, domain_text, request, signature, sim_pod
 from atoll.sim.results import JobRecord, JobState, Mode, NodeTimeline, SimResult, Timeline
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
+from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
 
@@ -179,6 +180,8 @@ class GangSimulator:
     _quiet_since: float = 0.0
     """When a Job last arrived, started or finished, or a gang was evicted other than by a
     PodsReady timeout at the backoff cap: after that only capped retries happened."""
+    _expired: set[str] = field(default_factory=set)
+    """Deactivated for their maximum execution time, not evicted yet (a step is due)."""
     _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _drains: bool = False
     _topology: bool = False
@@ -261,6 +264,9 @@ class GangSimulator:
         self._waiting.append(run)
         if self.settings.pods_ready:
             self.clock.at(t + self.settings.timeout, Kind.TIMEOUT, dec.workload, run.gen)
+        left = wls.execution_time_left(self.cache.workloads[dec.workload], sw.EPOCH + t)
+        if left is not None:
+            self.clock.at(t + max(0.0, left), Kind.OUT_OF_TIME, dec.workload, run.gen)
 
     def _evict(self, key: str, reason: str, message: str, t: float, *, backoff: bool) -> None:
         run, wl = self._runs[key], self.cache.workloads[key]
@@ -284,7 +290,14 @@ class GangSimulator:
         if rs is None or rs.requeue_at is None or rs.requeue_at < sw.at(t + s.backoff_max):
             self._quiet_since = t
         released = sw.released(wl, reason, message, t, backoff=rs)
-        if rs is not None and s.backoff_limit is not None and (rs.count or 0) > s.backoff_limit:
+        self._expired.discard(key)
+        if not wl.spec.active:  # deactivated (maximum execution time): not requeued
+            run.record.reason = "Deactivated"
+            run.record.message = (
+                f"{message}: exceeded maximumExecutionTimeSeconds "
+                f"({wl.spec.maximum_execution_time_seconds}s)"
+            )
+        elif rs is not None and s.backoff_limit is not None and (rs.count or 0) > s.backoff_limit:
             released = released.model_copy(
                 update={"spec": released.spec.model_copy(update={"active": False})}
             )
@@ -351,6 +364,13 @@ class GangSimulator:
             self._evict(key, "PodsReadyTimeout", message, t, backoff=True)
         elif kind is Kind.REQUEUE:
             self.cache.set_workload(sw.backoff_finished(self.cache.workloads[key], t))
+        elif kind is Kind.OUT_OF_TIME:
+            wl = self.cache.workloads[key]
+            left = wls.execution_time_left(wl, sw.EPOCH + t)
+            if left is None or left > 0 or not wl.spec.active:
+                return False
+            self.cache.set_workload(sw.out_of_time(wl, t))  # the next step evicts it
+            self._expired.add(key)
         return True
 
     # -- the loop -------------------------------------------------------------------------
@@ -408,7 +428,7 @@ class GangSimulator:
         # XOR of the hashes of the workloads admitted or evicted in this instant: equal
         # values mean the same workloads hold quota (Zobrist hashing, O(1) per decision)
         holding = 0
-        while self._drains or any(self._pending.values()):
+        while self._drains or self._expired or any(self._pending.values()):
             decisions = self.decider.decide(now)
             self.cycles += 1
             progress = self._apply(decisions, t)

@@ -182,10 +182,35 @@ def released(
     conds = wls.with_condition(
         conds, wls.REQUEUED, status=backoff is None, reason=reason, message=message, now=now
     )
-    changes: dict[str, object] = {"conditions": conds, "admission": None}
+    evicted = next(c for c in conds if c.type == wls.EVICTED)
+    changes: dict[str, object] = {
+        "conditions": conds,
+        "admission": None,
+        "accumulated_past_execution_time_seconds": wls.past_execution_time(wl, evicted, reason),
+    }
     if backoff is not None:
         changes["requeue_state"] = backoff
     return wl.model_copy(update={"status": wls.status_with(wl, **changes)})
+
+
+def out_of_time(wl: Workload, t: float) -> Workload:
+    """Deactivated for exceeding its maximum execution time, as the operator's Job
+    reconciler does it (DeactivationTarget, then `spec.active: false`): the next step
+    evicts it and it is not requeued."""
+    conds = wls.with_condition(
+        wl.status.conditions or (),
+        wls.DEACTIVATION_TARGET,
+        status=True,
+        reason=wls.OUT_OF_TIME[0],
+        message=wls.OUT_OF_TIME[1],
+        now=at(t),
+    )
+    return wl.model_copy(
+        update={
+            "status": wls.status_with(wl, conditions=conds),
+            "spec": wl.spec.model_copy(update={"active": False}),
+        }
+    )
 
 
 def backoff_finished(wl: Workload, t: float) -> Workload:

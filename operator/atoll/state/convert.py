@@ -131,6 +131,7 @@ def backfill(cq: api_cq.ClusterQueue) -> tuple[m.Backfill | None, str | None]:
         grace = _seconds(ann, keys.BACKFILL_GRACE_ANNOTATION)
         min_wait = _seconds(ann, keys.BACKFILL_MIN_WAIT_ANNOTATION)
         max_hold = _seconds(ann, keys.BACKFILL_MAX_HOLD_ANNOTATION)
+        reserve_after = _seconds(ann, keys.BACKFILL_RESERVE_AFTER_ANNOTATION)
     except ValueError as e:
         return None, str(e)
     policy = m.Backfill()
@@ -139,6 +140,7 @@ def backfill(cq: api_cq.ClusterQueue) -> tuple[m.Backfill | None, str | None]:
             grace_seconds=policy.grace_seconds if grace is None else grace,
             min_wait_seconds=min_wait or 0.0,
             max_hold_seconds=max_hold,
+            reserve_after_seconds=reserve_after,
         ),
         None,
     )

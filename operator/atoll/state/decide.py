@@ -140,7 +140,6 @@ class Decider:
         placed, retry, failed = self._cycle(snapshot, heads, guard)
         admitted = {dec.workload for dec in placed if isinstance(dec, d.Admit)}
         backfilled = {k: v for k, v in guard.backfilled.items() if k in admitted}
-        placed += self.book.update(holders, reservations, backfilled, placed, now)
         decisions = (*skipped, *placed, *drained)
         self.heads = len(heads)
         progress = self._assume(decisions, retry, failed)
@@ -149,6 +148,11 @@ class Decider:
             more: list[d.Decision] = []
             self.parked = len(self._skip(now, bool(drained), more))
             decisions = (*decisions, *more)
+        # Each holder's own reservation in its message, after the failures of its class are
+        # remembered (`_fail`): a workload of the same class is told its own, not the head's.
+        told = list(decisions)
+        told += self.book.update(holders, reservations, backfilled, told, now)
+        decisions = tuple(told)
         for dec in decisions:
             self._tell(dec)
         return decisions

@@ -215,6 +215,11 @@ class PendingQueues:
         q = self.groups.get(group)
         return q.order[0][1] if q is not None and q.order else None
 
+    def ordered(self, group: str) -> Iterator[str]:
+        """The workloads of queue `group` in queue order, parked or not."""
+        q = self.groups.get(group)
+        return iter(()) if q is None else (key for _, key in list(q.order))
+
     def classes_of(self, group: str) -> dict[Hashable, set[str]]:
         return self.groups[group].classes
 

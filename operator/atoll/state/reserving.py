@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from atoll.engine import decisions as d
 from atoll.engine import model as m
-from atoll.engine.backfill import Holder, Reservation, describe, reserve
+from atoll.engine.backfill import MAX_HOLDERS, Holder, Reservation, describe, reserve
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 
@@ -79,18 +79,18 @@ class ReservationBook:
     slips_total: int = 0
 
     def holders(self, cache: Cache, snapshot: Snapshot, now: float) -> list[Holder]:
-        out = []
+        """The workloads that may hold a reservation, in the order they are served: the
+        first of every backfill queue (by queue name), then the second holders of every
+        queue, and so on (`Backfill.reserve_after_seconds`)."""
+        ranked: list[tuple[int, str, Holder]] = []
         for name, cq in sorted(snapshot.cluster_queues.items()):
             if cq.backfill is None:
                 continue
-            key = cache.queues.first(name)
-            if key is None or key in cache.assumed:
-                continue
-            w = cache.engine_workload(key)
-            if w is None:
-                continue
-            out.append(Holder(workload=w, cluster_queue=name, since=self.since.get(key, now)))
-        return out
+            for rank, w in enumerate(_candidates(cache, name, cq.backfill, now)):
+                since = self.since.get(str(w.key), now)
+                ranked.append((rank, name, Holder(workload=w, cluster_queue=name, since=since)))
+        ranked.sort(key=lambda x: (x[0], x[1]))
+        return [h for _, _, h in ranked]
 
     def update(
         self,
@@ -157,10 +157,27 @@ class ReservationBook:
                     cluster_queue=r.cluster_queue,
                     reason=d.PendingReason.WAITING_FOR_QUOTA,
                     message=text(r, now, self.backfilled_by.get(key, 0)),
-                    requeue=d.Requeue.INADMISSIBLE,
+                    requeue=d.Requeue.IMMEDIATE,  # only told: it stays in its queue as it is
                 )
             )
         return extra
+
+
+def _candidates(cache: Cache, name: str, policy: m.Backfill, now: float) -> Iterator[m.Workload]:
+    """The holders of one backfill queue in queue order: its first workload, then (with
+    `reserve_after_seconds`) those that have waited that long, `MAX_HOLDERS` at most."""
+    found = 0
+    for i, key in enumerate(cache.queues.ordered(name)):
+        if found == MAX_HOLDERS or (i > 0 and policy.reserve_after_seconds is None):
+            return
+        if key in cache.assumed:
+            continue
+        w = cache.engine_workload(key)
+        if w is None:
+            continue
+        if i == 0 or now - w.queued_at >= (policy.reserve_after_seconds or 0.0):
+            found += 1
+            yield w
 
 
 def reservation_of(
@@ -169,9 +186,10 @@ def reservation_of(
     """The reservation `key` holds at `now` (the same rule as the decision step), if any."""
     snapshot = cache.snapshot(fair_sharing)
     cache.queue_heads(now)  # the queues up to date, as a step has them
-    holders = [h for h in ReservationBook().holders(cache, snapshot, now) if h.workload.key == key]
-    found = reserve(snapshot, holders, now) if holders else ()
-    return found[0] if found else None
+    holders = ReservationBook().holders(cache, snapshot, now)
+    if all(h.workload.key != key for h in holders):
+        return None
+    return next((r for r in reserve(snapshot, holders, now) if r.workload == key), None)
 
 
 def brief(r: Reservation, now: float) -> str:

@@ -75,6 +75,47 @@ def is_evicted(wl: Workload) -> bool:
     return is_true(wl, EVICTED)
 
 
+OUT_OF_TIME: tuple[str, str] = (
+    "MaximumExecutionTimeExceeded",
+    "exceeding the maximum execution time",
+)
+"""The DeactivationTarget reason and message of a Workload past its maximum execution time
+(`execution_time_left`)."""
+
+
+def past_execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
+    """`accumulatedPastExecutionTimeSeconds` once the quota is released (the operator's
+    Job reconciler, and the simulator): the time admitted until `evicted` is added, unless
+    the Workload was deactivated (a reactivated Workload starts afresh)."""
+    past = wl.status.accumulated_past_execution_time_seconds
+    if reason.startswith("Deactivated") or reason == "InactiveWorkload":
+        return None
+    admitted = condition(wl, ADMITTED)
+    if (
+        wl.spec.maximum_execution_time_seconds is None
+        or admitted is None
+        or admitted.status.value != "True"
+    ):
+        return past
+    end = evicted.last_transition_time if evicted is not None else admitted.last_transition_time
+    ran = max(0, int((end - admitted.last_transition_time).total_seconds()))
+    return (past or 0) + ran
+
+
+def execution_time_left(wl: Workload, now: float) -> float | None:
+    """Kueue's `spec.maximumExecutionTimeSeconds` rule: the seconds the Workload may still
+    run (its limit, less the time admitted now and in earlier admissions,
+    `accumulatedPastExecutionTimeSeconds`); None without a limit or while not admitted. At
+    zero or below the Workload is deactivated (the operator's Job reconciler, and the
+    simulator at that instant)."""
+    limit = wl.spec.maximum_execution_time_seconds
+    admitted = condition(wl, ADMITTED)
+    if limit is None or admitted is None or admitted.status.value != "True":
+        return None
+    past = wl.status.accumulated_past_execution_time_seconds or 0
+    return limit - past - (now - admitted.last_transition_time.timestamp())
+
+
 def is_deleting(wl: Workload) -> bool:
     return wl.metadata.deletion_timestamp is not None
 
