@@ -1,7 +1,8 @@
-"""MPIJobs end to end against the real mpi-operator (v0.6.0, built into the sandbox): a
+"""MPIJobs end to end against the real mpi-operator (v0.8.2, built into the sandbox): a
 labelled MPIJob is suspended at creation, admitted whole (a launcher and a worker pod set),
-started by unsuspending it, so that its launcher and its workers start together, and
-suspended again, its pods gone, when preempted. An unlabelled MPIJob is left alone."""
+started by unsuspending it, so that its launcher and its workers start together, both with
+the flavor's node selector, and suspended again, its pods gone, when preempted. An
+unlabelled MPIJob is left alone."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ __all__ = ["mpi_controller"]
 NAME_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 FRAMEWORKS = 'integrations.frameworks=["batch/job", "kubeflow.org/mpijob"]'
+PRODUCT = "nvidia.com/gpu.product"
+H100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+"""The flavor's node labels in the first test: every dgx node has them, so they constrain
+nothing there, but atoll must inject them into both replica types and mpi-operator must carry
+them into the launcher's Job as well as the worker pods."""
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +131,17 @@ def _get(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
     return got
 
 
-def _queue(cluster: KubeCluster, ns: str, gpus: int, **cq: Any) -> str:
+def _queue(
+    cluster: KubeCluster,
+    ns: str,
+    gpus: int,
+    node_labels: dict[str, str] | None = None,
+    **cq: Any,
+) -> str:
     rf, cq_name = f"rf-{ns}", f"cq-{ns}"
     apply(
         cluster,
-        b.flavor(rf),
+        b.flavor(rf, node_labels),
         b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
         b.local_queue("q", ns, cq_name),
     )
@@ -140,7 +152,7 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
     cluster: KubeCluster, mpi_operator: OperatorProcess, namespace: str
 ) -> None:
     del mpi_operator
-    cq = _queue(cluster, namespace, gpus=40)
+    cq = _queue(cluster, namespace, gpus=40, node_labels=H100)
     assert create(cluster, mpijob("first", namespace), mpijob("second", namespace)).returncode == 0
     # The webhook suspends both at creation (the first may already be admitted and started
     # again by now, so its pods are checked against its admission time below).
@@ -171,17 +183,22 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
         if p["metadata"]["creationTimestamp"] < admitted_at
     ]
     assert early == [], f"pods created before the admission at {admitted_at}: {early}"
-    workers = [
-        p
-        for p in pods_of(cluster, namespace, "first")
-        if p["metadata"]["labels"][ROLE_LABEL] == "worker"
-    ]
-    for pod in workers:
-        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "worker"
+    products = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(PRODUCT)
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    for pod in pods_of(cluster, namespace, "first"):
+        role = pod["metadata"]["labels"][ROLE_LABEL]
+        # Both pod sets carry the admission and the flavor: the launcher's pod too, which
+        # mpi-operator creates from the Job it made at creation and updated on resume.
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == role
         assert pod["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq
+        assert pod["spec"].get("nodeSelector") == H100, (role, pod["spec"].get("nodeSelector"))
+        assert products[pod["spec"]["nodeName"]] == H100[PRODUCT]
     # The launcher's batch/v1 Job belongs to the MPIJob: no Workload of its own.
     launcher = get_json(cluster, "get", "job", "first-launcher", "-n", namespace)
     assert launcher["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    assert launcher["spec"]["template"]["spec"].get("nodeSelector") == H100
     names = [
         w["metadata"]["name"]
         for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]

@@ -91,7 +91,7 @@ INTEGRATIONS = {
     "mpi": Integration(
         name="mpi",
         module_path="github.com/kubeflow/mpi-operator",
-        version="v0.6.0",
+        version="v0.8.2",
         package=".",
         version_var=None,
         crd_dir="manifests/base/kubeflow.org_mpijobs.yaml",
