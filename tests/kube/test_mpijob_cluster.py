@@ -145,6 +145,12 @@ def _queue(
         b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
         b.local_queue("q", ns, cq_name),
     )
+    # Until atoll has the queue, a Workload waits as inadmissible and a later one may pass it
+    # (as in Kueue): wait for the LocalQueue's Active condition, which atoll writes.
+    cluster.wait_for(
+        "the LocalQueue to be Active",
+        lambda: is_true(get_json(cluster, "get", "localqueue", "q", "-n", ns), "Active"),
+    )
     return cq_name
 
 
