@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install atoll (editable) with the dev tools
 
-sandbox-bin: $(STAMP) ## build the sandbox binaries and the JobSet, LWS and MPIJob controllers from Go modules if missing
-	$(ATOLL) sandbox build --with jobset,lws,mpi
+sandbox-bin: $(STAMP) ## build the sandbox binaries and the JobSet, LWS, MPIJob and Trainer controllers from Go modules if missing
+	$(ATOLL) sandbox build --with jobset,lws,mpi,trainer
 
 lint: $(STAMP) ## ruff, mypy --strict and the layer contract test
 	$(BIN)/ruff check operator tests bench
@@ -38,7 +38,7 @@ test: $(STAMP) sandbox-bin lint ## everything: install, build sandbox binaries, 
 test-unit: $(STAMP) ## only the tests that need no cluster
 	$(BIN)/pytest -m 'not cluster'
 
-sandbox-up: $(STAMP) sandbox-bin ## start the local control plane with fake GPU nodes (SHAPE=... WITH=jobset,lws,mpi)
+sandbox-up: $(STAMP) sandbox-bin ## start the local control plane with fake GPU nodes (SHAPE=... WITH=jobset,lws,mpi,trainer)
 	$(ATOLL) sandbox up --shape $(SHAPE) $(if $(WITH),--with $(WITH))
 
 sandbox-down: $(STAMP) ## stop every sandbox process and remove its state

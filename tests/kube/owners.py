@@ -34,8 +34,9 @@ class OwnerKind:
     finished: str
     """Condition the owner's controller sets when it succeeded."""
     unlabelled_roles: frozenset[str] = frozenset()
-    """Roles whose pods keep the template they were created with (mpi-operator v0.6.0 creates
-    the launcher Job before the MPIJob is started), so carry no Kueue labels."""
+    """Roles whose pods keep the template they were created with, so carry no Kueue labels
+    (none of the sandbox's controllers now: mpi-operator v0.6.0 did this to its launcher;
+    v0.8.x updates the launcher's Job when the MPIJob is started)."""
 
     def get(self, cluster: KubeCluster, ns: str, name: str) -> Obj:
         got: Obj = get_json(cluster, "get", self.resource, name, "-n", ns)
@@ -93,7 +94,6 @@ MPIJOB = OwnerKind(
     suspend_path=("runPolicy", "suspend"),
     templates=_mpijob_templates,
     finished="Succeeded",
-    unlabelled_roles=frozenset({"launcher"}),
 )
 
 
@@ -106,14 +106,23 @@ def owned_workloads(cluster: KubeCluster, kind: str) -> list[str]:
     ]
 
 
-def queue(cluster: KubeCluster, ns: str, gpus: int, **cq: Any) -> str:
-    """Flavor `rf-NS`, ClusterQueue `cq-NS` of `gpus` GPUs, LocalQueue `q`; the CQ's name."""
+def queue(
+    cluster: KubeCluster, ns: str, gpus: int, node_labels: dict[str, str] | None = None, **cq: Any
+) -> str:
+    """Flavor `rf-NS` (with `node_labels`), ClusterQueue `cq-NS` of `gpus` GPUs, LocalQueue
+    `q`, once atoll has made it Active; the CQ's name."""
     rf, cq_name = f"rf-{ns}", f"cq-{ns}"
     apply(
         cluster,
-        b.flavor(rf),
+        b.flavor(rf, node_labels),
         b.cluster_queue(cq_name, rf, gpus=gpus, **cq),
         b.local_queue("q", ns, cq_name),
+    )
+    # Until atoll has the queue, a Workload waits as inadmissible and a later one may pass it
+    # (as in Kueue): wait for the LocalQueue's Active condition, which atoll writes.
+    cluster.wait_for(
+        "the LocalQueue to be Active",
+        lambda: is_true(get_json(cluster, "get", "localqueue", "q", "-n", ns), "Active"),
     )
     return cq_name
 

@@ -1,7 +1,8 @@
-"""MPIJobs end to end against the real mpi-operator (v0.6.0, built into the sandbox): a
+"""MPIJobs end to end against the real mpi-operator (v0.8.2, built into the sandbox): a
 labelled MPIJob is suspended at creation, admitted whole (a launcher and a worker pod set),
-started by unsuspending it, so that its launcher and its workers start together, and
-suspended again, its pods gone, when preempted. An unlabelled MPIJob is left alone."""
+started by unsuspending it, so that its launcher and its workers start together, both with
+the flavor's node selector, and suspended again, its pods gone, when preempted. An
+unlabelled MPIJob is left alone."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ from tests.sandbox.test_integrations import mpi_controller
 pytestmark = pytest.mark.cluster
 __all__ = ["mpi_controller"]
 FRAMEWORKS = 'integrations.frameworks=["batch/job", "kubeflow.org/mpijob"]'
+PRODUCT = "nvidia.com/gpu.product"
+H100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+"""The flavor's node labels in the first test: every dgx node has them, so they constrain
+nothing there, but atoll must inject them into both replica types and mpi-operator must carry
+them into the launcher's Job as well as the worker pods."""
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +99,25 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
     cluster: KubeCluster, mpi_operator: OperatorProcess, namespace: str
 ) -> None:
     del mpi_operator
-    cq = queue(cluster, namespace, gpus=40)
+    cq = queue(cluster, namespace, gpus=40, node_labels=H100)
     assert create(cluster, mpijob("first", namespace), mpijob("second", namespace)).returncode == 0
     check_first_admitted_whole_second_waits(
         cluster, MPIJOB, namespace, cq=cq, pod_sets=[("launcher", 1), ("worker", 4)]
     )
+    products = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get(PRODUCT)
+        for n in get_json(cluster, "get", "nodes")["items"]
+    }
+    for pod in MPIJOB.pods_of(cluster, namespace, "first"):
+        role = pod["metadata"]["labels"][MPIJOB.role_label]
+        # Both pod sets carry the flavor: the launcher's pod too, which mpi-operator creates
+        # from the Job it made at creation and updated on resume.
+        assert pod["spec"].get("nodeSelector") == H100, (role, pod["spec"].get("nodeSelector"))
+        assert products[pod["spec"]["nodeName"]] == H100[PRODUCT]
     # The launcher's batch/v1 Job belongs to the MPIJob: no Workload of its own.
     launcher = get_json(cluster, "get", "job", "first-launcher", "-n", namespace)
     assert launcher["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    assert launcher["spec"]["template"]["spec"].get("nodeSelector") == H100
     names = [
         w["metadata"]["name"]
         for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]

@@ -16,6 +16,7 @@ from tests.conftest import KubeCluster, missing_component
 JOBSET = integrations.INTEGRATIONS["jobset"]
 LWS = integrations.INTEGRATIONS["lws"]
 MPI = integrations.INTEGRATIONS["mpi"]
+TRAINER = integrations.INTEGRATIONS["trainer"]
 SLEEPER = {
     "name": "main",
     "image": "registry.invalid/atoll/sleep:1",
@@ -27,6 +28,13 @@ def test_with_names_parse_in_order_and_unknown_names_are_refused() -> None:
     assert integrations.parse("jobset, lws") == [JOBSET, LWS]
     assert integrations.parse("mpi,jobset") == [MPI, JOBSET]
     assert integrations.parse(None) == []
+    assert integrations.parse("jobset,jobset") == [JOBSET]
+
+
+def test_trainer_brings_the_jobset_controller_first() -> None:
+    """Kubeflow Trainer creates JobSets: their CRD and controller must be there before it."""
+    assert integrations.parse("trainer") == [JOBSET, TRAINER]
+    assert integrations.parse("mpi,trainer,jobset") == [MPI, JOBSET, TRAINER]
     with pytest.raises(ValueError, match="unknown integration 'kubeflow'"):
         integrations.parse("jobset,kubeflow")
 
@@ -89,6 +97,20 @@ def test_the_mpi_controller_opens_no_port() -> None:
     assert integrations.webhooks(MPI, Path("/nonexistent"), 1, b"CA") == []
 
 
+def test_the_trainer_controller_serves_on_the_configured_loopback_address_only() -> None:
+    """Trainer's own command listens for webhooks on every interface and rotates certificates
+    through a Secret and a Service; the sandbox's main takes host, port and certificates from
+    the Configuration file the sandbox writes, and has no metrics or leader election."""
+    main = (binaries.modules_dir() / TRAINER.name / "main.go").read_text()
+    code = "\n".join(line for line in main.splitlines() if not line.lstrip().startswith("//"))
+    assert "Host:    cfg.Webhook.Host" in code
+    assert 'BindAddress: "0"' in code
+    for absent in ("ManageCerts", "cert-controller", "LeaderElection:         true"):
+        assert absent not in code
+    assert TRAINER.config_api is not None
+    assert f"{TRAINER.module_path}/pkg/controller" in main
+
+
 def test_crds_come_from_a_folder_or_from_one_file(tmp_path: Path) -> None:
     crd = tmp_path / MPI.crd_dir
     crd.parent.mkdir(parents=True)
@@ -98,6 +120,7 @@ def test_crds_come_from_a_folder_or_from_one_file(tmp_path: Path) -> None:
     (tmp_path / JOBSET.crd_dir).mkdir(parents=True)
     (tmp_path / JOBSET.crd_dir / "b.yaml").write_text("")
     (tmp_path / JOBSET.crd_dir / "a.yaml").write_text("")
+    (tmp_path / JOBSET.crd_dir / "kustomization.yaml").write_text("kind: Kustomization\n")
     assert [p.name for p in integrations.crd_files(JOBSET, tmp_path)] == ["a.yaml", "b.yaml"]
 
 
@@ -130,6 +153,13 @@ def lws_controller(cluster: KubeCluster) -> Proc | None:
 @pytest.fixture(scope="session")
 def mpi_controller(cluster: KubeCluster) -> Proc | None:
     return _controller(cluster, MPI, "mpijobs.kubeflow.org")
+
+
+@pytest.fixture(scope="session")
+def trainer_controller(cluster: KubeCluster, jobset_controller: Proc | None) -> Proc | None:
+    """Kubeflow Trainer, after the JobSet controller it creates JobSets for."""
+    del jobset_controller
+    return _controller(cluster, TRAINER, "trainjobs.trainer.kubeflow.org")
 
 
 def _jobset(name: str, namespace: str) -> str:
@@ -212,3 +242,82 @@ def test_unlabelled_leaderworkerset_runs_its_leader_and_workers(
     assert names == ["serve-0", "serve-0-1", "serve-0-2"]
     if lws_controller is not None:
         assert is_ours(lws_controller)
+
+
+@pytest.mark.cluster
+def test_unlabelled_trainjob_runs_its_jobset_from_a_cluster_training_runtime(
+    cluster: KubeCluster, namespace: str, trainer_controller: Proc | None
+) -> None:
+    """A TrainJob of 2 nodes on a ClusterTrainingRuntime: Trainer builds a JobSet from the
+    runtime's template (its `node` job with 2 pods), JobSet runs it, the TrainJob completes."""
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": f"sleep-{namespace}"},
+        "spec": {
+            "mlPolicy": {"numNodes": 1},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {
+                                    "labels": {
+                                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                    }
+                                },
+                                "spec": {
+                                    "template": {
+                                        "spec": {"containers": [dict(SLEEPER, name="node")]}
+                                    }
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "plain", "namespace": namespace},
+        "spec": {
+            "runtimeRef": {"name": f"sleep-{namespace}", "kind": "ClusterTrainingRuntime"},
+            "trainer": {"numNodes": 2},
+        },
+    }
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime))
+    try:
+        cluster.kubectl("create", "-f", "-", input=json.dumps(trainjob))
+        cluster.kubectl(
+            "wait",
+            "--for=condition=Complete",
+            "trainjob/plain",
+            "-n",
+            namespace,
+            "--timeout=180s",
+            timeout=190,
+        )
+        jobset = json.loads(
+            cluster.kubectl("get", "jobset", "plain", "-n", namespace, "-o", "json").stdout
+        )
+        assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+        [node] = jobset["spec"]["replicatedJobs"]
+        assert (node["name"], node["replicas"]) == ("node", 1)
+        assert node["template"]["spec"]["parallelism"] == 2  # the TrainJob's numNodes
+        label = "jobset.sigs.k8s.io/jobset-name=plain"
+        pods = json.loads(
+            cluster.kubectl("get", "pods", "-n", namespace, "-l", label, "-o", "json").stdout
+        )
+        assert len(pods["items"]) == 2
+        assert all(p["status"]["phase"] == "Succeeded" for p in pods["items"])
+    finally:
+        # Trainer keeps a finalizer on a runtime while a TrainJob uses it.
+        cluster.kubectl("delete", "trainjob", "plain", "-n", namespace, check=False)
+        cluster.kubectl(
+            "delete", "clustertrainingruntime", f"sleep-{namespace}", "--wait=false", check=False
+        )
+    if trainer_controller is not None:
+        assert is_ours(trainer_controller)

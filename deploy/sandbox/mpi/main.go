@@ -1,13 +1,15 @@
 // Command mpi-controller runs the MPIJob controller of github.com/kubeflow/mpi-operator (the
 // library, pinned by this wrapper module) for the atoll sandbox.
 //
-// The upstream command is not used: it serves /healthz on :8080 on every interface, hard-coded,
-// which the sandbox forbids (loopback only) and which would collide between two sandboxes.
+// The upstream command is not used: it serves /healthz on :8080 on every interface, hard-coded
+// (still so in v0.8.2), which the sandbox forbids (loopback only) and which would collide
+// between two sandboxes.
 // This main opens no port at all: no health server, no metrics, no leader election. Once its
 // informer caches are synced it writes --ready-file, which is what the sandbox waits for.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -20,8 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog"
+	"k8s.io/klog/v2"
 
+	"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app/options"
 	mpiclient "github.com/kubeflow/mpi-operator/pkg/client/clientset/versioned"
 	mpiinformers "github.com/kubeflow/mpi-operator/pkg/client/informers/externalversions"
 	"github.com/kubeflow/mpi-operator/pkg/controller"
@@ -33,7 +36,7 @@ func main() {
 	workers := flag.Int("threadiness", 2, "MPIJobs reconciled in parallel")
 	qps := flag.Float64("kube-api-qps", 50, "client QPS to the API server")
 	burst := flag.Int("kube-api-burst", 100, "client burst to the API server")
-	klog.InitFlags(nil)
+	// The library's options package registers klog's flags when it is imported.
 	flag.Parse()
 	if err := run(*kubeconfig, *readyFile, *workers, float32(*qps), *burst); err != nil {
 		fmt.Fprintln(os.Stderr, "mpi-controller:", err)
@@ -69,12 +72,24 @@ func run(kubeconfig, readyFile string, workers int, qps float32, burst int) erro
 		os.Exit(1)
 	}()
 
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+
 	core := kubeinformers.NewSharedInformerFactory(kube, 0)
 	jobs := mpiinformers.NewSharedInformerFactory(mpi, 0)
 	// Every namespace; no gang scheduler (atoll is the gang admission), so no Volcano or
-	// scheduler-plugins client.
+	// scheduler-plugins client. The queue's rate limits are the upstream flags' defaults.
+	opt := &options.ServerOption{
+		Namespace:           metav1.NamespaceAll,
+		ControllerRateLimit: 10,
+		ControllerBurst:     100,
+	}
 	ctrl, err := controller.NewMPIJobController(
-		kube, mpi, nil, nil,
+		ctx, kube, mpi, nil, nil,
 		core.Core().V1().ConfigMaps(),
 		core.Core().V1().Secrets(),
 		core.Core().V1().Services(),
@@ -82,7 +97,7 @@ func run(kubeconfig, readyFile string, workers int, qps float32, burst int) erro
 		core.Core().V1().Pods(),
 		core.Scheduling().V1().PriorityClasses(),
 		jobs.Kubeflow().V2beta1().MPIJobs(),
-		metav1.NamespaceAll, "")
+		opt)
 	if err != nil {
 		return fmt.Errorf("creating the MPIJob controller: %w", err)
 	}

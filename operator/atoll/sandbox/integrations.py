@@ -1,4 +1,4 @@
-"""The job integrations' own controllers in the sandbox (JobSet, LWS, MPIJob).
+"""The job integrations' own controllers in the sandbox (JobSet, LWS, MPIJob, Trainer).
 
 Each controller is built from its Go module, pinned by a wrapper module under
 `deploy/sandbox/<name>`, into the binary cache keyed by its version, niced, and only when
@@ -7,10 +7,13 @@ more sandbox process on loopback (no leader election, metrics off, its own cert 
 off), and registers its admission webhooks from the module's webhook manifests with a
 loopback URL and a self-signed CA (`atoll.pki`), so no cert-manager and no Service is needed.
 
-A controller whose upstream command cannot be confined to loopback (mpi-operator serves
-/healthz on `:8080`, hard-coded) is built from the wrapper module's own small main instead
-(`package="."`): it opens no port, takes no config file, and writes a ready file once its
-informer caches are synced.
+A controller whose upstream command cannot be confined to loopback is built from the
+wrapper module's own small main instead (`package="."`). mpi-operator (v0.8.2 included)
+serves /healthz on `:8080`, hard-coded: its main opens no port, takes no config file, and
+writes a ready file once its informer caches are synced. Kubeflow Trainer's command listens
+for webhooks on every interface and keeps its certificates in a Secret behind a Service: its
+main reads the same Configuration file as JobSet's and LWS's commands (webhook host, port and
+certificate folder, health address) and serves only there.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class Integration:
     pod_label: str
     """Pod webhooks are narrowed to pods with this label: the sandbox's other pods never
     depend on this controller being up."""
+    needs: tuple[str, ...] = ()
+    """Integrations whose controller (and CRDs) must run first: Trainer creates JobSets."""
 
     @property
     def process(self) -> str:
@@ -91,7 +96,7 @@ INTEGRATIONS = {
     "mpi": Integration(
         name="mpi",
         module_path="github.com/kubeflow/mpi-operator",
-        version="v0.6.0",
+        version="v0.8.2",
         package=".",
         version_var=None,
         crd_dir="manifests/base/kubeflow.org_mpijobs.yaml",
@@ -99,19 +104,34 @@ INTEGRATIONS = {
         config_api=None,
         pod_label="training.kubeflow.org/job-name",
     ),
+    "trainer": Integration(
+        name="trainer",
+        module_path="github.com/kubeflow/trainer/v2",
+        version="v2.0.0",
+        package=".",
+        version_var=None,
+        crd_dir="manifests/base/crds",
+        webhook_manifest="manifests/base/webhook/manifests.yaml",
+        config_api="sandbox.atoll.dev/v1alpha1",  # read by deploy/sandbox/trainer/main.go
+        pod_label="jobset.sigs.k8s.io/jobset-name",
+        needs=("jobset",),
+    ),
 }
 
 
 def parse(names: str | None) -> list[Integration]:
-    """`jobset,lws` → the integrations, in order; unknown names raise ValueError."""
-    out = []
+    """`jobset,lws` → the integrations, in order, each once and after those it needs (`trainer`
+    brings `jobset` before it); unknown names raise ValueError."""
+    out: list[Integration] = []
     for name in (n.strip() for n in (names or "").split(",")):
         if not name:
             continue
         if name not in INTEGRATIONS:
             known = ", ".join(INTEGRATIONS)
             raise ValueError(f"unknown integration {name!r} (known: {known})")
-        out.append(INTEGRATIONS[name])
+        for wanted in (*INTEGRATIONS[name].needs, name):
+            if INTEGRATIONS[wanted] not in out:
+                out.append(INTEGRATIONS[wanted])
     return out
 
 
@@ -153,10 +173,13 @@ def webhooks(integration: Integration, source: Path, port: int, ca: bytes) -> li
 
 
 def crd_files(integration: Integration, source: Path) -> list[Path]:
-    """The module's CRD manifests: every YAML file of `crd_dir`, or `crd_dir` itself when it
-    names one file (mpi-operator keeps its CRD next to its deployment manifests)."""
+    """The module's CRD manifests: every YAML file of `crd_dir` but a kustomization (Trainer
+    keeps one beside its CRDs), or `crd_dir` itself when it names one file (mpi-operator keeps
+    its CRD next to its deployment manifests)."""
     where = source / integration.crd_dir
-    return [where] if where.is_file() else sorted(where.glob("*.yaml"))
+    if where.is_file():
+        return [where]
+    return sorted(p for p in where.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def start(
