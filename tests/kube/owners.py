@@ -33,10 +33,6 @@ class OwnerKind:
     """The pod templates of an object."""
     finished: str
     """Condition the owner's controller sets when it succeeded."""
-    unlabelled_roles: frozenset[str] = frozenset()
-    """Roles whose pods keep the template they were created with, so carry no Kueue labels
-    (none of the sandbox's controllers now: mpi-operator v0.6.0 did this to its launcher;
-    v0.8.x updates the launcher's Job when the MPIJob is started)."""
 
     def get(self, cluster: KubeCluster, ns: str, name: str) -> Obj:
         got: Obj = get_json(cluster, "get", self.resource, name, "-n", ns)
@@ -164,13 +160,8 @@ def check_first_admitted_whole_second_waits(
         p["metadata"]["name"] for p in pods if p["metadata"]["creationTimestamp"] < admitted_at
     ]
     assert early == [], f"pods created before the admission at {admitted_at}: {early}"
-    labelled = [
-        p for p in pods if p["metadata"]["labels"][kind.role_label] not in kind.unlabelled_roles
-    ]
-    assert {p["metadata"]["labels"][PODSET_LABEL] for p in labelled} == {
-        n for n, _ in pod_sets if n not in kind.unlabelled_roles
-    }
-    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in labelled)
+    assert {p["metadata"]["labels"][PODSET_LABEL] for p in pods} == {n for n, _ in pod_sets}
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in pods)
     cluster.wait_for(
         f"the second {kind.kind} to wait with a reason",
         lambda: (
