@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
+
 from atoll.api.core import Job
 from atoll.cli.simulate_cmd import read_scenario
 from atoll.engine import decisions as d
@@ -147,3 +149,24 @@ def test_what_if_sees_the_free_gpus_of_racks_with_inference_pods() -> None:
     del probe["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
     answer = what_if(scn, Job.model_validate(probe), at=90)
     assert isinstance(answer.decision, d.Admit), answer.describe()
+
+
+@pytest.mark.parametrize("strategy", ["StrictFIFO", "BestEffortFIFO"])
+def test_a_strict_fifo_head_that_no_rack_holds_blocks_its_queue(strategy: str) -> None:
+    # four racks of 32 GPUs, each with 20 taken for an hour: a 16-pod rack-required gang fits
+    # the quota (96 of 128 GPUs) but no rack. As Kueue's StrictFIFO, it stays at the head and
+    # the small Job behind it waits; BestEffortFIFO parks it and admits the small Job.
+    fill = [_rack_job(f"fill-{i}", 20, duration="60m") for i in range(4)]
+    docs = _dgx_scenario(*fill, _rack_job("big", 16, arrival=1), b.job("small", pods=4, arrival=2))
+    for doc in docs:
+        if doc["kind"] == "ClusterQueue" and doc["metadata"]["name"] == "cq":
+            doc["spec"]["queueingStrategy"] = strategy
+    scn = b.scenario(docs)
+    jobs = _jobs(GangSimulator(scn, Settings.of(scn.config)).run())
+    big, small = jobs["big"], jobs["small"]
+    assert isinstance(big, JobRecord) and isinstance(small, JobRecord)
+    assert big.admitted == 3600.0  # when the fillers end
+    if strategy == "StrictFIFO":
+        assert small.admitted is not None and small.admitted >= big.admitted
+    else:
+        assert small.admitted == 2.0

@@ -16,6 +16,8 @@ anyone else) cannot take it back before the preemptor lands there. While victims
 the preemptor waits (WaitingForPreemptedWorkloads) and nothing is preempted again. A gang
 that stays pending is told what would change the answer: the fewest running gangs of one
 domain whose end would make room, and whether it fits now as preferred instead of required.
+It is requeued as a quota "no fit" is: a StrictFIFO head stays at the head and blocks its
+queue, a BestEffortFIFO one is parked.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from atoll.engine.inventory import (
     Placement,
     TopologyMode,
 )
-from atoll.engine.model import WorkloadKey
+from atoll.engine.model import QueueingStrategy, WorkloadKey
+from atoll.engine.ordering import requeue_for
 from atoll.engine.placement import place
 from atoll.engine.snapshot import Snapshot
 from atoll.state import workloads as wls
@@ -182,7 +185,7 @@ class TopologyChecker:
         try:
             gang = self._gang(wl, dec)
         except GangError as e:
-            return self._pending(dec, d.PendingReason.MISCONFIGURED, str(e))
+            return self._pending(dec, d.PendingReason.MISCONFIGURED, str(e), snapshot)
         if gang is None:
             self.nominations.pop(key, None)
             return None
@@ -194,7 +197,9 @@ class TopologyChecker:
             return result
         if result.reason not in _PREEMPTIBLE or dp.required_level(inventory, gang) is None:
             self.nominations.pop(key, None)
-            return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, result.message)
+            return self._pending(
+                dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, result.message, snapshot
+            )
         held = self.cache.inventory.held()
         leaving = {k: p for k, p in held.items() if k in evicting}
         freed = dp.release(inventory, leaving.values())
@@ -220,7 +225,7 @@ class TopologyChecker:
             "hints", key, token, lambda: self._hints(gang, inventory, freed, running)
         )
         message = result.message + hints
-        return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message)
+        return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message, snapshot)
 
     def forget(self, key: str) -> None:
         """The preemptor no longer needs its domain (admitted elsewhere, gone, over quota)."""
@@ -363,13 +368,20 @@ class TopologyChecker:
         return hints
 
     @staticmethod
-    def _pending(dec: d.Admit, reason: d.PendingReason, message: str) -> d.Pending:
+    def _pending(
+        dec: d.Admit, reason: d.PendingReason, message: str, snapshot: Snapshot | None
+    ) -> d.Pending:
+        """Pending as the quota's "no fit" is: a StrictFIFO head stays at the head of its
+        queue and blocks it (Kueue's StrictFIFO requeues every inadmissible head at once);
+        a BestEffortFIFO one is parked until something changes."""
+        cq = snapshot.cluster_queues.get(dec.cluster_queue) if snapshot is not None else None
+        strategy = cq.queueing_strategy if cq is not None else QueueingStrategy.BEST_EFFORT_FIFO
         return d.Pending(
             workload=dec.workload,
             cluster_queue=dec.cluster_queue,
             reason=reason,
             message=message,
-            requeue=d.Requeue.INADMISSIBLE,
+            requeue=requeue_for(strategy),
         )
 
 
