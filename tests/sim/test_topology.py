@@ -164,9 +164,11 @@ def test_a_strict_fifo_head_that_no_rack_holds_blocks_its_queue(strategy: str) -
     scn = b.scenario(docs)
     jobs = _jobs(GangSimulator(scn, Settings.of(scn.config)).run())
     big, small = jobs["big"], jobs["small"]
-    assert isinstance(big, JobRecord) and isinstance(small, JobRecord)
+    assert isinstance(big, JobRecord)
+    assert isinstance(small, JobRecord)
     assert big.admitted == 3600.0  # when the fillers end
     if strategy == "StrictFIFO":
-        assert small.admitted is not None and small.admitted >= big.admitted
+        assert small.admitted is not None
+        assert small.admitted >= big.admitted
     else:
         assert small.admitted == 2.0
