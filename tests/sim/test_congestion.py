@@ -47,6 +47,8 @@ class WakeEverything(Decider):
             match dec:
                 case d.Admit():
                     cache.assume(dec.workload, admission_of(dec))
+                    if (placement := placer.placed.get(str(dec.workload))) is not None:
+                        cache.inventory.hold(placement)
                 case d.Preempt():
                     cache.evicting.update(v.workload for v in dec.victims)
                     cache.preempting(dec.workload, dec.cluster_queue)

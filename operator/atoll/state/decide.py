@@ -32,7 +32,7 @@ hashing, which parks the workloads equivalent to a head that does not fit).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field
 
@@ -40,6 +40,7 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
+from atoll.engine.inventory import Placement
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
@@ -138,13 +139,13 @@ class Decider:
         holders = self.book.holders(cache, snapshot, now)
         reservations = reserve(snapshot, holders, now) if holders else ()
         guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
-        placed, failed = self._cycle(snapshot, heads, guard)
+        placed, placements, failed = self._cycle(snapshot, heads, guard)
         admitted = {dec.workload for dec in placed if isinstance(dec, d.Admit)}
         backfilled = {k: v for k, v in guard.backfilled.items() if k in admitted}
         placed += self.book.update(holders, reservations, backfilled, placed, now)
         decisions = (*skipped, *placed, *drained)
         self.heads = len(heads)
-        progress = self._assume(decisions, failed)
+        progress = self._assume(decisions, placements, failed)
         if self.parked and not progress and cache.snapshot(self.fair_sharing) is snapshot:
             # The next steps would start from this snapshot: skip those that only park.
             more: list[d.Decision] = []
@@ -156,9 +157,10 @@ class Decider:
 
     def _cycle(
         self, snapshot: Snapshot, heads: list[m.Workload], guard: Guard
-    ) -> tuple[list[d.Decision], set[str]]:
-        """The engine cycle, placing each gang it admits; the heads the engine itself found
-        inadmissible (not placement: the inventory is not part of the snapshot)."""
+    ) -> tuple[list[d.Decision], dict[str, Placement], set[str]]:
+        """The engine cycle, placing each gang it admits; where the admitted gangs are
+        placed; the heads the engine itself found inadmissible (not placement: the
+        inventory is not part of the snapshot)."""
         placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
         decisions = run_cycle(snapshot, heads, guard.reservations, guard.now, guard, placer=placer)
         failed = {
@@ -166,10 +168,16 @@ class Decider:
             for dec in decisions
             if isinstance(dec, d.Pending) and str(dec.workload) not in placer.changed
         }
-        return list(decisions), failed
+        return list(decisions), placer.placed, failed
 
-    def _assume(self, decisions: tuple[d.Decision, ...], failed: set[str]) -> bool:
-        """Assume the decisions in the cache; whether any admits, preempts or evicts."""
+    def _assume(
+        self,
+        decisions: tuple[d.Decision, ...],
+        placements: Mapping[str, Placement],
+        failed: set[str],
+    ) -> bool:
+        """Assume the decisions in the cache, holding the admitted gangs' placements;
+        whether any admits, preempts or evicts."""
         cache = self.cache
         self.parked = 0
         progress = False
@@ -177,6 +185,9 @@ class Decider:
             match dec:
                 case d.Admit():
                     cache.assume(dec.workload, admission_of(dec))
+                    placement = placements.get(str(dec.workload))
+                    if placement is not None:
+                        cache.inventory.hold(placement)
                     progress = True
                 case d.Preempt():
                     cache.evicting.update(v.workload for v in dec.victims)
@@ -276,14 +287,17 @@ class InventoryPlacer:
     gangs see them as leaving, never as new victims."""
     changed: set[str] = field(default_factory=set)
     """Gangs placement turned into a preemption or a pending decision."""
+    placed: dict[str, Placement] = field(default_factory=dict)
+    """The gangs placed in this cycle, in order: taken from the live inventory for the gangs
+    after them (the inventory's copy-on-write layer), held in its ledger when assumed."""
 
     def place(self, admit: d.Admit) -> d.Admit | d.Preempt | d.Pending:
-        checked = self.checker.place_or_preempt(admit, self.snapshot, self.evicting)
+        checked = self.checker.place_or_preempt(admit, self.snapshot, self.evicting, self.placed)
         if isinstance(checked, d.Pending | d.Preempt):
             self.changed.add(str(admit.workload))
             return checked
         if checked is not None:
-            self.checker.cache.inventory.hold(checked)
+            self.placed[str(admit.workload)] = checked
         return admit
 
     def decided(self, decision: d.Decision) -> None:

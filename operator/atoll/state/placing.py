@@ -128,10 +128,13 @@ class TopologyChecker:
         dec: d.Admit,
         snapshot: Snapshot | None = None,
         evicting: Collection[str] = (),
+        placed: Mapping[str, Placement] | None = None,
     ) -> Placement | d.Pending | d.Preempt | None:
         """As `check`, or a Preempt freeing one domain of the gang's required level.
         `snapshot` is the cycle's (for the preemption policy; without it nothing is
-        preempted); `evicting`: admitted workloads already being evicted."""
+        preempted); `evicting`: admitted workloads already being evicted; `placed`: the
+        gangs placed earlier in the cycle, taken from the live inventory (a copy-on-write
+        layer: the ledger holds them only once the cycle's admissions are assumed)."""
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         if wl is None:
@@ -144,6 +147,8 @@ class TopologyChecker:
             self.nominations.pop(key, None)
             return None
         base = self.cache.inventory.snapshot()
+        if placed:
+            base = dp.reserve(base, placed.values())
         inventory = self._inventory(base, exclude=key)
         result = place(inventory, gang)
         if isinstance(result, Placement):
@@ -154,7 +159,7 @@ class TopologyChecker:
             return self._pending(
                 dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, result.message, snapshot
             )
-        held = self.cache.inventory.held()
+        held = {**self.cache.inventory.held(), **(placed or {})}
         leaving = {k: p for k, p in held.items() if k in evicting}
         freed = dp.release(inventory, leaving.values())
         if leaving:  # gangs already being evicted make room once gone: wait for them
