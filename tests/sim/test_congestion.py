@@ -16,7 +16,7 @@ from atoll.engine.ordering import select_heads
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import SimResult
 from atoll.sim.scenario import Scenario
-from atoll.state.decide import Decider, admission_of
+from atoll.state.decide import Decider, InventoryPlacer, admission_of
 from tests.sim.builders import (
     cluster_queue,
     flavor,
@@ -38,19 +38,8 @@ class WakeEverything(Decider):
         snapshot = cache.snapshot(self.fair_sharing)
         heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         self.checker.prune()
-        evicting = {str(k) for k in snapshot.evicted}
-        placed: list[d.Decision] = []
-        phantom = False
-        retry: set[str] = set()
-        for engine_dec in run_cycle(snapshot, heads):
-            if phantom and isinstance(engine_dec, d.Pending):
-                retry.add(str(engine_dec.workload))
-            dec = self._place(engine_dec, snapshot, evicting)
-            if isinstance(engine_dec, d.Admit) and not isinstance(dec, d.Admit):
-                phantom = True
-            if isinstance(dec, d.Preempt):
-                evicting.update(str(v.workload) for v in dec.victims)
-            placed.append(dec)
+        placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
+        placed = run_cycle(snapshot, heads, placer=placer)
         decisions = (*placed, *drain(snapshot))
         self.heads = len(heads)
         self.parked = 0
@@ -58,13 +47,15 @@ class WakeEverything(Decider):
             match dec:
                 case d.Admit():
                     cache.assume(dec.workload, admission_of(dec))
+                    if (placement := placer.placed.get(str(dec.workload))) is not None:
+                        cache.inventory.hold(placement)
                 case d.Preempt():
                     cache.evicting.update(v.workload for v in dec.victims)
                     cache.preempting(dec.workload, dec.cluster_queue)
                 case d.Evict():
                     cache.evicting.add(dec.workload)
                 case d.Pending():
-                    if dec.requeue is d.Requeue.INADMISSIBLE and dec.workload not in retry:
+                    if dec.requeue is d.Requeue.INADMISSIBLE:
                         cache.park(dec.workload)
                         self.parked += 1
         return decisions

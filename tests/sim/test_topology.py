@@ -7,13 +7,16 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
+
 from atoll.api.core import Job
 from atoll.cli.simulate_cmd import read_scenario
 from atoll.engine import decisions as d
 from atoll.sandbox import shapes
+from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobRecord, JobState, SimResult
-from atoll.sim.whatif import what_if
+from atoll.sim.whatif import add_job, what_if
 from tests.sim import builders as b
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,3 +150,44 @@ def test_what_if_sees_the_free_gpus_of_racks_with_inference_pods() -> None:
     del probe["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
     answer = what_if(scn, Job.model_validate(probe), at=90)
     assert isinstance(answer.decision, d.Admit), answer.describe()
+
+
+@pytest.mark.parametrize("strategy", ["StrictFIFO", "BestEffortFIFO"])
+def test_a_strict_fifo_head_that_no_rack_holds_blocks_its_queue(strategy: str) -> None:
+    # four racks of 32 GPUs, each with 20 taken for an hour: a 16-pod rack-required gang fits
+    # the quota (96 of 128 GPUs) but no rack. As Kueue's StrictFIFO, it stays at the head and
+    # the small Job behind it waits; BestEffortFIFO parks it and admits the small Job.
+    fill = [_rack_job(f"fill-{i}", 20, duration="60m") for i in range(4)]
+    docs = _dgx_scenario(*fill, _rack_job("big", 16, arrival=1), b.job("small", pods=4, arrival=2))
+    for doc in docs:
+        if doc["kind"] == "ClusterQueue" and doc["metadata"]["name"] == "cq":
+            doc["spec"]["queueingStrategy"] = strategy
+    scn = b.scenario(docs)
+    jobs = _jobs(GangSimulator(scn, Settings.of(scn.config)).run())
+    big, small = jobs["big"], jobs["small"]
+    assert isinstance(big, JobRecord)
+    assert isinstance(small, JobRecord)
+    assert big.admitted == 3600.0  # when the fillers end
+    if strategy == "StrictFIFO":
+        assert small.admitted is not None
+        assert small.admitted >= big.admitted
+    else:
+        assert small.admitted == 2.0
+
+
+def test_a_gang_placement_turns_down_takes_no_quota_from_the_heads_after_it() -> None:
+    # 80 of the 128 GPUs of `cq` run, 20 in each rack. In one step, a 16-pod rack-required
+    # gang of `cq` fits the quota but no rack, and a 40-pod Job of `other` borrows from `cq`:
+    # the gang placement turned down counts for nothing, so the Job is admitted in this step.
+    other = b.cluster_queue("other", gpus=0, flavor_name="tas")
+    other["spec"]["cohortName"] = "all"
+    fill = [_rack_job(f"fill-{i}", 20, duration="60m") for i in range(4)]
+    scn = b.scenario(_dgx_scenario(*fill, other, b.local_queue("other-q", "other")))
+    sim = GangSimulator(scn, Settings(until=1))
+    sim.run()
+    gang = add_job(sim, Job.model_validate(_rack_job("gang", 16, arrival=1)), 1)
+    borrower = add_job(sim, Job.model_validate(b.job("borrower", pods=40, queue="other-q")), 1)
+    decisions = {str(x.workload): x for x in sim.decider.decide(sw.EPOCH + 1)}
+    assert isinstance(decisions[gang], d.Pending)
+    assert decisions[gang].reason is d.PendingReason.TOPOLOGY_PLACEMENT_FAILED
+    assert isinstance(decisions[borrower], d.Admit)

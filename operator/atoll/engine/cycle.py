@@ -5,6 +5,12 @@ Mirrors Kueue's pkg/scheduler/scheduler.go (`schedule`, `nominate`, `processEntr
 snapshot as it was when the cycle started; then, in cycle order, each is admitted, told to
 preempt, or left pending, against the usage of the decisions taken before it in the cycle.
 
+Placement is part of the cycle, as Kueue's TAS flavor assigner makes it part of flavor
+assignment: a head that quota admits is handed to the cycle's `Placer` (topology and
+devices on the inventory, after the admissions before it in the cycle), which places it,
+turns it into a preemption inside one domain, or leaves it pending. Only what the placer
+lets go counts as usage for the heads after it: a gang it turns down takes no quota.
+
 Gang rule (an invariant of every decision): an Admit names every pod set of its workload,
 each with its full count (or, with partial admission, a count between minCount and count,
 for every pod set at once), and charges exactly count × per-pod requests; a Preempt and an
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from atoll.engine.backfill import Guard, Reservation
 from atoll.engine.decisions import (
@@ -47,6 +54,20 @@ from atoll.engine.preemption import Request, Target
 from atoll.engine.snapshot import Snapshot
 from atoll.engine.targets import find_targets
 from atoll.engine.tournament import fair_order
+
+
+class Placer(Protocol):
+    """Placement of the heads quota admits, in cycle order (`state.decide` gives one per
+    cycle: the inventory, and the domains nominated for preemptors)."""
+
+    def place(self, admit: Admit) -> Admit | Preempt | Pending:
+        """`admit` when the gang is placed (or needs no placement), a Preempt freeing one
+        domain for it, or why it stays pending."""
+        ...
+
+    def decided(self, decision: Decision) -> None:
+        """Every decision of the cycle, in order, once taken (after `place`)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,9 +272,12 @@ def process(
     e: Entry,
     preempted: dict[WorkloadKey, Target],
     guard: Guard | None = None,
+    *,
+    placer: Placer | None = None,
 ) -> Decision:
     """Kueue's processEntry: the decision for one nominated head, given earlier ones; with
-    a `guard`, an admission or preemption must also keep the reservations it checks."""
+    a `guard`, an admission or preemption must also keep the reservations it checks; with a
+    `placer`, an admission must also be placed."""
     a, cq, w = e.assignment, e.cluster_queue, e.workload
     if a.mode is FitMode.NO_FIT:
         return _unassignable(e, a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR)
@@ -272,9 +296,14 @@ def process(
         refused = guard.check(ov, w, cq=cq, node=e.node, usage=a.usage, leaving=leaving)
         if refused is not None:
             return refused
+    decision: Admit | Preempt | Pending = _go(e)
+    if placer is not None and isinstance(decision, Admit):
+        decision = placer.place(decision)
+        if isinstance(decision, Pending):
+            return decision
     preempted.update((t.workload, t) for t in e.targets)
     ov.add(e.node, a.usage)
-    return _go(e)
+    return decision
 
 
 def run_cycle(
@@ -283,12 +312,15 @@ def run_cycle(
     reservations: Sequence[Reservation] = (),
     now: float = 0.0,
     guard: Guard | None = None,
+    *,
+    placer: Placer | None = None,
 ) -> tuple[Decision, ...]:
     """Decide every head once. Decisions come in processing order, then the heads that
     could not be considered at all (inactive queues, deactivated workloads...).
 
     With `reservations` (`engine.backfill.reserve` at `now`), the heads of backfill queues
-    must keep them (`engine.backfill.Guard`; pass one to read what it backfilled)."""
+    must keep them (`engine.backfill.Guard`; pass one to read what it backfilled). With a
+    `placer`, every admission is placed before it counts (see the module's docstring)."""
     if reservations and guard is None:
         guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
     if not reservations:
@@ -307,9 +339,17 @@ def run_cycle(
     preempted: dict[WorkloadKey, Target] = {}
     if snapshot.fair_sharing is None:
         entries.sort(key=lambda e: cycle_key(e.assignment.borrowing, e.workload))
-        decisions = [process(ov, e, preempted, guard) for e in entries]
+        ordered: Iterable[Entry] = entries
     else:
-        decisions = [process(ov, e, preempted, guard) for e in fair_order(ov, entries)]
+        ordered = fair_order(ov, entries)
+    decisions = []
+    for e in ordered:
+        decisions.append(process(ov, e, preempted, guard, placer=placer))
+        if placer is not None:
+            placer.decided(decisions[-1])
+    if placer is not None:
+        for dec in rejected:
+            placer.decided(dec)
     return tuple(decisions + rejected)
 
 

@@ -9,24 +9,36 @@ victim it can do without (Kueue's "fill back" minimisation); the domain whose vi
 the lowest top priority, then the fewest victims, then the fewest pods wins. Which gangs may
 be victims at all is `allowed_victims` (the ClusterQueue's preemption policy, a first
 version of Kueue's: see there); the hint of a pending message ("would fit after workload X
-finishes") is the same search over every running gang, all priorities alike.
+finishes") is the same search over every running gang, all priorities alike. What placement
+then tells the gang is built here too: a Preempt with the domain nominated for it, waiting
+for the victims already leaving (WaitingForPreemptedWorkloads), or the hints of a pending
+message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from atoll.engine import quota
 from atoll.engine import topology as topo
 from atoll.engine.candidates import candidate_order, satisfies_policy
-from atoll.engine.decisions import PreemptionReason
+from atoll.engine.decisions import (
+    Admit,
+    Pending,
+    PendingReason,
+    Preempt,
+    PreemptionReason,
+    Requeue,
+)
+from atoll.engine.decisions import Victim as DecisionVictim
 from atoll.engine.devices import DeviceId, NodeDevices
 from atoll.engine.inventory import (
     Gang,
     Inventory,
     Islands,
     NodeInventory,
+    NoFit,
     Placement,
     PodPlacement,
     TopologyMode,
@@ -40,6 +52,7 @@ from atoll.engine.model import (
     ReclaimWithinCohort,
     WithinClusterQueue,
     Workload,
+    WorkloadKey,
 )
 from atoll.engine.placement import place
 from atoll.engine.snapshot import Snapshot
@@ -328,4 +341,116 @@ def allowed_victims(
         if reason is not None:
             out.append(Allowed(admitted=a, reason=reason))
     out.sort(key=lambda x: candidate_order(x.admitted, cq))
+    return out
+
+
+# -- what placement tells a gang: wait, preempt in one domain, or what would change it ------
+_NAMED = 3
+"""Workloads named in a "would fit after" hint; more are counted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nomination:
+    """A domain promised to a preemptor while its victims leave."""
+
+    placement: Placement
+    """Where the preemptor goes once they are gone (reserved against everyone else)."""
+    victims: frozenset[str]
+    level: str
+    domain: tuple[str, ...]
+
+
+def _relaxed(gang: Gang) -> Gang:
+    """The gang with every required topology level only preferred."""
+    pod_sets = tuple(
+        replace(ps, topology=replace(ps.topology, mode=TopologyMode.PREFERRED))
+        if ps.topology is not None and ps.topology.mode is TopologyMode.REQUIRED
+        else ps
+        for ps in gang.pod_sets
+    )
+    return replace(gang, pod_sets=pod_sets)
+
+
+def _names(keys: Sequence[str]) -> str:
+    if len(keys) == 1:
+        return f"workload {keys[0]} finishes"
+    shown = ", ".join(keys[:_NAMED])
+    more = f" and {len(keys) - _NAMED} more" if len(keys) > _NAMED else ""
+    return f"workloads {shown}{more} finish"
+
+
+def _where(level: str, domain: tuple[str, ...]) -> str:
+    return f"{level} {domain[-1]}" if domain else level
+
+
+def _domain_of(placement: Placement) -> tuple[str, tuple[str, ...]]:
+    for ps in placement.pod_sets:
+        if ps.level is not None:
+            return ps.level, ps.domain
+    return "", ()
+
+
+def wait_for_leaving(
+    admit: Admit, gang: Gang, result: NoFit, freed: Inventory, leaving: Mapping[str, Placement]
+) -> tuple[Nomination, Pending] | None:
+    """When gangs already being evicted make room once gone (`freed`: the inventory without
+    them), the preemptor waits for them and keeps the domain, preempting nothing more."""
+    later = place(freed, gang)
+    if not isinstance(later, Placement):
+        return None
+    nodes = {p.node for p in later.pods}
+    victims = frozenset(k for k, p in leaving.items() if any(pod.node in nodes for pod in p.pods))
+    level, domain = _domain_of(later)
+    nomination = Nomination(placement=later, victims=victims, level=level, domain=domain)
+    pending = Pending(
+        workload=admit.workload,
+        cluster_queue=admit.cluster_queue,
+        reason=PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
+        message=f"{result.message}. Waiting for {len(victims)} preempted workload(s) to"
+        f" leave {_where(level, domain)}",
+        requeue=Requeue.IMMEDIATE,
+    )
+    return nomination, pending
+
+
+def preemption(
+    admit: Admit, result: NoFit, got: DomainPreemption, allowed: Mapping[str, Allowed]
+) -> tuple[Nomination, Preempt]:
+    """The Preempt that frees `got`'s domain for the gang, and the domain nominated for it."""
+    nomination = Nomination(
+        placement=got.placement, victims=frozenset(got.victims), level=got.level, domain=got.domain
+    )
+    victims = tuple(
+        DecisionVictim(
+            workload=WorkloadKey(v),
+            cluster_queue=allowed[v].admitted.cluster_queue,
+            reason=allowed[v].reason,
+        )
+        for v in got.victims
+    )
+    decision = Preempt(
+        workload=admit.workload,
+        cluster_queue=admit.cluster_queue,
+        victims=victims,
+        pod_sets=admit.pod_sets,
+        message=f"{result.message}. Pending the preemption of {len(victims)} workload(s)"
+        f" in {_where(got.level, got.domain)}",
+    )
+    return nomination, decision
+
+
+def hints(
+    gang: Gang, inventory: Inventory, freed: Inventory, running: Mapping[str, Placement]
+) -> str:
+    """What would change a pending gang's answer, whatever the preemption policy says: the
+    fewest running gangs of one domain whose end makes room, and whether it fits now as
+    preferred instead of required."""
+    out = ""
+    after = preempt_in_one_domain(
+        freed, gang, [Victim(key=k, priority=0, placement=p) for k, p in running.items()]
+    )
+    if after is not None:
+        out += f"; would fit after {_names(after.victims)}"
+    if isinstance(place(inventory, _relaxed(gang)), Placement):
+        out += "; would fit now as preferred instead of required"
     return out

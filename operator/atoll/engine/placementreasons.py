@@ -1,7 +1,7 @@
 """Why a pod set does not fit, with numbers: what it needs, the largest free domain and
 island. What would change the answer ("would fit after workload X finishes", "would fit now
-as preferred instead of required") needs more placements than this one and is added by the
-caller (atoll.state.placing), which tries them.
+as preferred instead of required") needs more placements than this one: it is
+`atoll.engine.domainpreemption.hints`, which tries them.
 
 Kueue's TAS reports "topology ... doesn't allow to fit any of N pod(s)"
 (pkg/cache/scheduler/tas_flavor_snapshot.go); atoll says how far off the best domain is.

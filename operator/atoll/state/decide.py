@@ -1,12 +1,13 @@
 """One scheduling decision step on the cache, shared by the live scheduler and the simulator.
 
 The heads of the queues (`Cache.queue_heads`: what `select_heads` gives on
-`pending_by_queue`) → one engine cycle (`run_cycle`) on the snapshot → each admitted gang
-placed on the inventory (topology and devices; `placing.TopologyChecker`, which may turn it
-into a domain preemption or a pending decision) → `drain` → the decisions assumed in the
-cache: admissions assumed, victims marked evicting, BestEffortFIFO preemptors made sticky,
-inadmissible workloads parked. No awaits and no I/O: the caller writes the decisions (the
-operator to the API server, the simulator to its virtual cluster).
+`pending_by_queue`) → one engine cycle (`run_cycle`) on the snapshot, which hands each gang
+quota admits to this step's placer (topology and devices on the inventory,
+`placing.TopologyChecker`, which may turn it into a domain preemption or a pending decision)
+before it counts → `drain` → the decisions assumed in the cache: admissions assumed, victims
+marked evicting, BestEffortFIFO preemptors made sticky, inadmissible workloads parked. No
+awaits and no I/O: the caller writes the decisions (the operator to the API server, the
+simulator to its virtual cluster).
 
 Congested queues: when a capacity change wakes the parked workloads, each queue would try
 them one head per cycle, and most only get parked again. A cycle whose every head belongs to
@@ -31,7 +32,7 @@ hashing, which parks the workloads equivalent to a head that does not fit).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
+from atoll.engine.inventory import Placement
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
@@ -137,12 +139,12 @@ class Decider:
         holders = self.book.holders(cache, snapshot, now)
         reservations = reserve(snapshot, holders, now) if holders else ()
         guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
-        placed, retry, failed = self._cycle(snapshot, heads, guard)
+        placed, placements, failed = self._cycle(snapshot, heads, guard)
         admitted = {dec.workload for dec in placed if isinstance(dec, d.Admit)}
         backfilled = {k: v for k, v in guard.backfilled.items() if k in admitted}
         decisions = (*skipped, *placed, *drained)
         self.heads = len(heads)
-        progress = self._assume(decisions, retry, failed)
+        progress = self._assume(decisions, placements, failed)
         if self.parked and not progress and cache.snapshot(self.fair_sharing) is snapshot:
             # The next steps would start from this snapshot: skip those that only park.
             more: list[d.Decision] = []
@@ -159,33 +161,27 @@ class Decider:
 
     def _cycle(
         self, snapshot: Snapshot, heads: list[m.Workload], guard: Guard
-    ) -> tuple[list[d.Decision], set[str], set[str]]:
-        """The engine cycle with each admitted gang placed; the workloads to try again next
-        step instead of parking them; the heads the engine itself found inadmissible."""
-        evicting = {str(k) for k in snapshot.evicted}
-        placed: list[d.Decision] = []
-        phantom = False
-        retry: set[str] = set()
-        failed: set[str] = set()
-        for engine_dec in run_cycle(snapshot, heads, guard.reservations, guard.now, guard):
-            if phantom and isinstance(engine_dec, d.Pending):
-                # The engine counted the quota of a gang decided earlier in this cycle that
-                # placement then turned down: this one may fit after all, so it is tried
-                # again next step instead of being parked.
-                retry.add(str(engine_dec.workload))
-            dec = self._place(engine_dec, snapshot, evicting)
-            if dec is engine_dec and isinstance(dec, d.Pending):
-                failed.add(str(dec.workload))
-            if isinstance(engine_dec, d.Admit) and not isinstance(dec, d.Admit):
-                phantom = True
-            if isinstance(dec, d.Preempt):
-                # Later gangs of this cycle see these victims as leaving, never as new ones.
-                evicting.update(str(v.workload) for v in dec.victims)
-            placed.append(dec)
-        return placed, retry, failed
+    ) -> tuple[list[d.Decision], dict[str, Placement], set[str]]:
+        """The engine cycle, placing each gang it admits; where the admitted gangs are
+        placed; the heads the engine itself found inadmissible (not placement: the
+        inventory is not part of the snapshot)."""
+        placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
+        decisions = run_cycle(snapshot, heads, guard.reservations, guard.now, guard, placer=placer)
+        failed = {
+            str(dec.workload)
+            for dec in decisions
+            if isinstance(dec, d.Pending) and str(dec.workload) not in placer.changed
+        }
+        return list(decisions), placer.placed, failed
 
-    def _assume(self, decisions: tuple[d.Decision, ...], retry: set[str], failed: set[str]) -> bool:
-        """Assume the decisions in the cache; whether any admits, preempts or evicts."""
+    def _assume(
+        self,
+        decisions: tuple[d.Decision, ...],
+        placements: Mapping[str, Placement],
+        failed: set[str],
+    ) -> bool:
+        """Assume the decisions in the cache, holding the admitted gangs' placements;
+        whether any admits, preempts or evicts."""
         cache = self.cache
         self.parked = 0
         progress = False
@@ -193,6 +189,9 @@ class Decider:
             match dec:
                 case d.Admit():
                     cache.assume(dec.workload, admission_of(dec))
+                    placement = placements.get(str(dec.workload))
+                    if placement is not None:
+                        cache.inventory.hold(placement)
                     progress = True
                 case d.Preempt():
                     cache.evicting.update(v.workload for v in dec.victims)
@@ -202,7 +201,7 @@ class Decider:
                     cache.evicting.add(dec.workload)
                     progress = True
                 case d.Pending():
-                    if dec.workload in retry or dec.requeue is not d.Requeue.INADMISSIBLE:
+                    if dec.requeue is not d.Requeue.INADMISSIBLE:
                         continue
                     if dec.workload in failed:
                         self._fail(dec)
@@ -278,23 +277,42 @@ class Decider:
                 told[1].add(key)
                 self._told_in[key] = where
 
-    def _place(self, dec: d.Decision, snapshot: Snapshot, evicting: set[str]) -> d.Decision:
-        """An admitted gang that involves topology or devices is placed now, on the inventory
-        as it is after the admissions before it in this cycle; else it preempts inside one
-        domain of its required level, or stays pending."""
-        if not isinstance(dec, d.Admit):
-            quota_miss = isinstance(dec, d.Preempt) or (
-                isinstance(dec, d.Pending) and dec.requeue is d.Requeue.INADMISSIBLE
-            )
-            if quota_miss:
-                self.checker.forget(str(dec.workload))  # its nominated domain is free again
-            return dec
-        checked = self.checker.place_or_preempt(dec, snapshot, evicting)
+
+@dataclass(slots=True)
+class InventoryPlacer:
+    """The cycle's `engine.cycle.Placer`: each gang quota admits is placed on the inventory
+    as it is after the admissions before it in the cycle (a placement is held at once), or
+    preempts inside one domain of its required level, or stays pending."""
+
+    checker: TopologyChecker
+    snapshot: Snapshot
+    evicting: set[str]
+    """Admitted workloads being evicted, and the victims of this cycle's preemptions: later
+    gangs see them as leaving, never as new victims."""
+    changed: set[str] = field(default_factory=set)
+    """Gangs placement turned into a preemption or a pending decision."""
+    placed: dict[str, Placement] = field(default_factory=dict)
+    """The gangs placed in this cycle, in order: taken from the live inventory for the gangs
+    after them (the inventory's copy-on-write layer), held in its ledger when assumed."""
+
+    def place(self, admit: d.Admit) -> d.Admit | d.Preempt | d.Pending:
+        checked = self.checker.place_or_preempt(admit, self.snapshot, self.evicting, self.placed)
         if isinstance(checked, d.Pending | d.Preempt):
+            self.changed.add(str(admit.workload))
             return checked
         if checked is not None:
-            self.cache.inventory.hold(checked)
-        return dec
+            self.placed[str(admit.workload)] = checked
+        return admit
+
+    def decided(self, decision: d.Decision) -> None:
+        key = str(decision.workload)
+        quota_miss = isinstance(decision, d.Preempt) or (
+            isinstance(decision, d.Pending) and decision.requeue is d.Requeue.INADMISSIBLE
+        )
+        if quota_miss and key not in self.changed:
+            self.checker.forget(key)  # its nominated domain is free again
+        if isinstance(decision, d.Preempt):
+            self.evicting.update(str(v.workload) for v in decision.victims)
 
 
 def _same(a: d.Pending, b: d.Pending) -> bool:

@@ -16,12 +16,14 @@ anyone else) cannot take it back before the preemptor lands there. While victims
 the preemptor waits (WaitingForPreemptedWorkloads) and nothing is preempted again. A gang
 that stays pending is told what would change the answer: the fewest running gangs of one
 domain whose end would make room, and whether it fits now as preferred instead of required.
+It is requeued as a quota "no fit" is: a StrictFIFO head stays at the head and blocks its
+queue, a BestEffortFIFO one is parked.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -36,9 +38,9 @@ from atoll.engine.inventory import (
     NoFit,
     NoFitReason,
     Placement,
-    TopologyMode,
 )
-from atoll.engine.model import WorkloadKey
+from atoll.engine.model import QueueingStrategy
+from atoll.engine.ordering import requeue_for
 from atoll.engine.placement import place
 from atoll.engine.snapshot import Snapshot
 from atoll.state import workloads as wls
@@ -50,58 +52,13 @@ from atoll.state.topologyassignment import topology_assignment
 _T = TypeVar("_T")
 _PREEMPTIBLE = frozenset({NoFitReason.NO_DOMAIN, NoFitReason.INSUFFICIENT})
 """No-fits that evicting running gangs can cure (not a bad request, nor no eligible node)."""
-_NAMED = 3
-"""Workloads named in a "would fit after" hint; more are counted."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Nomination:
-    """A domain promised to a preemptor while its victims leave."""
-
-    placement: Placement
-    """Where the preemptor goes once they are gone (reserved against everyone else)."""
-    victims: frozenset[str]
-    level: str
-    domain: tuple[str, ...]
-
-
-def _relaxed(gang: Gang) -> Gang:
-    """The gang with every required topology level only preferred."""
-    pod_sets = tuple(
-        dataclasses.replace(
-            ps, topology=dataclasses.replace(ps.topology, mode=TopologyMode.PREFERRED)
-        )
-        if ps.topology is not None and ps.topology.mode is TopologyMode.REQUIRED
-        else ps
-        for ps in gang.pod_sets
-    )
-    return dataclasses.replace(gang, pod_sets=pod_sets)
-
-
-def _names(keys: Sequence[str]) -> str:
-    if len(keys) == 1:
-        return f"workload {keys[0]} finishes"
-    shown = ", ".join(keys[:_NAMED])
-    more = f" and {len(keys) - _NAMED} more" if len(keys) > _NAMED else ""
-    return f"workloads {shown}{more} finish"
-
-
-def _where(level: str, domain: tuple[str, ...]) -> str:
-    return f"{level} {domain[-1]}" if domain else level
-
-
-def _domain_of(placement: Placement) -> tuple[str, tuple[str, ...]]:
-    for ps in placement.pod_sets:
-        if ps.level is not None:
-            return ps.level, ps.domain
-    return "", ()
 
 
 @dataclass(slots=True)
 class TopologyChecker:
     cache: Cache
     compiler: SelectorCompiler = field(default_factory=SelectorCompiler)
-    nominations: dict[str, Nomination] = field(default_factory=dict)
+    nominations: dict[str, dp.Nomination] = field(default_factory=dict)
     """Preemptor → the domain its victims are freeing for it."""
     _memo: dict[tuple[str, str], tuple[tuple[object, ...], object]] = field(default_factory=dict)
     """Victim searches by (kind, workload), with what they were computed from: a gang that
@@ -171,10 +128,13 @@ class TopologyChecker:
         dec: d.Admit,
         snapshot: Snapshot | None = None,
         evicting: Collection[str] = (),
+        placed: Mapping[str, Placement] | None = None,
     ) -> Placement | d.Pending | d.Preempt | None:
         """As `check`, or a Preempt freeing one domain of the gang's required level.
         `snapshot` is the cycle's (for the preemption policy; without it nothing is
-        preempted); `evicting`: admitted workloads already being evicted."""
+        preempted); `evicting`: admitted workloads already being evicted; `placed`: the
+        gangs placed earlier in the cycle, taken from the live inventory (a copy-on-write
+        layer: the ledger holds them only once the cycle's admissions are assumed)."""
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         if wl is None:
@@ -182,11 +142,13 @@ class TopologyChecker:
         try:
             gang = self._gang(wl, dec)
         except GangError as e:
-            return self._pending(dec, d.PendingReason.MISCONFIGURED, str(e))
+            return self._pending(dec, d.PendingReason.MISCONFIGURED, str(e), snapshot)
         if gang is None:
             self.nominations.pop(key, None)
             return None
         base = self.cache.inventory.snapshot()
+        if placed:
+            base = dp.reserve(base, placed.values())
         inventory = self._inventory(base, exclude=key)
         result = place(inventory, gang)
         if isinstance(result, Placement):
@@ -194,14 +156,17 @@ class TopologyChecker:
             return result
         if result.reason not in _PREEMPTIBLE or dp.required_level(inventory, gang) is None:
             self.nominations.pop(key, None)
-            return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, result.message)
-        held = self.cache.inventory.held()
+            return self._pending(
+                dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, result.message, snapshot
+            )
+        held = {**self.cache.inventory.held(), **(placed or {})}
         leaving = {k: p for k, p in held.items() if k in evicting}
         freed = dp.release(inventory, leaving.values())
-        if leaving:
-            waiting = self._wait(dec, gang, result, freed, leaving)
+        if leaving:  # gangs already being evicted make room once gone: wait for them
+            waiting = dp.wait_for_leaving(dec, gang, result, freed, leaving)
             if waiting is not None:
-                return waiting
+                self.nominations[key], pending = waiting
+                return pending
         self.nominations.pop(key, None)
         running = {k: p for k, p in held.items() if k not in leaving and k != key}
         token = (
@@ -217,10 +182,10 @@ class TopologyChecker:
             if preempt is not None:
                 return preempt
         hints = self._memoized(
-            "hints", key, token, lambda: self._hints(gang, inventory, freed, running)
+            "hints", key, token, lambda: dp.hints(gang, inventory, freed, running)
         )
         message = result.message + hints
-        return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message)
+        return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message, snapshot)
 
     def forget(self, key: str) -> None:
         """The preemptor no longer needs its domain (admitted elsewhere, gone, over quota)."""
@@ -258,36 +223,6 @@ class TopologyChecker:
         others = [n.placement for k, n in sorted(self.nominations.items()) if k != exclude]
         return dp.reserve(inventory, others) if others else inventory
 
-    def _wait(
-        self,
-        dec: d.Admit,
-        gang: Gang,
-        result: NoFit,
-        freed: Inventory,
-        leaving: Mapping[str, Placement],
-    ) -> d.Pending | None:
-        """When gangs already being evicted make room once gone, wait for them (and keep
-        the domain), without preempting anything more."""
-        later = place(freed, gang)
-        if not isinstance(later, Placement):
-            return None
-        nodes = {p.node for p in later.pods}
-        victims = frozenset(
-            k for k, p in leaving.items() if any(pod.node in nodes for pod in p.pods)
-        )
-        level, domain = _domain_of(later)
-        self.nominations[str(dec.workload)] = Nomination(
-            placement=later, victims=victims, level=level, domain=domain
-        )
-        return d.Pending(
-            workload=dec.workload,
-            cluster_queue=dec.cluster_queue,
-            reason=d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
-            message=f"{result.message}. Waiting for {len(victims)} preempted workload(s) to"
-            f" leave {_where(level, domain)}",
-            requeue=d.Requeue.IMMEDIATE,
-        )
-
     def _preempt(
         self,
         dec: d.Admit,
@@ -324,52 +259,24 @@ class TopologyChecker:
         )
         if got is None:
             return None
-        self.nominations[key] = Nomination(
-            placement=got.placement,
-            victims=frozenset(got.victims),
-            level=got.level,
-            domain=got.domain,
-        )
-        victims = tuple(
-            d.Victim(
-                workload=WorkloadKey(v),
-                cluster_queue=allowed[v].admitted.cluster_queue,
-                reason=allowed[v].reason,
-            )
-            for v in got.victims
-        )
-        return d.Preempt(
-            workload=dec.workload,
-            cluster_queue=dec.cluster_queue,
-            victims=victims,
-            pod_sets=dec.pod_sets,
-            message=f"{result.message}. Pending the preemption of {len(victims)} workload(s)"
-            f" in {_where(got.level, got.domain)}",
-        )
+        self.nominations[key], decision = dp.preemption(dec, result, got, allowed)
+        return decision
 
     @staticmethod
-    def _hints(
-        gang: Gang, inventory: Inventory, freed: Inventory, running: Mapping[str, Placement]
-    ) -> str:
-        """What would change the answer, whatever the preemption policy says."""
-        hints = ""
-        after = dp.preempt_in_one_domain(
-            freed, gang, [dp.Victim(key=k, priority=0, placement=p) for k, p in running.items()]
-        )
-        if after is not None:
-            hints += f"; would fit after {_names(after.victims)}"
-        if isinstance(place(inventory, _relaxed(gang)), Placement):
-            hints += "; would fit now as preferred instead of required"
-        return hints
-
-    @staticmethod
-    def _pending(dec: d.Admit, reason: d.PendingReason, message: str) -> d.Pending:
+    def _pending(
+        dec: d.Admit, reason: d.PendingReason, message: str, snapshot: Snapshot | None
+    ) -> d.Pending:
+        """Pending as the quota's "no fit" is: a StrictFIFO head stays at the head of its
+        queue and blocks it (Kueue's StrictFIFO requeues every inadmissible head at once);
+        a BestEffortFIFO one is parked until something changes."""
+        cq = snapshot.cluster_queues.get(dec.cluster_queue) if snapshot is not None else None
+        strategy = cq.queueing_strategy if cq is not None else QueueingStrategy.BEST_EFFORT_FIFO
         return d.Pending(
             workload=dec.workload,
             cluster_queue=dec.cluster_queue,
             reason=reason,
             message=message,
-            requeue=d.Requeue.INADMISSIBLE,
+            requeue=requeue_for(strategy),
         )
 
 
