@@ -286,7 +286,7 @@ class GangSimulator:
         placement = self.cache.inventory.held().get(dec.workload) if self._topology else None
         now = sw.at(t)
         admit = lc.admit(dec, now, assignments(placement))
-        self.cache.set_workload(sw.admitted(self.cache.workloads[dec.workload], admit))
+        self.cache.set_workload(lc.applied(self.cache.workloads[dec.workload], admit))
         run.gang = self._gang(run, dec, placement)
         names = sorted({str(f) for adm in dec.pod_sets for _, f in adm.flavors})
         run.record.domain = domain_text(placement) if placement is not None else None

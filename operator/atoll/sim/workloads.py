@@ -128,11 +128,6 @@ def with_uid(obj: KubeObject, uid: str) -> KubeObject:
     return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"uid": uid})})
 
 
-def admitted(wl: Workload, change: lc.Mutation) -> Workload:
-    """`wl` admitted by `change` (`lc.admit`)."""
-    return lc.applied(wl, change)
-
-
 def released(
     wl: Workload,
     eviction: lc.Mutation,
