@@ -433,20 +433,9 @@ def pods_ready_timeout(now: dt.datetime) -> Mutation:
 
 def finish(reason: str, message: str, now: dt.datetime) -> Mutation:
     """Finished=True (Succeeded, Failed, OwnerNotFound, FailedToStart), once."""
+    finished = set_condition(wls.FINISHED, True, reason, message, now)
 
     def mutate(w: Workload) -> WorkloadStatus | None:
-        if wls.is_finished(w):
-            return None
-        return wls.status_with(
-            w,
-            conditions=wls.with_condition(
-                w.status.conditions or (),
-                wls.FINISHED,
-                status=True,
-                reason=reason,
-                message=message,
-                now=now,
-            ),
-        )
+        return None if wls.is_finished(w) else finished(w)
 
     return mutate
