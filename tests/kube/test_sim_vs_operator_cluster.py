@@ -163,15 +163,16 @@ def _same_decisions(
 FRAMEWORKS = ["batch/job", "jobset.x-k8s.io/jobset", "pod"]
 # name: (kind, priority, run seconds). Every workload takes 4 GPUs (2 pods x 2; a JobSet's
 # leader and worker 2 each), so each flavor runs one at a time. Simulated: flavor a runs j-hi
-# 0-10, pg-a 10-20, j-lo 20-35, js-b 35-65; flavor b runs js-a 0-60, then pg-b: hand-overs on
-# different flavors are >= 15 s apart, more than the controllers' latency on the sandbox.
+# 0-10, j-lo 10-25, js-b 25-70, then pg-b; flavor b runs js-a 0-45, then pg-a: hand-overs on
+# different flavors are >= 20 s apart, more than the controllers' latency on the sandbox.
+# The pod groups come last on each flavor: the sandbox never ends a bare pod.
 KINDS = {
     "j-hi": ("Job", 60, 10),
-    "js-a": ("JobSet", 50, 60),
-    "pg-a": ("Pod", 40, 10),
-    "j-lo": ("Job", 30, 15),
-    "js-b": ("JobSet", 20, 30),
-    "pg-b": ("Pod", 10, 10),
+    "js-a": ("JobSet", 50, 45),
+    "j-lo": ("Job", 40, 15),
+    "js-b": ("JobSet", 30, 45),
+    "pg-a": ("Pod", 20, 600),
+    "pg-b": ("Pod", 10, 600),
 }
 
 
@@ -259,8 +260,8 @@ def test_simulated_order_and_flavors_of_jobs_jobsets_and_pod_groups_match_the_op
         "patch", "clusterqueue", cq, "--type=merge", "-p", '{"spec":{"stopPolicy":"None"}}'
     )
 
-    def finished() -> bool:
-        return all(is_true(_kinds_workload(cluster, namespace, n), "Finished") for n in KINDS)
+    def admitted() -> bool:
+        return all(is_true(_kinds_workload(cluster, namespace, n), "QuotaReserved") for n in KINDS)
 
-    cluster.wait_for("every workload finished", finished, timeout=300, interval=2.0)
+    cluster.wait_for("every workload admitted", admitted, timeout=300, interval=2.0)
     _same_decisions(predicted, lambda name: _kinds_workload(cluster, namespace, name))
