@@ -121,7 +121,7 @@ def what_if(
     key = add_job(sim, job, at)
     answer = ask(sim.decider, key, sw.EPOCH + at)
     return WhatIf(
-        job=key,
+        job=wls.owner_job_key(sim.cache.workloads[key]) or key,
         at=at,
         cluster_queue=answer.cluster_queue,
         ahead=answer.ahead,
