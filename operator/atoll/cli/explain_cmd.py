@@ -71,19 +71,17 @@ def read_cluster(args: argparse.Namespace) -> tuple[Cache, float, FairSharing | 
 
 
 def _explain(args: argparse.Namespace) -> int:
+    kind, target = "job", args.target
+    if args.name is not None:
+        kind, target = args.target.lower(), args.name
+    if kind not in KINDS:
+        return complain("explain", f"KIND {args.target!r}: one of {', '.join(KINDS)} (default job)")
     try:
         cache, now, fs = read_cluster(args)
     except (KubeconfigError, ConfigurationError) as e:
         return complain("explain", e, USAGE)
     except live.ClusterReadError as e:
         return complain("explain", e, FAILED)
-    kind, target = "job", args.target
-    if args.name is not None:
-        kind, target = args.target.lower(), args.name
-        if kind not in KINDS:
-            return complain(
-                "explain", f"KIND {args.target!r}: one of {', '.join(KINDS)} (default job)"
-            )
     key = _find_workload(cache, target, KINDS[kind])
     if key is None:
         return complain(
