@@ -285,11 +285,14 @@ def register(sub: Any) -> None:
         help="simulate a scenario offline with atoll's engine (and compare with greedy)",
         description=(
             "Discrete-event simulation of a scenario file (Kueue objects, a ClusterShape or "
-            "Nodes, batch/v1 Jobs) with the same cache, queues and engine as the operator. "
+            "Nodes, batch/v1 Jobs, JobSets, MPIJobs and pod groups, each turned into its "
+            "Workload by the operator's adapter of its kind, among the kinds the scenario's "
+            "Configuration enables in integrations.frameworks) with the same cache, queues, "
+            "engine and Workload lifecycle as the operator. "
             "Kueue objects are checked as the API server checks them (schema, CEL rules, "
             "unknown fields; v1beta1 is refused with what to change); a wrong object or "
             "option ends the command with one line naming it and exit code 2. "
-            f"Job annotations: {annotations}."
+            f"Annotations (on a Job, JobSet, MPIJob, or a pod group's first Pod): {annotations}."
         ),
     )
     p.add_argument("scenario", help="scenario YAML (see examples/scenarios/)")
