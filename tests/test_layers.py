@@ -16,7 +16,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "cli": frozenset(LAYERS),
     "kube": frozenset({"control", "state", "engine", "api"}),
     "control": frozenset({"state", "engine", "api"}),
-    "sim": frozenset({"state", "engine", "api"}),
+    "sim": frozenset({"control", "state", "engine", "api"}),
     "state": frozenset({"engine", "api"}),
     "engine": frozenset(),
     "api": frozenset(),

@@ -11,9 +11,9 @@ from atoll.api.core import Job
 from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
-from atoll.control import admission as adm
 from atoll.control.explain import explain
 from atoll.engine import decisions as d
+from atoll.state import lifecycle as adm
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider

@@ -7,10 +7,10 @@ import datetime as dt
 from prometheus_client import CollectorRegistry
 
 from atoll.api.core import Job
-from atoll.control import admission
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
+from atoll.state import lifecycle as admission
 from atoll.state import workloads as wls
 from tests.control.builders import cache_with_queue, job
 from tests.control.fakes import FakeCluster

@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from atoll.api.localqueue import LocalQueue
 from atoll.api.workload import Workload, WorkloadStatus
-from atoll.control.admission import without_reservation
 from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
+from atoll.state.lifecycle import without_reservation
 from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 

@@ -13,9 +13,9 @@ from atoll.api.cohort import Cohort
 from atoll.api.core import Job
 from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
-from atoll.control import admission as adm
 from atoll.control.scheduler import Scheduler
 from atoll.engine import decisions as d
+from atoll.state import lifecycle as adm
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from tests.control.builders import cluster_queue, job, workload_for

@@ -11,8 +11,9 @@ from typing import Any
 from atoll.api.core import Node, Pod
 from atoll.api.workload import Workload
 from atoll.control.jobframework import TOPOLOGY_GATE
-from atoll.control.ungater import OUTSIDE_ASSIGNMENT, Ungater
+from atoll.control.ungater import Ungater
 from atoll.state import workloads as wls
+from atoll.state.lifecycle import OUTSIDE_ASSIGNMENT
 from tests.control.builders import cache_with_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 

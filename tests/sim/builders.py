@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from atoll.api.core import Job
+from atoll.control.jobframework import workload_name
 from atoll.sim.scenario import Scenario, from_documents
+from atoll.sim.workloads import uid_of
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 Doc = dict[str, Any]
@@ -146,3 +149,10 @@ def six_gpus(*jobs: Doc, **cq_spec: Any) -> Scenario:
         priority_class("high", 1000),
         *jobs,
     )
+
+
+def wl_key(name: str, namespace: str = "default") -> str:
+    """The simulator's Workload key of the Job `name`: Kueue's `job-<name>-<hash>`, as the
+    operator names it."""
+    job = Job.model_validate({"metadata": {"name": name, "namespace": namespace}})
+    return f"{namespace}/{workload_name(name, uid_of(job))}"

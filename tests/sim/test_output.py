@@ -180,7 +180,7 @@ def test_what_if_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     scenario = str(EXAMPLES / "deadlock.yaml")
     assert _cli("what-if", str(job_file), "--scenario", scenario, "--at", "1m", "--json") == 0
     answer = json.loads(capsys.readouterr().out)
-    assert answer["job"] == "default/job-late"
+    assert answer["job"] == "default/late"
     assert answer["clusterQueue"] is None  # LocalQueue `lq` is not in that scenario
     assert answer["decision"]["kind"] == "Pending"
     assert "LocalQueue lq doesn't exist" in answer["decision"]["message"]

@@ -10,7 +10,7 @@ from atoll.api.core import Job
 from atoll.engine import decisions as d
 from atoll.sim.scenario import ScenarioError
 from atoll.sim.whatif import what_if
-from tests.sim.builders import job, six_gpus
+from tests.sim.builders import job, six_gpus, wl_key
 
 PREEMPTING = {"preemption": {"withinClusterQueue": "LowerPriority"}}
 
@@ -31,9 +31,9 @@ def test_names_the_victims_it_would_preempt() -> None:
     scn = six_gpus(job("low", pods=4, priority="low"), **PREEMPTING)
     answer = what_if(scn, _job("vip", pods=4, priority="high"), at=60)
     assert isinstance(answer.decision, d.Preempt)
-    assert [v.workload for v in answer.decision.victims] == ["default/job-low"]
+    assert [v.workload for v in answer.decision.victims] == [wl_key("low")]
     assert answer.to_json()["decision"]["victims"] == [
-        {"workload": "default/job-low", "reason": "InClusterQueue"}
+        {"workload": wl_key("low"), "reason": "InClusterQueue"}
     ]
 
 
@@ -55,7 +55,7 @@ def test_what_if_changes_nothing_and_rejects_a_duplicate_name() -> None:
     scn = six_gpus(job("a", pods=2))
     first = what_if(scn, _job("new", pods=2), at=5)
     assert what_if(scn, _job("new", pods=2), at=5) == first
-    with pytest.raises(ScenarioError, match="already has a Job named a"):
+    with pytest.raises(ScenarioError, match="already has a workload named job-a-"):
         what_if(scn, _job("a"), at=5)
 
 

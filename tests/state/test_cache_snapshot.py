@@ -20,6 +20,7 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.snapshot import Snapshot, build_snapshot
 from atoll.sim import workloads as sw
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import UNKNOWN_QUEUE_PREFIX, Cache
 from atoll.state.decide import admission_of, fork
@@ -193,7 +194,7 @@ def test_the_incremental_snapshot_equals_one_built_from_scratch(data: st.DataObj
             queue = data.draw(st.sampled_from(QUEUES))
             cache.set_workload(_workload(step, queue, data.draw(st.integers(1, 4))))
         elif op == "admit":
-            cache.set_workload(sw.admitted(wl, _admit(wl, flavor), 1.0))
+            cache.set_workload(lc.applied(wl, lc.admit(_admit(wl, flavor), sw.at(1.0))))
         elif op == "assume":
             cache.assume(key, admission_of(_admit(wl, flavor)))
         elif op == "forget":
@@ -205,7 +206,8 @@ def test_the_incremental_snapshot_equals_one_built_from_scratch(data: st.DataObj
         elif op == "evicted":
             cache.set_workload(_with(wl, wls.EVICTED))
         elif op == "release":
-            cache.set_workload(sw.released(wl, "Preempted", "test", 2.0, backoff=None))
+            preempted = lc.evict("Preempted", "test", sw.at(2.0))
+            cache.set_workload(sw.released(wl, preempted, 2.0, backoff=None))
         elif op == "finish":
             cache.set_workload(_with(wl, wls.FINISHED))
         elif op == "delete":
@@ -222,8 +224,8 @@ def test_the_incremental_snapshot_equals_one_built_from_scratch(data: st.DataObj
         elif op == "namespace":
             cache.set_namespace("ns", {"kubernetes.io/metadata.name": "ns", "step": str(step)})
         elif op == "backoff":  # a PodsReady timeout: requeued after a backoff
-            backoff = sw.next_backoff(wl, 2.0, 60.0, 3600.0)
-            cache.set_workload(sw.released(wl, "PodsReadyTimeout", "test", 2.0, backoff=backoff))
+            timeout = lc.pods_ready_timeout(sw.at(2.0))
+            cache.set_workload(sw.released(wl, timeout, 2.0, backoff=(60.0, 3600.0)))
         elif op == "requeue":
             cache.set_workload(sw.backoff_finished(wl, 100.0))
         elif op == "repoint":  # a LocalQueue moves to another (maybe missing) ClusterQueue
@@ -255,7 +257,7 @@ def test_a_snapshot_is_reused_while_nothing_changes_and_not_after() -> None:
     cache.set_workload(wl)
     first = cache.snapshot()
     assert cache.snapshot() is first
-    admitted = sw.admitted(wl, _admit(wl, "rf"), 1.0)
+    admitted = lc.applied(wl, lc.admit(_admit(wl, "rf"), sw.at(1.0)))
     cache.set_workload(admitted)
     second = cache.snapshot()
     assert second is not first
@@ -272,7 +274,7 @@ def test_a_snapshot_is_reused_while_nothing_changes_and_not_after() -> None:
 def test_a_fork_gets_its_own_ledger() -> None:
     cache = _cache()
     wl = _workload(1, "a", 2)
-    cache.set_workload(sw.admitted(wl, _admit(wl, "rf"), 1.0))
+    cache.set_workload(lc.applied(wl, lc.admit(_admit(wl, "rf"), sw.at(1.0))))
     cache.snapshot()
     copy = fork(cache)
     copy.delete_workload(wls.wl_key(wl))

@@ -10,11 +10,11 @@ import pytest
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.core import Job
-from atoll.control import admission as adm
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Holder, Reservation
 from atoll.state import convert
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
@@ -226,7 +226,7 @@ def test_a_workload_that_waited_long_enough_is_told_its_own_reservation() -> Non
     cache.set_workload(busy)
     admit = ask(Decider(cache), wls.wl_key(busy), midnight.timestamp()).decision
     assert isinstance(admit, d.Admit)
-    cache.set_workload(busy.model_copy(update={"status": adm.admit(admit, midnight)(busy)}))
+    cache.set_workload(busy.model_copy(update={"status": lc.admit(admit, midnight)(busy)}))
     keys = {}
     for name, created in [("head", "00:01"), ("second", "00:05")]:
         wl = workload_for(_limited(name, 900), created=f"2026-12-01T{created}:00Z")

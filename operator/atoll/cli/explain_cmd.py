@@ -1,5 +1,6 @@
-"""`atoll explain NS/JOB`: why is this Job's workload pending, what would let it in, when may
-it start — computed by atoll's engine on a read-only copy of a live cluster."""
+"""`atoll explain [KIND] NS/NAME`: why is this Job's (JobSet's, MPIJob's, pod group's)
+workload pending, what would let it in, when may it start — computed by atoll's engine on a
+read-only copy of a live cluster."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from atoll.api.configuration import ConfigurationError
-from atoll.api.core import Job
-from atoll.api.workload import Workload
+from atoll.api.meta import KubeObject
 from atoll.cli.errors import FAILED, USAGE, complain
 from atoll.cli.run_cmd import add_configuration_options, configuration
 from atoll.control import jobframework as jf
@@ -22,6 +22,7 @@ from atoll.engine.model import FairSharing
 from atoll.kube import live
 from atoll.kube.connection import KubeconfigError, check_kubeconfig
 from atoll.kube.operator import fair_sharing, new_cache
+from atoll.sim.workloads import Kinds
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -40,12 +41,18 @@ def print_answer(answer: Answer, *, as_json: bool) -> None:
         print(answer.describe())
 
 
-def _find_workload(cache: Cache, target: str) -> str | None:
-    """`NS/NAME` (or `NAME` in `default`): the Workload of the Job NAME, else the Workload
-    NAME itself. The newest Workload wins when a Job has had several."""
+KINDS = {"job": "Job", "jobset": "JobSet", "mpijob": "MPIJob", "pod": "Pod", "podgroup": "Pod"}
+"""`atoll explain KIND`: the owner kind of the Workload (a pod group's Workload is named
+after the group)."""
+
+
+def _find_workload(cache: Cache, target: str, kind: str = "Job") -> str | None:
+    """`NS/NAME` (or `NAME` in `default`): the Workload of the `kind` NAME, else the
+    Workload NAME itself (a pod group's). The newest Workload wins when an object has had
+    several."""
     ns, _, name = target.rpartition("/")
     ns = ns or "default"
-    owned = cache.workloads_of_job(wls.key_of(ns, name))
+    owned = cache.workloads_of_job(wls.key_of(ns, name), kind=kind)
     if owned:
         newest = max(owned, key=wls.created_at)
         return wls.wl_key(newest)
@@ -64,18 +71,24 @@ def read_cluster(args: argparse.Namespace) -> tuple[Cache, float, FairSharing | 
 
 
 def _explain(args: argparse.Namespace) -> int:
+    kind, target = "job", args.target
+    if args.name is not None:
+        kind, target = args.target.lower(), args.name
+    if kind not in KINDS:
+        return complain("explain", f"KIND {args.target!r}: one of {', '.join(KINDS)} (default job)")
     try:
         cache, now, fs = read_cluster(args)
     except (KubeconfigError, ConfigurationError) as e:
         return complain("explain", e, USAGE)
     except live.ClusterReadError as e:
         return complain("explain", e, FAILED)
-    key = _find_workload(cache, args.target)
+    key = _find_workload(cache, target, KINDS[kind])
     if key is None:
         return complain(
             "explain",
-            f"no Workload for {args.target!r}: neither a Job with a Workload nor a Workload "
-            "of that name (is the Job labelled kueue.x-k8s.io/queue-name?)",
+            f"no Workload for {kind} {target!r}: neither a {KINDS[kind]} with a Workload nor "
+            "a Workload of that name (is it labelled kueue.x-k8s.io/queue-name, and is its "
+            "framework in integrations.frameworks?)",
             FAILED,
         )
     print_answer(explain(cache, key, now, fair_sharing=fs), as_json=args.json)
@@ -86,28 +99,20 @@ class NotQueuedError(ValueError):
     """The Job would not be queued by atoll at all."""
 
 
-def live_what_if(job: Job, args: argparse.Namespace) -> JobWhatIf:
-    """The answer for `job` on the live cluster of `args` (raises what `read_cluster` raises,
-    NotQueuedError, or jobframework.ComposeError)."""
+def live_what_if(job: KubeObject, args: argparse.Namespace) -> JobWhatIf:
+    """The answer for `job` (a Job, JobSet, MPIJob or pod group) on the live cluster of
+    `args`, its Workload composed by the operator's adapter of its kind among those the
+    configuration enables (raises what `read_cluster` raises, NotQueuedError, or
+    jobframework.ComposeError)."""
     cache, now, fs = read_cluster(args)
-    meta = job.metadata.model_copy(
-        update={
-            "namespace": job.metadata.namespace or "default",
-            "uid": job.metadata.uid or "00000000-what-if",
-        }
-    )
+    meta = job.metadata.model_copy(update={"namespace": job.metadata.namespace or "default"})
     job = job.model_copy(update={"metadata": meta})
     if jf.queue_name(job) is None:
-        raise NotQueuedError(
-            "the Job has no kueue.x-k8s.io/queue-name label: atoll would not queue it"
-        )
-    priority = jf.resolve_priority(job, cache.workload_classes, cache.priority_classes)
-    wl = jf.build_workload(job, priority)
+        raise NotQueuedError("it has no kueue.x-k8s.io/queue-name label: atoll would not queue it")
     created = dt.datetime.fromtimestamp(now, dt.UTC).replace(microsecond=0)
-    raw: dict[str, Any] = wl.to_dict()
-    raw["metadata"]["creationTimestamp"] = created.isoformat().replace("+00:00", "Z")
-    raw["metadata"]["uid"] = "what-if"
-    return what_if_workload(cache, Workload.from_dict(raw), now, fs)
+    wl = Kinds.of_config(configuration(args)).compose(job, cache, created=created)
+    wl = wl.model_copy(update={"metadata": wl.metadata.model_copy(update={"uid": "what-if"})})
+    return what_if_workload(cache, wl, now, fs)
 
 
 def register(sub: Any) -> None:
@@ -127,7 +132,13 @@ def register(sub: Any) -> None:
             "taken into account."
         ),
     )
-    p.add_argument("target", metavar="NS/JOB", help="the Job (or Workload), namespace/name")
+    p.add_argument(
+        "target",
+        metavar="[KIND] NS/NAME",
+        help=f"the object (or Workload), namespace/name; KIND is one of {', '.join(KINDS)} "
+        "(default job; a pod group's Workload is named after the group)",
+    )
+    p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--kubeconfig", metavar="FILE", help="cluster to read (default: $KUBECONFIG)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     add_configuration_options(p)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from atoll.api.configuration import ConfigurationError
-from atoll.api.core import Job
+from atoll.api.meta import KubeObject
 from atoll.cli.errors import FAILED, USAGE, complain
 from atoll.cli.explain_cmd import NotQueuedError, live_what_if, print_answer
 from atoll.cli.run_cmd import add_configuration_options
@@ -212,7 +212,7 @@ def print_policies(doc: Mapping[str, Any], console: Console) -> None:
         console.print(f"  Backfill {name}: {goal['value']} (bound {goal['bound']}): {mark}")
 
 
-def _live_what_if(job: Job, args: argparse.Namespace) -> JobWhatIf | int:
+def _live_what_if(job: KubeObject, args: argparse.Namespace) -> JobWhatIf | int:
     """The live cluster's answer, or the exit code after saying what went wrong."""
     try:
         return live_what_if(job, args)
@@ -251,7 +251,8 @@ def _what_if(args: argparse.Namespace) -> int:
 def _register_what_if(sub: Any) -> None:
     p = sub.add_parser(
         "what-if",
-        help="would this Job be admitted now, to which flavor, whom would it preempt",
+        help="would this Job (JobSet, MPIJob, pod group) be admitted now, to which flavor, "
+        "whom would it preempt",
         description=(
             "Adds the Job's Workload to a copy of the state and runs the operator's "
             "scheduling step on it once (quota, topology placement, preemption) without "
@@ -260,7 +261,11 @@ def _register_what_if(sub: Any) -> None:
             "read-only, including topology and device placement."
         ),
     )
-    p.add_argument("job", help="a batch/v1 Job manifest (with kueue.x-k8s.io/queue-name)")
+    p.add_argument(
+        "job",
+        help="a manifest of one batch/v1 Job, JobSet or MPIJob, or of the Pods of one pod "
+        "group (with kueue.x-k8s.io/queue-name)",
+    )
     p.add_argument("--scenario", metavar="FILE", help="the cluster, queues and workload")
     p.add_argument("--at", metavar="DURATION", help="point of the scenario to ask at (0s)")
     p.add_argument(
@@ -280,11 +285,14 @@ def register(sub: Any) -> None:
         help="simulate a scenario offline with atoll's engine (and compare with greedy)",
         description=(
             "Discrete-event simulation of a scenario file (Kueue objects, a ClusterShape or "
-            "Nodes, batch/v1 Jobs) with the same cache, queues and engine as the operator. "
+            "Nodes, batch/v1 Jobs, JobSets, MPIJobs and pod groups, each turned into its "
+            "Workload by the operator's adapter of its kind, among the kinds the scenario's "
+            "Configuration enables in integrations.frameworks) with the same cache, queues, "
+            "engine and Workload lifecycle as the operator. "
             "Kueue objects are checked as the API server checks them (schema, CEL rules, "
             "unknown fields; v1beta1 is refused with what to change); a wrong object or "
             "option ends the command with one line naming it and exit code 2. "
-            f"Job annotations: {annotations}."
+            f"Annotations (on a Job, JobSet, MPIJob, or a pod group's first Pod): {annotations}."
         ),
     )
     p.add_argument("scenario", help="scenario YAML (see examples/scenarios/)")

@@ -32,7 +32,6 @@ from atoll.api import labels as keys
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.quantity import Quantity
 from atoll.api.workload import Workload
-from atoll.control.admission import without_reservation
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Reservation, run_end
@@ -41,6 +40,7 @@ from atoll.state import reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider, fork
+from atoll.state.lifecycle import without_reservation
 from atoll.state.whatif import Answer, ask, decision_json, describe
 
 RunTime = Callable[[str], float | None]

@@ -21,14 +21,13 @@ import structlog
 from atoll.api import labels as keys
 from atoll.api.core import Job
 from atoll.api.meta import KubeObject, LabelSelector
-from atoll.api.workload import RequeueState, Workload, WorkloadStatus
+from atoll.api.workload import RequeueState, Workload
 from atoll.control import jobframework as jf
-from atoll.control.admission import without_reservation
 from atoll.control.integrations import Integration, JobIntegration
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
-from atoll.control.ungater import OUTSIDE_ASSIGNMENT
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -194,9 +193,7 @@ class JobController:
     def _owned(self, key: str) -> list[Workload]:
         return self.kind.workloads(self.cache, key)
 
-    async def _set_status(
-        self, wl: Workload, mutate: Callable[[Workload], WorkloadStatus | None]
-    ) -> Workload | None:
+    async def _set_status(self, wl: Workload, mutate: lc.Mutation) -> Workload | None:
         try:
             written = await self.workloads.update_workload_status(wls.wl_key(wl), mutate)
         except NotFoundError:
@@ -217,25 +214,8 @@ class JobController:
 
     async def _finish_orphan(self, wl: Workload) -> None:
         if not wls.is_finished(wl):
-            now = self._now()
-            await self._set_status(
-                wl,
-                lambda w: (
-                    None
-                    if wls.is_finished(w)
-                    else wls.status_with(
-                        w,
-                        conditions=wls.with_condition(
-                            w.status.conditions or (),
-                            wls.FINISHED,
-                            status=True,
-                            reason="OwnerNotFound",
-                            message="The workload's owner no longer exists",
-                            now=now,
-                        ),
-                    )
-                ),
-            )
+            mutate = lc.finish(lc.OWNER_NOT_FOUND, lc.OWNER_NOT_FOUND_MESSAGE, self._now())
+            await self._set_status(wl, mutate)
         await self._drop_finalizer(wl)
 
     async def _delete_orphan(self, wl: Workload) -> None:
@@ -247,25 +227,7 @@ class JobController:
         log.info("workload deleted", workload=wls.wl_key(wl), reason="OwnerNotFound")
 
     async def _finish(self, job: Any, wl: Workload, reason: str, message: str) -> None:
-        now = self._now()
-        written = await self._set_status(
-            wl,
-            lambda w: (
-                None
-                if wls.is_finished(w)
-                else wls.status_with(
-                    w,
-                    conditions=wls.with_condition(
-                        w.status.conditions or (),
-                        wls.FINISHED,
-                        status=True,
-                        reason=reason,
-                        message=message,
-                        now=now,
-                    ),
-                )
-            ),
-        )
+        written = await self._set_status(wl, lc.finish(reason, message, self._now()))
         if written is not None:
             log.info("workload finished", workload=wls.wl_key(wl), reason=reason)
             adm = written.status.admission
@@ -357,17 +319,8 @@ class JobController:
         afterwards, None if it is gone."""
         if not wls.has_quota(wl):
             return wl
-        now = self._now()
         cq = wl.status.admission.cluster_queue if wl.status.admission else ""
-
-        def release(w: Workload) -> WorkloadStatus | None:
-            if not wls.has_quota(w):
-                return None
-            conds = without_reservation(
-                w.status.conditions or (), "PendingEvaluation", message, now
-            )
-            return wls.status_with(w, conditions=conds, admission=None)
-
+        release = lc.release_unmatched(message, self._now())
         written = await self._set_status(wl, release)
         if written is not None:
             log.info("quota released", workload=wls.wl_key(wl), reason="NoMatchingWorkload")
@@ -454,38 +407,8 @@ class JobController:
         if not wls.has_quota(wl):
             return await self._requeue_check(wl)
         reason = evicted.reason if evicted else "Pending"
-        now = self._now()
-        requeue_now = reason in ("Preempted", "NodeFailures", OUTSIDE_ASSIGNMENT)
-        backoff = self._backoff(wl) if reason == "PodsReadyTimeout" else None
-
-        def release(w: Workload) -> WorkloadStatus | None:
-            if not wls.has_quota(w):
-                return None
-            conds = without_reservation(
-                w.status.conditions or (),
-                "PendingEvaluation",
-                "The workload is pending evaluation",
-                now,
-            )
-            conds = wls.with_condition(
-                conds,
-                wls.REQUEUED,
-                status=requeue_now,
-                reason=reason,
-                message=evicted.message if evicted else "",
-                now=now,
-            )
-            changes: dict[str, object] = {
-                "conditions": conds,
-                "admission": None,
-                "accumulated_past_execution_time_seconds": wls.past_execution_time(
-                    w, evicted, reason
-                ),
-            }
-            if backoff is not None:
-                changes["requeue_state"] = backoff
-            return wls.status_with(w, **changes)
-
+        backoff = self._backoff(wl) if reason == lc.PODS_READY_TIMEOUT else None
+        release = lc.release(self._now(), backoff=backoff)
         cq = wl.status.admission.cluster_queue if wl.status.admission else ""
         written = await self._set_status(wl, release)
         if written is not None:
@@ -499,47 +422,21 @@ class JobController:
 
     def _backoff(self, wl: Workload) -> RequeueState:
         settings = self.settings.pods_ready
-        count = wls.requeue_count(wl)
-        delay = wls.backoff_delay(count, settings.backoff_base, settings.backoff_max)
-        at = dt.datetime.fromtimestamp(self.clock() + delay, dt.UTC).replace(microsecond=0)
-        return RequeueState(count=count, requeue_at=at)
+        return lc.backoff(wl, self._now(), settings.backoff_base, settings.backoff_max)
 
     async def _requeue_check(self, wl: Workload) -> float | None:
         """After a PodsReady timeout: deactivate past the limit, else requeue at requeueAt."""
         if not wls.is_false(wl, wls.REQUEUED):
             return None
-        settings = self.settings.pods_ready
-        count = (wl.status.requeue_state.count if wl.status.requeue_state else None) or 0
-        limit = settings.backoff_limit_count
-        if limit is not None and count > limit and wl.spec.active:
+        if lc.requeuing_limit_exceeded(wl, self.settings.pods_ready.backoff_limit_count):
             await self._deactivate(
-                wl, "RequeuingLimitExceeded", "exceeding the maximum number of re-queuing retries"
+                wl, lc.REQUEUING_LIMIT_EXCEEDED, lc.REQUEUING_LIMIT_EXCEEDED_MESSAGE
             )
             return None
         at = wls.requeue_at(wl)
         if at is not None and at > self.clock():
             return at - self.clock()
-        now = self._now()
-
-        def requeue(w: Workload) -> WorkloadStatus | None:
-            if not wls.is_false(w, wls.REQUEUED):
-                return None
-            conds = wls.with_condition(
-                w.status.conditions or (),
-                wls.REQUEUED,
-                status=True,
-                reason="BackoffFinished",
-                message="The workload backoff was finished",
-                now=now,
-            )
-            rs = w.status.requeue_state
-            return wls.status_with(
-                w,
-                conditions=conds,
-                requeue_state=rs.model_copy(update={"requeue_at": None}) if rs else None,
-            )
-
-        await self._set_status(wl, requeue)
+        await self._set_status(wl, lc.requeue(self._now()))
         return None
 
     async def _execution_time_left(self, wl: Workload) -> float | None:
@@ -557,15 +454,15 @@ class JobController:
                 "MaximumExecutionTimeExceeded",
                 f"The maximum execution time ({limit}s) exceeded",
             )
-            await self._deactivate(wl, *wls.OUT_OF_TIME)
+            await self._deactivate(
+                wl, lc.MAXIMUM_EXECUTION_TIME_EXCEEDED, lc.MAXIMUM_EXECUTION_TIME_EXCEEDED_MESSAGE
+            )
         return 0.0
 
     async def _deactivate(self, wl: Workload, reason: str, message: str) -> None:
         """DeactivationTarget=True with the cause, then `spec.active: false`; the scheduler
         evicts the Workload with reason `DeactivatedDueTo<cause>`."""
-        await self._set_condition(
-            wl, wls.DEACTIVATION_TARGET, True, reason, message, now=self._now()
-        )
+        await self._set_status(wl, lc.deactivation_target(reason, message, self._now()))
         log.info("workload deactivated", workload=wls.wl_key(wl), reason=reason)
         await self.workloads.deactivate_workload(wls.wl_key(wl))
 
@@ -609,52 +506,12 @@ class JobController:
             self.metrics.workload_evicted(
                 adm.cluster_queue, "PodsReadyTimeout", underlying_cause=reason
             )
-        await self._set_status(
-            wl,
-            lambda w: (
-                None
-                if wls.is_evicted(w) or not wls.has_quota(w)
-                else wls.status_with(
-                    w,
-                    conditions=wls.with_condition(
-                        w.status.conditions or (),
-                        wls.EVICTED,
-                        status=True,
-                        reason="PodsReadyTimeout",
-                        message=f"Exceeded the PodsReady timeout {wls.wl_key(w)}",
-                        now=now,
-                    ),
-                )
-            ),
-        )
+        await self._set_status(wl, lc.pods_ready_timeout(now))
         return 0.0
 
     async def _pods_ready_condition(
         self, wl: Workload, status: bool, reason: str, message: str, now: dt.datetime
     ) -> Workload | None:
-        return await self._set_condition(wl, wls.PODS_READY, status, reason, message, now=now)
-
-    async def _set_condition(
-        self,
-        wl: Workload,
-        type_: str,
-        status: bool,
-        reason: str,
-        message: str,
-        *,
-        now: dt.datetime,
-    ) -> Workload | None:
         return await self._set_status(
-            wl,
-            lambda w: wls.status_with(
-                w,
-                conditions=wls.with_condition(
-                    w.status.conditions or (),
-                    type_,
-                    status=status,
-                    reason=reason,
-                    message=message,
-                    now=now,
-                ),
-            ),
+            wl, lc.set_condition(wls.PODS_READY, status, reason, message, now)
         )

@@ -24,7 +24,6 @@ from atoll.api.localqueue import (
 )
 from atoll.api.meta import Condition
 from atoll.api.quantity import Quantity
-from atoll.control.admission import quantity
 from atoll.control.metrics import ClusterQueueStatus as CqState
 from atoll.control.metrics import LocalQueueRef, Metrics
 from atoll.control.ports import QueueStatusStore
@@ -33,6 +32,7 @@ from atoll.engine.model import Admission, ClusterQueueName
 from atoll.engine.overlay import UsageOverlay
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from atoll.state.convert import quantity
 
 log = structlog.get_logger("atoll.queues")
 

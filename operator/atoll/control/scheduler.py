@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import structlog
 
 from atoll.api.workload import Workload
-from atoll.control import admission as adm
 from atoll.control.metrics import AdmissionResult, LocalQueueRef, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
@@ -101,7 +101,7 @@ class Scheduler:
             cq = wl.status.admission.cluster_queue if wl.status.admission else ""
             if self.metrics is not None:
                 self.metrics.workload_evicted(cq, r.reason.value)
-            await self._write(r.key, adm.evict(r.reason.value, r.message, now), result)
+            await self._write(r.key, lc.evict(r.reason.value, r.message, now), result)
             await self.emit(workload_ref(wl), "Warning", r.reason.value, r.message)
         if refused:
             self.wake()
@@ -155,9 +155,7 @@ class Scheduler:
                     reason, message = self._eviction_cause(dec)
                     if self.metrics is not None:
                         self.metrics.workload_evicted(str(dec.cluster_queue), reason)
-                    writes.append(
-                        self._write(dec.workload, adm.evict(reason, message, now), result)
-                    )
+                    writes.append(self._write(dec.workload, lc.evict(reason, message, now), result))
                 case d.Pending():
                     result.pending += 1
                     writes.append(self._pending(dec, now, result))
@@ -173,15 +171,8 @@ class Scheduler:
         return result
 
     def _eviction_cause(self, dec: d.Evict) -> tuple[str, str]:
-        """A deactivation with a cause (the Workload's DeactivationTarget condition: the
-        requeuing limit, the maximum execution time) is reported as Kueue does:
-        `DeactivatedDueTo<cause>`, "The workload is deactivated due to <message>"."""
-        if dec.reason is d.EvictionReason.DEACTIVATED:
-            wl = self.cache.workloads.get(str(dec.workload))
-            cause = wls.condition(wl, wls.DEACTIVATION_TARGET) if wl is not None else None
-            if cause is not None and cause.status.value == "True":
-                return f"DeactivatedDueTo{cause.reason}", f"{dec.message} due to {cause.message}"
-        return dec.reason.value, dec.message
+        wl = self.cache.workloads.get(str(dec.workload))
+        return lc.eviction_cause(wl, dec.reason.value, dec.message)
 
     async def _write(
         self, key: str, mutate: StatusMutation, result: CycleResult
@@ -199,7 +190,7 @@ class Scheduler:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         topology = assignments(self.cache.inventory.held().get(key))
-        written = await self._write(key, adm.admit(dec, now, topology), result)
+        written = await self._write(key, lc.admit(dec, now, topology), result)
         if written is None or not wls.has_quota(written):
             self.cache.forget(key)
             self.wake()
@@ -229,16 +220,7 @@ class Scheduler:
         )
 
     def _path(self, cq: str) -> str:
-        parts = [cq]
-        obj = self.cache.cluster_queues.get(cq)
-        cohort = obj.spec.cohort_name if obj else None
-        seen: set[str] = set()
-        while cohort and cohort not in seen:
-            seen.add(cohort)
-            parts.append(cohort)
-            parent = self.cache.cohorts.get(cohort)
-            cohort = parent.spec.parent_name if parent else None
-        return "/" + "/".join(reversed(parts))
+        return lc.cohort_path(self.cache.cluster_queues, self.cache.cohorts, cq)
 
     def _preempt(
         self, dec: d.Preempt, now: dt.datetime, result: CycleResult
@@ -258,13 +240,13 @@ class Scheduler:
             )
         ]
         for victim in dec.victims:
-            message = adm.preemption_message(
+            message = lc.preemption_message(
                 preemptor,
                 victim.reason,
                 self._path(str(dec.cluster_queue)),
                 self._path(str(victim.cluster_queue)),
             )
-            mutate = adm.evict("Preempted", message, now, preempted_reason=victim.reason.value)
+            mutate = lc.evict("Preempted", message, now, preempted_reason=victim.reason.value)
             writes.append(self._evict_victim(str(victim.workload), mutate, message, result))
             if self.metrics is not None:
                 self.metrics.workload_preempted(str(dec.cluster_queue), victim.reason.value)
@@ -314,7 +296,7 @@ class Scheduler:
 
     async def _pending(self, dec: d.Pending, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)
-        written = await self._write(key, adm.pending(dec.reason.value, dec.message, now), result)
+        written = await self._write(key, lc.pending(dec.reason.value, dec.message, now), result)
         if written is not None:
             self.cache.set_workload(written)
             await self.emit(workload_ref(written), "Warning", dec.reason.value, dec.message)

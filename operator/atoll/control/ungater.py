@@ -27,18 +27,17 @@ import structlog
 
 from atoll.api import labels as keys
 from atoll.api.core import Pod
-from atoll.control import admission
 from atoll.control.jobframework import TOPOLOGY_GATE
 from atoll.control.ports import ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
+from atoll.state import lifecycle
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
+from atoll.state.lifecycle import OUTSIDE_ASSIGNMENT
 from atoll.state.topologyassignment import domains
 
 log = structlog.get_logger("atoll.ungater")
 
-OUTSIDE_ASSIGNMENT = "PodOutsideTopologyAssignment"
-"""Evicted reason of a gang one of whose pods runs outside its topology assignment."""
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -179,7 +178,7 @@ class Ungater:
         )
         now = dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
         written = await self.workloads.update_workload_status(
-            wl_key, admission.evict(OUTSIDE_ASSIGNMENT, message, now)
+            wl_key, lifecycle.evict(OUTSIDE_ASSIGNMENT, message, now)
         )
         if written is None:
             return

@@ -24,18 +24,22 @@ from dataclasses import dataclass, field
 
 from atoll.api import labels as keys
 from atoll.api.configuration import Configuration
+from atoll.api.core import Job
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.engine.inventory import Placement
 from atoll.sim import workloads as sw
 from atoll.sim.events import Clock, Kind
 from atoll.sim.nodes import GPU, NodePool
-from atoll.sim.pods import Gang, domain_text, request, signature, sim_pod
+from atoll.sim.pods import Gang, Part, domain_text, request, signature, sim_pod
 from atoll.sim.results import JobRecord, JobState, Mode, NodeTimeline, SimResult, Timeline
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
+from atoll.state.placing import assignments
 
 Progress = Callable[[int, int, float], None]
 """(finished Jobs, all Jobs, simulated time) after each instant."""
@@ -77,7 +81,7 @@ class Settings:
 @dataclass(slots=True, kw_only=True)
 class _Run:
     key: str
-    """The Workload's `namespace/name`."""
+    """The Workload's `namespace/name` (once it arrived; before, the object's key)."""
     sj: SimJob
     record: JobRecord
     cq: str
@@ -167,7 +171,12 @@ class GangSimulator:
     clock: Clock = field(default_factory=Clock)
     cycles: int = 0
     _runs: dict[str, _Run] = field(default_factory=dict)
-    """By Workload key."""
+    """By Workload key, once arrived."""
+    _all: list[_Run] = field(default_factory=list)
+    """Every workload of the scenario, in scenario order."""
+    _arriving: dict[str, _Run] = field(default_factory=dict)
+    """By the scenario object's key, until it arrives."""
+    kinds: sw.Kinds = field(init=False)
     _waiting: list[_Run] = field(default_factory=list)
     """Admitted gangs whose pods are not all bound yet, in admission order."""
     _usage: dict[str, int] = field(default_factory=dict)
@@ -194,6 +203,7 @@ class GangSimulator:
     def __post_init__(self) -> None:
         scn = self.scenario
         self.cache = fill_cache(scn)
+        self.kinds = sw.Kinds.of_config(scn.config)
         self.decider = Decider(self.cache, self.settings.fair_sharing)
         self.pool = NodePool.of(scn.nodes)
         self.nodes = self.pool.node_timeline()
@@ -213,53 +223,82 @@ class GangSimulator:
             if cq is None:
                 self.notes.append(f"{sj.key}: no {keys.QUEUE_NAME_LABEL} label, not simulated")
                 continue
-            key = f"{sj.job.namespace}/job-{sj.job.name}"
+            if self.kinds.of(sj.job) is None:
+                self.notes.append(
+                    f"{sj.key}: the {sw.framework_of(sj.job)} framework is not in the "
+                    "Configuration's integrations.frameworks, not simulated"
+                )
+                continue
             record = JobRecord(name=sj.key, arrival=sj.arrival, pods=0, gpus=0, cluster_queue=cq)
-            self._runs[key] = _Run(key=key, sj=sj, record=record, cq=cq)
+            run = _Run(key=sj.key, sj=sj, record=record, cq=cq)
+            self._arriving[sj.key] = run
+            self._all.append(run)
             self._usage.setdefault(cq, 0)
             self._pending.setdefault(cq, 0)
-            self.clock.at(sj.arrival, Kind.ARRIVE, key)
+            self.clock.at(sj.arrival, Kind.ARRIVE, sj.key)
 
     # -- events ---------------------------------------------------------------------------
     def _arrive(self, key: str, t: float) -> None:
-        run = self._runs[key]
+        run = self._arriving.pop(key)
         job = run.sj.job
-        value = sw.priority(job, self.cache.workload_classes, self.cache.priority_classes)
-        self.cache.set_job(job)  # its run bounds (activeDeadlineSeconds, run-duration)
-        self.cache.set_workload(sw.build_workload(job, value=value, created=t))
-        ew = self.cache.engine_workload(key)
-        if ew is not None and ew.pod_sets:
-            ps = ew.pod_sets[0]
-            run.record.pods = ps.count
-            run.record.gpus = ps.count * dict(ps.requests).get(m.ResourceName(GPU), 0)
-        self._pending[run.cq] += 1
         self._arrived += 1
         self._quiet_since = t
+        try:
+            wl = self.kinds.compose(job, self.cache, created=t)
+        except sw.ComposeError as e:  # the operator's Warning event: no Workload
+            run.record.reason, run.record.message = e.reason, str(e)
+            self.notes.append(f"{run.sj.key}: no Workload ({e.reason}): {e}")
+            return
+        run.key = wls.wl_key(wl)
+        self._runs[run.key] = run
+        if isinstance(job, Job):
+            self.cache.set_job(job)  # its run bounds (activeDeadlineSeconds, run-duration)
+        self.cache.set_workload(wl)
+        ew = self.cache.engine_workload(run.key)
+        if ew is not None and ew.pod_sets:
+            run.record.pods = sum(ps.count for ps in ew.pod_sets)
+            run.record.gpus = sum(
+                ps.count * dict(ps.requests).get(m.ResourceName(GPU), 0) for ps in ew.pod_sets
+            )
+        self._pending[run.cq] += 1
+
+    def _gang(self, run: _Run, dec: d.Admit, placement: Placement | None) -> Gang:
+        """The admitted pod sets' pods: each pod set's template merged with its flavors,
+        pinned where atoll placed it (topology or devices)."""
+        ew = self.cache.engine_workload(dec.workload)
+        assert ew is not None
+        by_name = {ps.name: ps for ps in ew.pod_sets}
+        placed = {ps.name: ps for ps in placement.pod_sets} if placement is not None else {}
+        parts = []
+        for adm in dec.pod_sets:
+            ps = by_name[adm.name]
+            names = sorted({str(f) for _, f in adm.flavors})
+            flavors = [self._flavors[n] for n in names if n in self._flavors]
+            pins: tuple[int, ...] = ()
+            if (where := placed.get(str(adm.name))) is not None:
+                nodes = (self.pool.index(p.node) for p in where.pods)
+                pins = tuple(i for i in nodes if i is not None)
+            parts.append(
+                Part(sig=signature(ps, flavors), req=request(ps), size=adm.count, pins=pins)
+            )
+        return Gang(owner=run.sj.key, parts=tuple(parts))
 
     def _admit(self, dec: d.Admit, t: float) -> None:
         run = self._runs[dec.workload]
-        self.cache.set_workload(sw.admitted(self.cache.workloads[dec.workload], dec, t))
-        ew = self.cache.engine_workload(dec.workload)
-        assert ew is not None
-        ps, adm = ew.pod_sets[0], dec.pod_sets[0]
-        names = sorted({str(f) for _, f in adm.flavors})
-        flavors = [self._flavors[n] for n in names if n in self._flavors]
-        run.gang = Gang(
-            owner=run.sj.key, sig=signature(ps, flavors), req=request(ps), size=adm.count
-        )
-        run.record.domain = None
         placement = self.cache.inventory.held().get(dec.workload) if self._topology else None
-        if placement is not None:
-            pins = [self.pool.index(p.node) for p in placement.pods]
-            run.gang.pins = tuple(i for i in pins if i is not None)
-            run.record.domain = domain_text(placement)
+        now = sw.at(t)
+        admit = lc.admit(dec, now, assignments(placement))
+        self.cache.set_workload(lc.applied(self.cache.workloads[dec.workload], admit))
+        run.gang = self._gang(run, dec, placement)
+        names = sorted({str(f) for adm in dec.pod_sets for _, f in adm.flavors})
+        run.record.domain = domain_text(placement) if placement is not None else None
         run.gen += 1
         run.record.admitted = t
         run.record.flavor = ",".join(names)
         run.record.cluster_queue = str(dec.cluster_queue)
         run.record.reason = run.record.message = None
         run.record.state = JobState.RUNNING
-        self._usage[run.cq] += adm.count * run.gang.gpus_per_pod
+        self._usage[run.cq] += run.gang.gpus
         self._pending[run.cq] -= 1
         self._waiting.append(run)
         if self.settings.pods_ready:
@@ -268,12 +307,15 @@ class GangSimulator:
         if left is not None:
             self.clock.at(t + max(0.0, left), Kind.OUT_OF_TIME, dec.workload, run.gen)
 
-    def _evict(self, key: str, reason: str, message: str, t: float, *, backoff: bool) -> None:
+    def _evict(self, key: str, eviction: lc.Mutation, t: float, *, backoff: bool) -> None:
+        """The Workload evicted by `eviction` (a lifecycle mutation), its pods gone at once,
+        its quota released and the Workload requeued, after the backoff for a PodsReady
+        timeout (`backoff`), or deactivated past backoffLimitCount, as the operator does."""
         run, wl = self._runs[key], self.cache.workloads[key]
         if run.gang is not None:
-            self._usage[run.cq] -= run.gang.size * run.gang.gpus_per_pod
+            self._usage[run.cq] -= run.gang.gpus
             if run.running and run.record.started is not None:
-                gpus = run.gang.size * run.gang.gpus_per_pod
+                gpus = run.gang.gpus
                 self._busy -= gpus
                 self._lost += gpus * (t - run.record.started)
             self._release(run)
@@ -283,32 +325,34 @@ class GangSimulator:
         run.gen += 1
         run.record.evictions += 1
         run.record.started = None
-        run.record.reason, run.record.message = reason, message
         run.record.state = JobState.PENDING
         s = self.settings
-        rs = sw.next_backoff(wl, t, s.backoff_base, s.backoff_max) if backoff else None
+        released = sw.released(
+            wl, eviction, t, backoff=(s.backoff_base, s.backoff_max) if backoff else None
+        )
+        evicted = wls.condition(released, wls.EVICTED)
+        assert evicted is not None
+        run.record.reason, run.record.message = evicted.reason, evicted.message
+        rs = released.status.requeue_state if backoff else None
         if rs is None or rs.requeue_at is None or rs.requeue_at < sw.at(t + s.backoff_max):
             self._quiet_since = t
-        released = sw.released(wl, reason, message, t, backoff=rs)
         self._expired.discard(key)
         if not wl.spec.active:  # deactivated (maximum execution time): not requeued
             run.record.reason = "Deactivated"
             run.record.message = (
-                f"{message}: exceeded maximumExecutionTimeSeconds "
+                f"{evicted.message}: exceeded maximumExecutionTimeSeconds "
                 f"({wl.spec.maximum_execution_time_seconds}s)"
             )
-        elif rs is not None and s.backoff_limit is not None and (rs.count or 0) > s.backoff_limit:
-            released = released.model_copy(
-                update={"spec": released.spec.model_copy(update={"active": False})}
-            )
+        elif rs is not None and lc.requeuing_limit_exceeded(released, s.backoff_limit):
+            released = sw.deactivated(released, t)
             run.record.reason = "Deactivated"
             run.record.message = (
                 f"{rs.count} PodsReady timeouts, more than backoffLimitCount {s.backoff_limit}"
             )
         else:
             self._pending[run.cq] += 1
-            if rs is not None and rs.requeue_at is not None:
-                when = rs.requeue_at.timestamp() - sw.EPOCH
+            when = sw.requeue_time(released) if backoff else None
+            if when is not None:
                 self.clock.at(when, Kind.REQUEUE, key, run.gen)
         self.cache.set_workload(released)
 
@@ -316,9 +360,9 @@ class GangSimulator:
         """Unbind the gang's pods (and tell the inventory the ones it saw are gone)."""
         assert run.gang is not None
         if run.synced:
-            ns = run.key.partition("/")[0]
+            ns, _, name = run.key.partition("/")
             for i in range(run.synced):
-                self.cache.inventory.delete_pod(ns, f"{run.key.partition('/')[2]}-{i}")
+                self.cache.inventory.delete_pod(ns, f"{name}-{i}")
             run.synced = 0
         run.gang.release(self.pool)
 
@@ -326,18 +370,19 @@ class GangSimulator:
         """Pods of a gang atoll did not place, bound since the last call, as the inventory
         would see them from the API (so that placements count them)."""
         assert run.gang is not None
-        if not self._topology or run.gang.pins:
+        if not self._topology or any(p.pins for p in run.gang.parts):
             return
         ns, _, name = run.key.partition("/")
         for i in range(run.synced, len(run.gang.placed)):
             node = self.pool.infos[run.gang.placed[i]].name
-            self.cache.inventory.upsert_pod(sim_pod(ns, f"{name}-{i}", node, run.gang.req))
+            req = run.gang.part_at(i)[0].req
+            self.cache.inventory.upsert_pod(sim_pod(ns, f"{name}-{i}", node, req))
         run.synced = len(run.gang.placed)
 
     def _complete(self, key: str, t: float) -> None:
         run = self._runs[key]
         assert run.gang is not None
-        gpus = run.gang.size * run.gang.gpus_per_pod
+        gpus = run.gang.gpus
         self._usage[run.cq] -= gpus
         self._busy -= gpus
         self._release(run)
@@ -348,20 +393,21 @@ class GangSimulator:
         self._finished += 1
         self._quiet_since = t
         self.cache.delete_workload(key)  # as if its Job were deleted after finishing
-        self.cache.delete_job(run.sj.key)
+        if isinstance(run.sj.job, Job):
+            self.cache.delete_job(run.sj.key)
 
     def _handle(self, kind: Kind, key: str, gen: int, t: float) -> bool:
         """Apply one event; False when it is stale (nothing happened)."""
-        run = self._runs[key]
         if kind is Kind.ARRIVE:
             self._arrive(key, t)
-        elif gen != run.gen or (kind is Kind.TIMEOUT and run.running):
+            return True
+        run = self._runs[key]
+        if gen != run.gen or (kind is Kind.TIMEOUT and run.running):
             return False  # the gang was evicted, readmitted or finished since, or runs
         elif kind is Kind.COMPLETE:
             self._complete(key, t)
         elif kind is Kind.TIMEOUT:
-            message = f"Exceeded the PodsReady timeout {key}"
-            self._evict(key, "PodsReadyTimeout", message, t, backoff=True)
+            self._evict(key, lc.pods_ready_timeout(sw.at(t)), t, backoff=True)
         elif kind is Kind.REQUEUE:
             self.cache.set_workload(sw.backoff_finished(self.cache.workloads[key], t))
         elif kind is Kind.OUT_OF_TIME:
@@ -382,16 +428,12 @@ class GangSimulator:
                     self._admit(dec, t)
                     progress = True
                 case d.Preempt():
-                    for v in dec.victims:
-                        message = f"Preempted to accommodate {dec.workload} ({v.reason.value})"
-                        self._evict(v.workload, "Preempted", message, t, backoff=False)
-                    record = self._runs[dec.workload].record
-                    record.reason = d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
-                    victims = ", ".join(sorted(v.workload for v in dec.victims))
-                    record.message = f"waiting for {victims} to be evicted"
+                    self._preempt(dec, t)
                     progress = True
                 case d.Evict():
-                    self._evict(dec.workload, dec.reason.value, dec.message, t, backoff=False)
+                    wl = self.cache.workloads.get(dec.workload)
+                    reason, message = lc.eviction_cause(wl, dec.reason.value, dec.message)
+                    self._evict(dec.workload, lc.evict(reason, message, sw.at(t)), t, backoff=False)
                     progress = True
                 case d.Pending():
                     run = self._runs.get(dec.workload)
@@ -399,6 +441,23 @@ class GangSimulator:
                         run.record.reason = dec.reason.value
                         run.record.message = dec.message
         return progress
+
+    def _preempt(self, dec: d.Preempt, t: float) -> None:
+        """The victims evicted with the operator's message; the preemptor waits for them."""
+        preemptor = self.cache.workloads.get(dec.workload)
+        cqs, cohorts = self.cache.cluster_queues, self.cache.cohorts
+        for v in dec.victims:
+            message = lc.preemption_message(
+                preemptor,
+                v.reason,
+                lc.cohort_path(cqs, cohorts, str(dec.cluster_queue)),
+                lc.cohort_path(cqs, cohorts, str(v.cluster_queue)),
+            )
+            evict = lc.evict(lc.PREEMPTED, message, sw.at(t), preempted_reason=v.reason.value)
+            self._evict(v.workload, evict, t, backoff=False)
+        record = self._runs[dec.workload].record
+        record.reason = d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS.value
+        record.message = dec.message
 
     def _place_waiting(self, t: float) -> None:
         still = []
@@ -410,7 +469,7 @@ class GangSimulator:
                 run.running = True
                 run.record.started = t
                 self._quiet_since = t
-                self._busy += run.gang.size * run.gang.gpus_per_pod
+                self._busy += run.gang.gpus
                 self.clock.at(t + run.sj.duration, Kind.COMPLETE, run.key, run.gen)
             else:
                 still.append(run)
@@ -467,11 +526,11 @@ class GangSimulator:
         for their pods at the backoff cap: the run would repeat that forever (Kueue retries
         without end unless `backoffLimitCount` is set), so it ends here, with a note."""
         s = self.settings
-        if not s.pods_ready or self._busy or self._arrived < len(self._runs):
+        if not s.pods_ready or self._busy or self._arrived < len(self._all):
             return False
         if t - self._quiet_since <= 2 * (s.timeout + s.backoff_max):
             return False
-        stuck = sorted(r.sj.key for r in self._runs.values() if r.record.finished is None)
+        stuck = sorted(r.sj.key for r in self._all if r.record.finished is None)
         self.notes.append(
             f"t={t:g}s: stopped: nothing runs or arrives any more and {', '.join(stuck)} "
             "keep timing out waiting for their pods to be placed (set waitForPodsReady "
@@ -490,13 +549,13 @@ class GangSimulator:
             self._settle(nxt)
             self._sample(nxt)
             if self.progress is not None:
-                self.progress(self._finished, len(self._runs), nxt)
+                self.progress(self._finished, len(self._all), nxt)
             if self._only_retries_left(nxt):
                 break
         return SimResult(
             scenario=self.scenario.name,
             mode=Mode.GANG,
-            jobs=[r.record for r in self._runs.values()],
+            jobs=[r.record for r in self._all],
             timeline=self.timeline,
             nodes=self.nodes,
             gpu_capacity=self.pool.groups(),

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from atoll.engine import model as m
 from atoll.sim import workloads as sw
 from atoll.sim.events import Clock, Kind
-from atoll.sim.gang import Progress, queue_of
+from atoll.sim.gang import Progress, fill_cache, queue_of
 from atoll.sim.nodes import GPU, NodePool, Signature
-from atoll.sim.pods import Gang, request, signature
+from atoll.sim.pods import Gang, Part, request, signature
 from atoll.sim.results import (
     Deadlock,
     Holder,
@@ -35,6 +35,7 @@ from atoll.sim.results import (
 )
 from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
+from atoll.state.cache import Cache
 
 POD_BATCH_INTERVAL = 0.1
 """Seconds between two slow-start batches of the Job controller (its real pace is a few
@@ -61,12 +62,11 @@ class _GJob:
         return self.sj.arrival + batch_of(index) * POD_BATCH_INTERVAL
 
 
-def _pod_set(sj: SimJob, scn: Scenario) -> m.PodSet:
-    wpcs = {c.name: c for c in scn.workload_classes}
-    pcs = {c.name: c for c in scn.priority_classes}
-    value = sw.priority(sj.job, wpcs, pcs)
-    wl = sw.build_workload(sj.job, value=value, created=sj.arrival)
-    return convert.workload(wl, namespace_labels={}, queued_at=0.0).pod_sets[0]
+def _workload(sj: SimJob, kinds: sw.Kinds, cache: Cache) -> m.Workload:
+    """The pods and priority of the object, read as the operator reads them (its pods are
+    the same with or without atoll; only their admission differs)."""
+    wl = kinds.compose(sj.job, cache, created=sj.arrival)
+    return convert.workload(wl, namespace_labels={}, queued_at=0.0)
 
 
 @dataclass(slots=True)
@@ -87,30 +87,34 @@ class GreedySimulator:
     _waiting: dict[str, int] = field(default_factory=dict)
     _busy: int = 0
     _partial: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         scn = self.scenario
         self.pool = NodePool.of(scn.nodes)
         self.nodes = self.pool.node_timeline()
         of = queue_of(scn)
-        wpcs = {c.name: c for c in scn.workload_classes}
-        pcs = {c.name: c for c in scn.priority_classes}
+        cache = fill_cache(scn)
+        kinds = sw.Kinds.all()
         for sj in scn.jobs:
-            ps = _pod_set(sj, scn)
-            gang = Gang(owner=sj.key, sig=signature(ps), req=request(ps), size=ps.count)
+            try:
+                ew = _workload(sj, kinds, cache)
+            except sw.ComposeError as e:
+                self.notes.append(f"{sj.key}: not simulated ({e.reason}): {e}")
+                continue
+            parts = tuple(
+                Part(sig=signature(ps), req=request(ps), size=ps.count) for ps in ew.pod_sets
+            )
+            gang = Gang(owner=sj.key, parts=parts)
             record = JobRecord(
                 name=sj.key,
                 arrival=sj.arrival,
-                pods=ps.count,
-                gpus=ps.count * gang.gpus_per_pod,
+                pods=gang.size,
+                gpus=gang.gpus,
                 cluster_queue=of(sj),
             )
             self._jobs[sj.key] = _GJob(
-                sj=sj,
-                record=record,
-                cq=of(sj) or "-",
-                gang=gang,
-                priority=sw.priority(sj.job, wpcs, pcs),
+                sj=sj, record=record, cq=of(sj) or "-", gang=gang, priority=ew.priority
             )
             self._usage[of(sj) or "-"] = self._waiting[of(sj) or "-"] = 0
             self.clock.at(sj.arrival, Kind.ARRIVE, sj.key)
@@ -136,14 +140,15 @@ class GreedySimulator:
         failed: set[tuple[Signature, tuple[tuple[str, int], ...]]] = set()
         for *_, key in pods:
             job = self._jobs[key]
-            shape = (job.gang.sig, tuple(sorted(job.gang.req.items())))
+            part = job.gang.part_at(len(job.gang.placed))[0]
+            shape = (part.sig, tuple(sorted(part.req.items())))
             if shape in failed:
                 continue
             if not job.gang.place_one(self.pool):
                 failed.add(shape)
                 continue
             job.last_bound = t
-            self._usage[job.cq] += job.gang.gpus_per_pod
+            self._usage[job.cq] += part.gpus_per_pod
             self._partial += len(job.gang.placed) == 1
             if job.gang.complete:
                 self._partial -= 1
@@ -197,28 +202,30 @@ class GreedySimulator:
             gpu_capacity=self.pool.groups(),
             end=self.clock.now,
             deadlock=deadlock,
+            notes=self.notes,
         )
 
     # -- deadlock -------------------------------------------------------------------------
     def _holder(self, job: _GJob) -> Holder:
         holds: dict[str, int] = {}
-        for i in job.gang.placed:
+        for k, i in enumerate(job.gang.placed):
             name = self.pool.infos[i].name
-            holds[name] = holds.get(name, 0) + job.gang.gpus_per_pod
+            holds[name] = holds.get(name, 0) + job.gang.part_at(k)[0].gpus_per_pod
+        waiting = [job.gang.part_at(k)[0] for k in range(len(job.gang.placed), job.gang.size)]
         waits = sorted(
             {
                 owner
-                for i in self.pool.feasible_nodes(job.gang.sig)
+                for sig in {p.sig for p in waiting} or {p.sig for p in job.gang.parts}
+                for i in self.pool.feasible_nodes(sig)
                 for owner in self.pool.holders[i]
                 if owner != job.sj.key
             }
         )
-        missing = job.gang.size - len(job.gang.placed)
         return Holder(
             job=job.sj.key,
             holds=holds,
-            pending_pods=missing,
-            waits_for_gpus=missing * job.gang.gpus_per_pod,
+            pending_pods=len(waiting),
+            waits_for_gpus=sum(p.gpus_per_pod for p in waiting),
             waits_for=tuple(waits),
         )
 
@@ -234,7 +241,12 @@ class GreedySimulator:
         cycle = find_cycle({k: [w for w in h.waits_for if w in graph] for k, h in graph.items()})
         if not cycle:
             return None
-        nodes = {i for k in cycle for i in self.pool.feasible_nodes(stuck[k].gang.sig)}
+        nodes = {
+            i
+            for k in cycle
+            for part in stuck[k].gang.parts
+            for i in self.pool.feasible_nodes(part.sig)
+        }
         free = sum(self.pool.free[i].get(GPU, 0) for i in nodes)
         for k in cycle:
             stuck[k].record.state = JobState.DEADLOCKED

@@ -1,9 +1,10 @@
 """The pods of one Job in the simulated cluster: what each asks for, where they are bound.
 
-A gang is the Job's pods (`count` copies of its pod template). Under atoll the template is
-merged with the admitted flavors' nodeLabels and tolerations before the pods exist, as
-`control/jobframework.start_plan` does for a real Job; under greedy placement the template
-is used as written.
+A gang is the workload's pods: `count` copies of each pod set's template (one pod set for a
+Job, one per replicated job of a JobSet, …). Under atoll each template is merged with its
+admitted flavors' nodeLabels and tolerations before the pods exist, as
+`control/jobframework.template_start` does for a real object; under greedy placement the
+template is used as written.
 """
 
 from __future__ import annotations
@@ -36,21 +37,52 @@ def request(ps: m.PodSet) -> dict[str, int]:
     return {**dict(ps.requests), m.PODS: 1}
 
 
-@dataclass(slots=True, kw_only=True)
-class Gang:
-    owner: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Part:
+    """The pods of one pod set of a gang: where they may go, what each asks for."""
+
     sig: Signature
     req: Mapping[str, int]
     size: int
-    placed: list[int] = field(default_factory=list)
-    """Node index of every bound pod."""
     pins: tuple[int, ...] = ()
-    """Node index of each pod as atoll placed the gang (topology or devices); empty: the
+    """Node index of each pod as atoll placed the pod set (topology or devices); empty: the
     pods go wherever kube-scheduler's rules put them."""
 
     @property
     def gpus_per_pod(self) -> int:
         return self.req.get(GPU, 0)
+
+
+@dataclass(slots=True, kw_only=True)
+class Gang:
+    """The pods of a workload, pod set after pod set (`parts`), bound in that order."""
+
+    owner: str
+    parts: tuple[Part, ...]
+    placed: list[int] = field(default_factory=list)
+    """Node index of every bound pod."""
+
+    @classmethod
+    def single(cls, owner: str, sig: Signature, req: Mapping[str, int], size: int) -> Gang:
+        """A gang of one pod set."""
+        return cls(owner=owner, parts=(Part(sig=sig, req=req, size=size),))
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of all its pods."""
+        return sum(p.size * p.gpus_per_pod for p in self.parts)
+
+    def part_at(self, index: int) -> tuple[Part, int]:
+        """The pod set of the gang's `index`-th pod, and the pod's index in it."""
+        for part in self.parts:
+            if index < part.size:
+                return part, index
+            index -= part.size
+        return self.parts[-1], index + self.parts[-1].size
 
     @property
     def complete(self) -> bool:
@@ -62,32 +94,30 @@ class Gang:
         limit = self.size if created is None else min(created, self.size)
         bound = 0
         while len(self.placed) < limit:
-            node = self._next_node(pool)
-            if node is None:
+            if not self.place_one(pool):
                 break
-            pool.bind(node, self.owner, self.req)
-            self.placed.append(node)
             bound += 1
         return bound
 
     def _next_node(self, pool: NodePool) -> int | None:
         """Where the next pod goes: its pinned node while that has room, else where
         kube-scheduler would bind it."""
-        if self.pins:
-            pin = self.pins[len(self.placed) % len(self.pins)]
-            return pin if pool.fits(pin, self.req) else None
-        return pool.find(self.sig, self.req)
+        part, index = self.part_at(len(self.placed))
+        if part.pins:
+            pin = part.pins[index % len(part.pins)]
+            return pin if pool.fits(pin, part.req) else None
+        return pool.find(part.sig, part.req)
 
     def place_one(self, pool: NodePool) -> bool:
         node = self._next_node(pool)
         if node is None:
             return False
-        pool.bind(node, self.owner, self.req)
+        pool.bind(node, self.owner, self.part_at(len(self.placed))[0].req)
         self.placed.append(node)
         return True
 
     def release(self, pool: NodePool) -> None:
-        pool.release(self.owner, ((i, self.req) for i in self.placed))
+        pool.release(self.owner, ((i, self.part_at(k)[0].req) for k, i in enumerate(self.placed)))
         self.placed.clear()
 
 

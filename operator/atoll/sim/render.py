@@ -72,12 +72,11 @@ def jobs_table(result: SimResult) -> Table:
     for i, j in enumerate(shown):
         if len(jobs) > MAX_ROWS and i == MAX_ROWS // 2:
             table.add_row(f"… {len(jobs) - MAX_ROWS} more", *[""] * (len(table.columns) - 1))
-        per_pod = j.gpus // j.pods if j.pods else 0
         cells: list[RenderableType] = [names[j.name]]
         if queues:
             cells.append(j.cluster_queue or "-")
         cells += [
-            f"{j.pods}×{per_pod}" if j.pods else "-",
+            _gpus(j.pods, j.gpus) if j.pods else "-",
             _t(j.arrival),
             _t(j.started),
             _t(j.finished),
@@ -181,3 +180,8 @@ def report(results: Sequence[SimResult], *, jobs: bool = True) -> RenderableType
 
 def print_report(results: Sequence[SimResult], console: Console | None = None) -> None:
     (console or Console()).print(report(results))
+
+
+def _gpus(pods: int, gpus: int) -> str:
+    """`pods×GPUs per pod`, or `pods: GPUs` for a gang whose pod sets differ in size."""
+    return f"{pods}×{gpus // pods}" if gpus % pods == 0 else f"{pods}: {gpus}"

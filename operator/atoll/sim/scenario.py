@@ -3,8 +3,11 @@
 A scenario file holds, in any order, Kueue's objects (ResourceFlavor, ClusterQueue, Cohort,
 LocalQueue, WorkloadPriorityClass), PriorityClasses, Namespaces, the cluster (Nodes, or an
 `atoll.dev/v1alpha1` ClusterShape, inline or by reference), an optional Kueue
-`Configuration` (waitForPodsReady, fairSharing) and batch/v1 Jobs. Each Job says when it
-arrives and how long it runs with annotations (`SCENARIO_ANNOTATIONS`).
+`Configuration` (waitForPodsReady, fairSharing, integrations.frameworks) and the workloads:
+batch/v1 Jobs, JobSets (`jobset.x-k8s.io/v1alpha2`), MPIJobs (`kubeflow.org/v2beta1`) and
+plain Pods, which form pod groups by their `kueue.x-k8s.io/pod-group-name` label (a Pod
+without one is a group of itself). Each says when it arrives and how long it runs with
+annotations (`SCENARIO_ANNOTATIONS`; a pod group reads them from its first pod by name).
 
 The sim layer cannot import the sandbox, so a ClusterShape is turned into Nodes by a
 `ShapeExpander` the caller passes (the CLI passes `atoll.sandbox.shapes`).
@@ -16,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -24,13 +27,16 @@ from pydantic import ValidationError
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.configuration import Configuration
-from atoll.api.core import Job, Namespace, Node, PriorityClass
+from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
+from atoll.api.jobset import JobSet
 from atoll.api.kinds import KUEUE_KINDS, MODELS
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
+from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
+from atoll.control import podgroups as pg
 from atoll.state import tas
 from atoll.state.apivalidation import Problem, check_object, model_problems
 
@@ -67,6 +73,7 @@ apis/kueue/v1beta1/*_conversion.go); the other kinds' specs are the same in both
 V1BETA1_VALUES = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}
 """v1beta1's flavorFungibility values and their v1beta2 equivalent."""
 
+K = TypeVar("K", bound=KubeObject)
 ShapeExpander = Callable[[Mapping[str, Any], Path], list[dict[str, Any]]]
 """(ClusterShape document, scenario directory) → Node objects."""
 
@@ -99,9 +106,10 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimJob:
-    """A Job of the scenario with its arrival and run time (seconds)."""
+    """A workload of the scenario (a Job, JobSet, MPIJob or pod group) with its arrival and
+    run time (seconds)."""
 
-    job: Job
+    job: KubeObject
     arrival: float
     duration: float
     seq: int
@@ -109,7 +117,14 @@ class SimJob:
 
     @property
     def key(self) -> str:
-        return f"{self.job.namespace or 'default'}/{self.job.name}"
+        """`namespace/name` of a Job; of another kind, prefixed with the kind
+        (`JobSet ns/name`, `pod group ns/name`)."""
+        name = f"{self.job.namespace or 'default'}/{self.job.name}"
+        if isinstance(self.job, Job):
+            return name
+        if isinstance(self.job, pg.PodGroup):
+            return f"{'pod group' if self.job.grouped else 'Pod'} {name}"
+        return f"{self.job.KIND} {name}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -128,21 +143,29 @@ class Scenario:
     config: Configuration = field(default_factory=Configuration)
     ignored: list[str] = field(default_factory=list)
     """`Kind/name` of documents the simulator does not use."""
+    pods: dict[str, list[tuple[Pod, str]]] = field(default_factory=dict)
+    """Pods read so far, by group key, with where each was read (made into `jobs` once the
+    whole file is read)."""
     warnings: list[str] = field(default_factory=list)
     """What the simulator ignored, each naming the file and the document."""
 
 
-def _job_copies(job: Job, where: str, seq: int) -> list[SimJob]:
+def _job_copies(job: KubeObject, where: str, seq: int) -> list[SimJob]:
     ann = job.metadata.annotations or {}
     try:
         arrival = float(ann.get(ARRIVAL, "0"))
-        tas.podset_topology_request(job.spec.template)  # conflicting annotations: an error
+        deadline = None
+        if isinstance(job, Job):
+            tas.podset_topology_request(job.spec.template)  # conflicting annotations: an error
+            deadline = job.spec.active_deadline_seconds
         if RUN_DURATION in ann:
             duration = parse_duration(ann[RUN_DURATION])
-        elif job.spec.active_deadline_seconds is not None:
-            duration = float(job.spec.active_deadline_seconds)
+        elif deadline is not None:
+            duration = float(deadline)
         else:
             raise ValueError(f"needs the annotation {RUN_DURATION} (or activeDeadlineSeconds)")
+        if isinstance(job, pg.PodGroup) and REPEAT in ann:
+            raise ValueError(f"{REPEAT} is for Jobs, JobSets and MPIJobs, not for Pods")
         repeat = int(ann.get(REPEAT, "1"))
         every = parse_duration(ann.get(REPEAT_EVERY, "0s"))
     except ValueError as e:
@@ -184,17 +207,49 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.nodes.append(obj)
         case Topology():
             scn.topologies.append(obj)
-        case Job():
-            if not obj.metadata.namespace:
-                obj = obj.model_copy(
-                    update={"metadata": obj.metadata.model_copy(update={"namespace": "default"})}
-                )
-            scn.jobs.extend(_job_copies(obj, where, len(scn.jobs)))
+        case Job() | JobSet() | MPIJob():
+            scn.jobs.extend(_job_copies(_namespaced(obj), where, len(scn.jobs)))
+        case Pod():
+            pod = _namespaced(obj)
+            error = pg.total_count_error(pod)
+            if error is not None:
+                raise ScenarioError(f"{where}: {error}")
+            scn.pods.setdefault(pg.group_key(pod), []).append((pod, where))
         case Namespace():
             scn.namespaces[obj.name] = dict(obj.metadata.labels or {})
         case _:
             scn.ignored.append(f"{obj.KIND}/{obj.name}")
             scn.warnings.append(f"{where}: the simulator does not use {obj.KIND} objects; ignored")
+
+
+def _namespaced(obj: K) -> K:
+    if obj.metadata.namespace:
+        return obj
+    return obj.model_copy(
+        update={"metadata": obj.metadata.model_copy(update={"namespace": "default"})}
+    )
+
+
+def _add_pod_groups(scn: Scenario) -> None:
+    """Each pod group (or single Pod) of the scenario as one workload, in the order of its
+    first Pod; a group must have the Pods its total count names."""
+    for key, pods in scn.pods.items():
+        names = [p.name for p, _ in pods]
+        if len(set(names)) != len(names):
+            raise ScenarioError(
+                f"{pods[-1][1]}: two Pods named {key.partition('/')[0]}/"
+                f"{names[-1]}: names must be unique"
+            )
+        group = pg.group_of(key, {p.name: p for p, _ in pods})
+        assert group is not None
+        where = pods[0][1]
+        if group.grouped and len(pods) != group.total:
+            raise ScenarioError(
+                f"{where}: pod group {key}: {len(pods)} Pods, but "
+                f"{pg.TOTAL_COUNT_FIELD} says {group.total}"
+            )
+        scn.jobs.extend(_job_copies(group, where, len(scn.jobs)))
+    scn.pods.clear()
 
 
 def _v1beta1(raw: Mapping[str, Any], where: str) -> ScenarioError:
@@ -320,6 +375,7 @@ def from_documents(
             raise not_an_object(raw, where)
         where = f"{where} ({_describe(raw)})"
         _add_raw(scn, raw, where, base, expand)
+    _add_pod_groups(scn)
     _duplicates(scn, source or name)
     for ns in {j.job.namespace or "default" for j in scn.jobs} | {
         q.namespace or "default" for q in scn.local_queues
@@ -345,19 +401,32 @@ def load_scenario(path: Path, expand: ShapeExpander | None = None) -> Scenario:
     return from_documents(docs, name=path.stem, base=path.parent, expand=expand, source=str(path))
 
 
-def load_job(path: Path) -> Job:
-    """The one batch/v1 Job of a manifest file (for what-if), checked like a scenario's."""
+def load_job(path: Path) -> KubeObject:
+    """The one workload of a manifest file (for what-if), checked like a scenario's: a
+    batch/v1 Job, a JobSet or an MPIJob, or the Pods of one pod group."""
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except (OSError, yaml.YAMLError) as e:
         raise ScenarioError(f"{path}: cannot read the Job: {_one_line(e)}") from e
-    if len(docs) != 1:
-        raise ScenarioError(f"{path}: expected one batch/v1 Job, found {len(docs)} documents")
-    where = f"{path}: document 1"
-    if not isinstance(docs[0], Mapping):
-        raise not_an_object(docs[0], where)
-    where = f"{where} ({_describe(docs[0])})"
-    job = parse_document(docs[0], where)
-    if not isinstance(job, Job):
-        raise ScenarioError(f"{where}: not a batch/v1 Job")
-    return job
+    objects: list[KubeObject] = []
+    for i, raw in enumerate(docs):
+        where = f"{path}: document {i + 1}"
+        if not isinstance(raw, Mapping):
+            raise not_an_object(raw, where)
+        where = f"{where} ({_describe(raw)})"
+        obj = parse_document(raw, where)
+        if not isinstance(obj, Job | JobSet | MPIJob | Pod):
+            raise ScenarioError(f"{where}: not a batch/v1 Job, JobSet, MPIJob or Pod")
+        objects.append(_namespaced(obj))
+    pods = [o for o in objects if isinstance(o, Pod)]
+    if len(objects) == 1 and not pods:
+        return objects[0]
+    keys = {pg.group_key(p) for p in pods}
+    if len(pods) != len(objects) or len(keys) != 1:
+        raise ScenarioError(
+            f"{path}: expected one Job, JobSet or MPIJob, or the Pods of one pod group; found "
+            f"{len(objects)} documents"
+        )
+    group = pg.group_of(keys.pop(), {p.name: p for p in pods})
+    assert group is not None
+    return group

@@ -1,7 +1,9 @@
-"""What-if: would this Job be admitted now, to which flavor, and whom would it preempt?
+"""What-if: would this Job (or JobSet, MPIJob, pod group) be admitted now, to which flavor,
+and whom would it preempt?
 
 "Now" is a point in a scenario: the simulator runs the scenario up to `at` seconds, the
-Job's Workload is added to that cache as if just created, and the simulator's own next step
+object's Workload (composed by the operator's adapter of its kind) is added to that cache as
+if just created, and the simulator's own next step
 (`state.decide.Decider.decide`, the operator's: engine cycle, placement, domain preemption)
 is run once on a fork (`state.whatif.ask`), without assuming anything. The answer is the
 step's decision for the Job; when another workload is ahead of it in its ClusterQueue, the
@@ -15,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from atoll.api.core import Job
+from atoll.api.meta import KubeObject
 from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
-from atoll.sim.pods import Gang, request, signature
+from atoll.sim.pods import Gang, Part, request, signature
 from atoll.sim.scenario import Scenario, ScenarioError
 from atoll.state import convert
 from atoll.state import workloads as wls
@@ -75,34 +77,42 @@ def _pods_fit(sim: GangSimulator, key: str, dec: d.Decision | None) -> bool | No
     ew = sim.cache.engine_workload(key)
     if ew is None or isinstance(dec, d.Preempt):
         return None  # victims' pods would leave first; placement is judged after that
-    names = {str(f) for ps in dec.pod_sets for _, f in ps.flavors}
-    flavors = [convert.flavor(f) for f in sim.scenario.flavors if f.name in names]
-    ps = ew.pod_sets[0]
-    gang = Gang(owner=key, sig=signature(ps, flavors), req=request(ps), size=dec.pod_sets[0].count)
+    by_name = {ps.name: ps for ps in ew.pod_sets}
+    parts = []
+    for adm in dec.pod_sets:
+        names = {str(f) for _, f in adm.flavors}
+        flavors = [convert.flavor(f) for f in sim.scenario.flavors if f.name in names]
+        ps = by_name[adm.name]
+        parts.append(Part(sig=signature(ps, flavors), req=request(ps), size=adm.count))
+    gang = Gang(owner=key, parts=tuple(parts))
     gang.place(sim.pool)
     fits = gang.complete
     gang.release(sim.pool)
     return fits
 
 
-def add_job(sim: GangSimulator, job: Job, at: float) -> str:
-    """Add the Job's Workload to the simulator's cache as if created at `at`; its key."""
+def add_job(sim: GangSimulator, job: KubeObject, at: float) -> str:
+    """Add the object's Workload to the simulator's cache as if created at `at`; its key.
+    Raises ScenarioError when the operator would not create one (its kind's framework is not
+    enabled, an unknown priority class, an incomplete pod group)."""
     cache = sim.cache
     if not job.metadata.namespace:
         job = job.model_copy(
             update={"metadata": job.metadata.model_copy(update={"namespace": "default"})}
         )
-    value = sw.priority(job, cache.workload_classes, cache.priority_classes)
-    wl = sw.build_workload(job, value=value, created=at)
+    try:
+        wl = sim.kinds.compose(job, cache, created=at)
+    except sw.ComposeError as e:
+        raise ScenarioError(f"{job.name}: no Workload ({e.reason}): {e}") from e
     key = wls.wl_key(wl)
     if key in cache.workloads:
-        raise ScenarioError(f"the scenario already has a Job named {job.name}")
+        raise ScenarioError(f"the scenario already has a workload named {wl.name}")
     cache.set_workload(wl)
     return key
 
 
 def what_if(
-    scn: Scenario, job: Job, *, at: float = 0.0, settings: Settings | None = None
+    scn: Scenario, job: KubeObject, *, at: float = 0.0, settings: Settings | None = None
 ) -> WhatIf:
     """The step's answer for `job` at time `at` of the scenario (nothing is assumed)."""
     base = settings or Settings.of(scn.config)
@@ -111,7 +121,7 @@ def what_if(
     key = add_job(sim, job, at)
     answer = ask(sim.decider, key, sw.EPOCH + at)
     return WhatIf(
-        job=key,
+        job=wls.owner_job_key(sim.cache.workloads[key]) or key,
         at=at,
         cluster_queue=answer.cluster_queue,
         ahead=answer.ahead,

@@ -1,36 +1,35 @@
-"""The simulator's Workloads: built from a scenario's Jobs, and their status transitions.
+"""The simulator's Workloads: composed from a scenario's objects by the operator's own
+adapters, and changed by the operator's own lifecycle rules.
 
-The live operator builds Workloads in `control/jobframework` and writes statuses through
-`control/admission` and `control/jobs`; the sim layer may not import `control`, so this
-module holds the minimal equivalent the simulator needs (one podSet per Job, Kueue's
-priority resolution, the QuotaReserved / Admitted / Evicted / Requeued / Finished
-transitions), on the same `atoll.api` models and the same `atoll.state.workloads`
-condition helpers, so that the cache sees exactly what it would see live.
+A scenario's Job, JobSet, MPIJob or pod group becomes the Workload the operator would create
+for it through the same `control/integrations.py` adapter (`Integration.compose`: its pod
+sets, priority, Kueue's `<kind>-<name>-<hash>` name, or the group's name), among the kinds the
+scenario's Configuration enables (`integrations.frameworks`, as the operator does). Its
+status then changes as the operator changes it, through `state/lifecycle.py`: the
+simulator applies each mutation at once instead of writing it, and, as its pods vanish with
+the eviction, releases the quota in the same instant. Only time differs: a simulated
+second is `EPOCH` + t.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any, cast
 
-from atoll.api import labels as keys
-from atoll.api.core import Job, PriorityClass
-from atoll.api.meta import ObjectMeta, OwnerReference
-from atoll.api.priority import WorkloadPriorityClass
-from atoll.api.workload import (
-    MAIN_POD_SET,
-    Admission,
-    PodSet,
-    PodSetAssignment,
-    PodSetTopologyRequest,
-    RequeueState,
-    Workload,
-    WorkloadSpec,
-)
-from atoll.engine import decisions as d
-from atoll.state import convert, tas
+from atoll.api.configuration import RUN_FRAMEWORKS, Configuration
+from atoll.api.core import Job
+from atoll.api.meta import KubeObject
+from atoll.api.workload import Workload
+from atoll.control import integrations as ig
+from atoll.control.jobframework import ComposeError
+from atoll.control.podgroups import PodGroup
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
+from atoll.state.cache import Cache
+
+__all__ = ["EPOCH", "ComposeError", "Kinds", "at", "uid_of"]
 
 EPOCH = 1_767_225_600.0
 """Wall-clock time of simulation second 0 (2026-01-01T00:00:00Z), for object timestamps."""
@@ -41,199 +40,138 @@ def at(t: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(EPOCH + t, dt.UTC)
 
 
-def pod_count(job: Job) -> int:
-    """Pods of the gang: min(parallelism, completions), parallelism defaulting to 1."""
-    parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
-    completions = job.spec.completions
-    return parallelism if completions is None else min(parallelism, completions)
+def uid_of(obj: KubeObject) -> str:
+    """A stable uid for a scenario object (a Job's from its `namespace/name`, another
+    kind's from its kind too), so that runs are reproducible."""
+    seed = f"{obj.namespace}/{obj.name}"
+    if not isinstance(obj, Job):
+        seed = f"{obj.KIND}/{seed}"
+    return str(uuid.uuid5(_UID_NAMESPACE, seed))
 
 
-def priority(
-    job: Job,
-    workload_classes: Mapping[str, WorkloadPriorityClass],
-    priority_classes: Mapping[str, PriorityClass],
-) -> int:
-    """Kueue's order: WorkloadPriorityClass label, the pods' PriorityClass, the global
-    default PriorityClass, else 0 (unknown class names count as 0 in the simulator)."""
-    wpc = (job.metadata.labels or {}).get(keys.PRIORITY_CLASS_LABEL)
-    if wpc:
-        return workload_classes[wpc].value if wpc in workload_classes else 0
-    pc = job.spec.template.spec.priority_class_name
-    if pc:
-        return priority_classes[pc].value if pc in priority_classes else 0
-    defaults = sorted(p.value for p in priority_classes.values() if p.global_default)
-    return defaults[0] if defaults else 0
+class _Offline:
+    """The adapters' object writers: the simulator composes Workloads only, it starts and
+    stops nothing through them."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"the simulator writes no object ({name})")
 
 
-def _topology_request(job: Job) -> PodSetTopologyRequest | None:
-    """The pods' topology annotations, as the operator reads them; conflicting ones are
-    ignored here (the operator rejects such a Job; a scenario is checked when loaded)."""
-    try:
-        return tas.podset_topology_request(job.spec.template)
-    except tas.TopologyAnnotationError:
-        return None
+class Kinds:
+    """The adapters of the kinds a Configuration enables, as the operator builds them."""
 
+    def __init__(self, frameworks: Sequence[str]) -> None:
+        stores = cast("ig.Stores", _Offline())
+        self.enabled: Sequence[ig.Integration[KubeObject]] = ig.enabled(tuple(frameworks), stores)
 
-def _max_exec_seconds(job: Job) -> int | None:
-    """Kueue's `kueue.x-k8s.io/max-exec-time-seconds` label, as the Job integration reads it."""
-    raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
-    return int(raw) if raw and raw.isdigit() and int(raw) > 0 else None
+    @classmethod
+    def of_config(cls, cfg: Configuration) -> Kinds:
+        """The kinds `integrations.frameworks` enables."""
+        return cls(cfg.integrations.frameworks)
 
+    @classmethod
+    def all(cls) -> Kinds:
+        """Every kind atoll runs (what kube-scheduler alone sees: every object's pods)."""
+        return cls(RUN_FRAMEWORKS)
 
-def build_workload(job: Job, *, value: int, created: float) -> Workload:
-    """The Workload of a Job created at sim time `created` (one podSet, `main`)."""
-    name = job.metadata.name or ""
-    uid = str(uuid.uuid5(_UID_NAMESPACE, f"{job.namespace}/{name}"))
-    count = pod_count(job)
-    raw_min = (job.metadata.annotations or {}).get(keys.JOB_MIN_PARALLELISM_ANNOTATION)
-    min_count = int(raw_min) if raw_min and raw_min.isdigit() and 0 < int(raw_min) < count else None
-    owner = OwnerReference(api_version="batch/v1", kind="Job", name=name, uid=uid, controller=True)
-    return Workload(
-        metadata=ObjectMeta(
-            name=f"job-{name}",
-            namespace=job.metadata.namespace,
-            uid=uid,
-            creation_timestamp=at(created),
-            labels={keys.JOB_UID_LABEL: uid},
-            owner_references=(owner,),
-        ),
-        spec=WorkloadSpec(
-            pod_sets=(
-                PodSet(
-                    name=MAIN_POD_SET,
-                    template=job.spec.template,
-                    count=count,
-                    min_count=min_count,
-                    topology_request=_topology_request(job),
-                ),
-            ),
-            queue_name=(job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL),
-            priority=value,
-            maximum_execution_time_seconds=_max_exec_seconds(job),
-        ),
-    )
+    def of(self, obj: KubeObject) -> ig.Integration[KubeObject] | None:
+        """The adapter of `obj`'s kind, None when its framework is not enabled."""
+        return next((k for k in self.enabled if isinstance(obj, k.model)), None)
 
-
-def admitted(wl: Workload, decision: d.Admit, t: float) -> Workload:
-    """QuotaReserved and Admitted (no admission checks), with the admission."""
-    now = at(t)
-    cq = str(decision.cluster_queue)
-    conds = wls.with_condition(
-        wl.status.conditions or (),
-        wls.QUOTA_RESERVED,
-        status=True,
-        reason="QuotaReserved",
-        message=f"Quota reserved in ClusterQueue {cq}",
-        now=now,
-    )
-    conds = wls.with_condition(
-        conds, wls.ADMITTED, status=True, reason="Admitted", message="admitted", now=now
-    )
-    for type_ in (wls.EVICTED, wls.PREEMPTED):
-        if wls.is_true(wl, type_):
-            conds = wls.with_condition(
-                conds, type_, status=False, reason="QuotaReserved", message="readmitted", now=now
+    def compose(self, obj: KubeObject, cache: Cache, *, created: float | dt.datetime) -> Workload:
+        """The Workload the operator creates for `obj` at `created` (sim seconds, or a wall
+        clock time; its uid and
+        creation time set as the API server would). Raises ComposeError as the operator's
+        adapter does (an unknown priority class, a bad annotation, an incomplete group), or
+        when the kind's framework is not enabled."""
+        kind = self.of(obj)
+        if kind is None:
+            raise ComposeError(
+                "FrameworkNotEnabled",
+                f"the {framework_of(obj)} framework is not in the Configuration's "
+                "integrations.frameworks",
             )
-    admission = Admission(
-        cluster_queue=cq,
-        pod_set_assignments=tuple(
-            PodSetAssignment(
-                name=ps.name,
-                flavors={str(r): str(f) for r, f in ps.flavors},
-                resource_usage={str(r): convert.quantity(r, v) for r, v in ps.resource_usage},
-                count=ps.count,
+        uid = uid_of(obj)
+        wl = kind.compose(with_uid(obj, uid), cache)
+        when = at(created) if isinstance(created, float | int) else created
+        meta = wl.metadata.model_copy(update={"uid": uid, "creation_timestamp": when})
+        return wl.model_copy(update={"metadata": meta})
+
+
+def framework_of(obj: KubeObject) -> str:
+    """Kueue's framework name of an object's kind."""
+    return {
+        "Job": ig.BATCH_JOB,
+        "JobSet": ig.JOBSET,
+        "MPIJob": ig.MPIJOB,
+        "PodGroup": ig.POD,
+    }.get(obj.KIND if not isinstance(obj, PodGroup) else "PodGroup", obj.KIND)
+
+
+def with_uid(obj: KubeObject, uid: str) -> KubeObject:
+    """`obj` with `metadata.uid` (and, for a pod group, each pod's) set when missing."""
+    if isinstance(obj, PodGroup):
+        pods = tuple(
+            p
+            if p.metadata.uid
+            else p.model_copy(update={"metadata": p.metadata.model_copy(update={"uid": uid_of(p)})})
+            for p in obj.pods
+        )
+        obj = obj.model_copy(update={"pods": pods})
+        if not obj.grouped:
+            return obj.model_copy(
+                update={"metadata": obj.metadata.model_copy(update={"uid": pods[0].metadata.uid})}
             )
-            for ps in decision.pod_sets
-        ),
-    )
-    status = wls.status_with(wl, conditions=conds, admission=admission)
-    return wl.model_copy(update={"status": status})
+        return obj
+    if obj.metadata.uid:
+        return obj
+    return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"uid": uid})})
 
 
 def released(
-    wl: Workload, reason: str, message: str, t: float, *, backoff: RequeueState | None
+    wl: Workload,
+    eviction: lc.Mutation,
+    t: float,
+    *,
+    backoff: tuple[float, float] | None,
 ) -> Workload:
-    """Evicted (and Preempted) then, the pods being gone at once in the simulator, the quota
-    released: requeued now, or after `backoff` (PodsReadyTimeout)."""
+    """Evicted by `eviction` then, the pods being gone at once in the simulator, the quota
+    released; `backoff` (base, cap) after a PodsReady timeout. A Workload not requeued at
+    once is requeued as the reconciler's next pass does (PodsReady timeouts wait for their
+    backoff, `backoff_finished`)."""
     now = at(t)
-    conds = wls.with_condition(
-        wl.status.conditions or (),
-        wls.EVICTED,
-        status=True,
-        reason=reason,
-        message=message,
-        now=now,
-    )
-    if reason == "Preempted":
-        conds = wls.with_condition(
-            conds, wls.PREEMPTED, status=True, reason=reason, message=message, now=now
-        )
-    conds = wls.with_condition(
-        conds,
-        wls.QUOTA_RESERVED,
-        status=False,
-        reason="PendingEvaluation",
-        message="The workload is pending evaluation",
-        now=now,
-    )
-    conds = wls.with_condition(
-        conds, wls.ADMITTED, status=False, reason="NoReservation", message="no reservation", now=now
-    )
-    conds = wls.with_condition(
-        conds, wls.REQUEUED, status=backoff is None, reason=reason, message=message, now=now
-    )
-    evicted = next(c for c in conds if c.type == wls.EVICTED)
-    changes: dict[str, object] = {
-        "conditions": conds,
-        "admission": None,
-        "accumulated_past_execution_time_seconds": wls.past_execution_time(wl, evicted, reason),
-    }
-    if backoff is not None:
-        changes["requeue_state"] = backoff
-    return wl.model_copy(update={"status": wls.status_with(wl, **changes)})
+    wl = lc.applied(wl, eviction)
+    rs = lc.backoff(wl, now, *backoff) if backoff is not None else None
+    wl = lc.applied(wl, lc.release(now, backoff=rs))
+    if rs is None:
+        wl = lc.applied(wl, lc.requeue(now))
+    return wl
 
 
 def out_of_time(wl: Workload, t: float) -> Workload:
     """Deactivated for exceeding its maximum execution time, as the operator's Job
     reconciler does it (DeactivationTarget, then `spec.active: false`): the next step
     evicts it and it is not requeued."""
-    conds = wls.with_condition(
-        wl.status.conditions or (),
-        wls.DEACTIVATION_TARGET,
-        status=True,
-        reason=wls.OUT_OF_TIME[0],
-        message=wls.OUT_OF_TIME[1],
-        now=at(t),
+    target = lc.deactivation_target(
+        lc.MAXIMUM_EXECUTION_TIME_EXCEEDED, lc.MAXIMUM_EXECUTION_TIME_EXCEEDED_MESSAGE, at(t)
     )
-    return wl.model_copy(
-        update={
-            "status": wls.status_with(wl, conditions=conds),
-            "spec": wl.spec.model_copy(update={"active": False}),
-        }
-    )
+    return lc.deactivated(lc.applied(wl, target))
 
 
 def backoff_finished(wl: Workload, t: float) -> Workload:
-    conds = wls.with_condition(
-        wl.status.conditions or (),
-        wls.REQUEUED,
-        status=True,
-        reason="BackoffFinished",
-        message="The workload backoff was finished",
-        now=at(t),
-    )
-    rs = wl.status.requeue_state
-    status = wls.status_with(
-        wl,
-        conditions=conds,
-        requeue_state=rs.model_copy(update={"requeue_at": None}) if rs else None,
-    )
-    return wl.model_copy(update={"status": status})
+    return lc.applied(wl, lc.requeue(at(t)))
 
 
-def next_backoff(wl: Workload, t: float, base: float, cap: float) -> RequeueState:
-    """Kueue's requeue backoff after the n-th PodsReady timeout (`wls.backoff_delay`; no
-    random jitter, so that runs are deterministic)."""
-    count = wls.requeue_count(wl)
-    delay = wls.backoff_delay(count, base, cap)
-    return RequeueState(count=count, requeue_at=at(t + delay))
+def deactivated(wl: Workload, t: float) -> Workload:
+    """Past `backoffLimitCount`: DeactivationTarget (RequeuingLimitExceeded) and
+    `spec.active: false`, as the operator's reconciler does."""
+    target = lc.deactivation_target(
+        lc.REQUEUING_LIMIT_EXCEEDED, lc.REQUEUING_LIMIT_EXCEEDED_MESSAGE, at(t)
+    )
+    return lc.deactivated(lc.applied(wl, target))
+
+
+def requeue_time(wl: Workload) -> float | None:
+    """When a Workload requeued with backoff may be admitted again (sim seconds)."""
+    t = wls.requeue_at(wl)
+    return None if t is None else t - EPOCH

@@ -75,14 +75,6 @@ def is_evicted(wl: Workload) -> bool:
     return is_true(wl, EVICTED)
 
 
-OUT_OF_TIME: tuple[str, str] = (
-    "MaximumExecutionTimeExceeded",
-    "exceeding the maximum execution time",
-)
-"""The DeactivationTarget reason and message of a Workload past its maximum execution time
-(`execution_time_left`)."""
-
-
 def past_execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
     """`accumulatedPastExecutionTimeSeconds` once the quota is released (the operator's
     Job reconciler, and the simulator): the time admitted until `evicted` is added, unless

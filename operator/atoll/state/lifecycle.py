@@ -1,0 +1,423 @@
+"""The Workload lifecycle: every status change around an admitted or pending Workload, with
+Kueue's conditions, reasons and messages. One definition for the operator and the simulator.
+
+Each change is a pure *mutation*, `Workload → WorkloadStatus | None` (None: nothing to
+write, the Workload is already past it), so that the operator can hand it to its
+read-modify-write of the status (`control/ports.WorkloadStore.update_workload_status`) and the
+simulator can apply it to its copy at once (`applied`). Time is an argument (`now`), never
+read here. The rules:
+
+- `admit`: QuotaReserved and Admitted (no admission checks) with the admission; an earlier
+  Evicted/Preempted turns False ("Previously: …").
+- `pending`: QuotaReserved=False with the engine's reason and message (Admitted=False,
+  NoReservation); an unchanged message writes nothing.
+- `evict`: Evicted=True (and Preempted=True with the preemption reason); the quota stays
+  held until no pod of the gang is active. A deactivation drops DeactivationTarget.
+- `release`: the quota released after an eviction (QuotaReserved=False PendingEvaluation,
+  admission cleared, time admitted added to the past execution time); requeued at once
+  (`requeues_at_once`), after the requeue backoff (`backoff`, PodsReadyTimeout), or on the
+  reconciler's next pass (`requeue`, BackoffFinished).
+- `requeue`: the backoff is over (Requeued=True, BackoffFinished, requeueAt cleared).
+- `deactivation_target` / `requeuing_limit_exceeded`: past `backoffLimitCount` PodsReady
+  timeouts, or the maximum execution time, the Workload is deactivated.
+- `finish`: Finished=True (Succeeded, Failed, OwnerNotFound, FailedToStart).
+
+Mirrors Kueue's pkg/workload (admission.go `SetQuotaReservation`, evict.go,
+conditions.go, `UnsetQuotaReservationWithCondition`, `SetRequeuedCondition`),
+pkg/controller/core/workload_controller.go (requeue backoff, `RequeuingLimitExceeded`) and
+pkg/scheduler/preemption (`preemptionMessage`, `HumanReadablePreemptionReasons`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.cohort import Cohort
+from atoll.api.meta import Condition
+from atoll.api.topologyassignment import TopologyAssignment
+from atoll.api.workload import (
+    Admission,
+    PodSetAssignment,
+    RequeueState,
+    Workload,
+    WorkloadStatus,
+)
+from atoll.engine import decisions as d
+from atoll.state import convert
+from atoll.state import workloads as wls
+
+Mutation = Callable[[Workload], WorkloadStatus | None]
+"""A status change: the new status of the Workload given, None when there is nothing to
+write."""
+
+HUMAN_PREEMPTION_REASONS = {
+    d.PreemptionReason.IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    d.PreemptionReason.IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    d.PreemptionReason.IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    d.PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING: (
+        "reclamation within the cohort while borrowing"
+    ),
+}
+NO_RESERVATION = "NoReservation"
+NO_RESERVATION_MESSAGE = "The workload has no reservation"
+PENDING_EVALUATION = "PendingEvaluation"
+PENDING_EVALUATION_MESSAGE = "The workload is pending evaluation"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+PREEMPTED = "Preempted"
+OUTSIDE_ASSIGNMENT = "PodOutsideTopologyAssignment"
+"""Eviction reason of a gang with a pod running outside its topology assignment."""
+REQUEUED_AT_ONCE = frozenset({PREEMPTED, "NodeFailures", OUTSIDE_ASSIGNMENT})
+"""Eviction reasons after which the Workload is requeued as soon as its quota is released
+(Kueue's `SetRequeuedCondition(..., true)`); after the others, Requeued stays False until
+the reconciler's next pass (or, after a PodsReady timeout, the end of the backoff)."""
+REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+REQUEUING_LIMIT_EXCEEDED_MESSAGE = "exceeding the maximum number of re-queuing retries"
+MAXIMUM_EXECUTION_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"
+MAXIMUM_EXECUTION_TIME_EXCEEDED_MESSAGE = "exceeding the maximum execution time"
+BACKOFF_FINISHED = "BackoffFinished"
+BACKOFF_FINISHED_MESSAGE = "The workload backoff was finished"
+OWNER_NOT_FOUND = "OwnerNotFound"
+OWNER_NOT_FOUND_MESSAGE = "The workload's owner no longer exists"
+
+
+def applied(wl: Workload, mutate: Mutation) -> Workload:
+    """`wl` with the change made (unchanged when the change writes nothing)."""
+    status = mutate(wl)
+    return wl if status is None else wl.model_copy(update={"status": status})
+
+
+# -- admission ----------------------------------------------------------------------------
+def api_admission(
+    cluster_queue: str,
+    pod_sets: tuple[d.PodSetAdmission, ...],
+    topology: Mapping[str, TopologyAssignment] | None = None,
+) -> Admission:
+    return Admission(
+        cluster_queue=cluster_queue,
+        pod_set_assignments=tuple(
+            PodSetAssignment(
+                name=ps.name,
+                flavors={str(r): str(f) for r, f in ps.flavors},
+                resource_usage={str(r): convert.quantity(r, v) for r, v in ps.resource_usage},
+                count=ps.count,
+                topology_assignment=(topology or {}).get(str(ps.name)),
+            )
+            for ps in pod_sets
+        ),
+    )
+
+
+def admit(
+    decision: d.Admit,
+    now: dt.datetime,
+    topology: Mapping[str, TopologyAssignment] | None = None,
+) -> Mutation:
+    """QuotaReserved and Admitted together (no admission checks), with the admission."""
+
+    def mutate(wl: Workload) -> WorkloadStatus | None:
+        if wls.has_quota(wl) or wls.is_finished(wl) or wls.is_deleting(wl):
+            return None
+        cq = str(decision.cluster_queue)
+        conds = wl.status.conditions or ()
+        conds = wls.with_condition(
+            conds,
+            wls.QUOTA_RESERVED,
+            status=True,
+            reason="QuotaReserved",
+            message=f"Quota reserved in ClusterQueue {cq}",
+            now=now,
+        )
+        conds = wls.with_condition(
+            conds,
+            wls.ADMITTED,
+            status=True,
+            reason="Admitted",
+            message="The workload is admitted",
+            now=now,
+        )
+        for type_ in (wls.EVICTED, wls.PREEMPTED):
+            old = wls.condition(wl, type_)
+            if old is not None and old.status.value == "True":
+                conds = wls.with_condition(
+                    conds,
+                    type_,
+                    status=False,
+                    reason="QuotaReserved",
+                    message=f"Previously: {old.message}",
+                    now=now,
+                )
+        return wls.status_with(
+            wl,
+            conditions=conds,
+            admission=api_admission(cq, decision.pod_sets, topology),
+            resource_requests=None,
+        )
+
+    return mutate
+
+
+def without_reservation(
+    conditions: tuple[Condition, ...], reason: str, message: str, now: dt.datetime
+) -> tuple[Condition, ...]:
+    """QuotaReserved=False with `reason` and Admitted=False (NoReservation)."""
+    conds = wls.with_condition(
+        conditions, wls.QUOTA_RESERVED, status=False, reason=reason, message=message, now=now
+    )
+    return wls.with_condition(
+        conds,
+        wls.ADMITTED,
+        status=False,
+        reason=NO_RESERVATION,
+        message=NO_RESERVATION_MESSAGE,
+        now=now,
+    )
+
+
+def pending(reason: str, message: str, now: dt.datetime) -> Mutation:
+    """QuotaReserved=False with Kueue's reason and message; unchanged status writes nothing."""
+
+    def mutate(wl: Workload) -> WorkloadStatus | None:
+        if wls.has_quota(wl) or wls.is_finished(wl):
+            return None
+        current = wls.condition(wl, wls.QUOTA_RESERVED)
+        admitted = wls.condition(wl, wls.ADMITTED)
+        if (
+            current is not None
+            and current.reason == reason
+            and current.message == wls.truncate(message)
+            and admitted is not None
+        ):
+            return None
+        conds = without_reservation(wl.status.conditions or (), reason, message, now)
+        return wls.status_with(wl, conditions=conds)
+
+    return mutate
+
+
+# -- eviction -----------------------------------------------------------------------------
+def cohort_path(
+    cluster_queues: Mapping[str, ClusterQueue], cohorts: Mapping[str, Cohort], cq: str
+) -> str:
+    """`/root-cohort/…/cohort/cq`: where a ClusterQueue sits in its cohort tree."""
+    parts = [cq]
+    obj = cluster_queues.get(cq)
+    cohort = obj.spec.cohort_name if obj else None
+    seen: set[str] = set()
+    while cohort and cohort not in seen:
+        seen.add(cohort)
+        parts.append(cohort)
+        parent = cohorts.get(cohort)
+        cohort = parent.spec.parent_name if parent else None
+    return "/" + "/".join(reversed(parts))
+
+
+def preemption_message(
+    preemptor: Workload | None, reason: d.PreemptionReason, preemptor_path: str, victim_path: str
+) -> str:
+    uid = preemptor.metadata.uid if preemptor else "unknown"
+    job_uid = ((preemptor.metadata.labels or {}) if preemptor else {}).get(
+        "kueue.x-k8s.io/job-uid", "UNKNOWN"
+    )
+    return (
+        f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to "
+        f"{HUMAN_PREEMPTION_REASONS[reason]}; preemptor path: {preemptor_path}; "
+        f"preemptee path: {victim_path}"
+    )
+
+
+def pods_ready_timeout_message(key: str) -> str:
+    """The Evicted message of a gang whose pods were not all ready in time."""
+    return f"Exceeded the PodsReady timeout {key}"
+
+
+def eviction_cause(wl: Workload | None, reason: str, message: str) -> tuple[str, str]:
+    """A deactivation with a cause (the Workload's DeactivationTarget condition: the
+    requeuing limit, the maximum execution time) is reported as Kueue does:
+    `DeactivatedDueTo<cause>`, "<message> due to <cause's message>"."""
+    if reason == d.EvictionReason.DEACTIVATED.value and wl is not None:
+        cause = wls.condition(wl, wls.DEACTIVATION_TARGET)
+        if cause is not None and cause.status.value == "True":
+            return f"DeactivatedDueTo{cause.reason}", f"{message} due to {cause.message}"
+    return reason, message
+
+
+def evict(
+    reason: str, message: str, now: dt.datetime, *, preempted_reason: str | None = None
+) -> Mutation:
+    """Evicted=True (and Preempted=True for a preemption); quota is released later, when the
+    gang has no active pod (`release`)."""
+
+    def mutate(wl: Workload) -> WorkloadStatus | None:
+        if not wls.has_quota(wl) or wls.is_evicted(wl) or wls.is_finished(wl):
+            return None
+        conds = wls.with_condition(
+            wl.status.conditions or (),
+            wls.EVICTED,
+            status=True,
+            reason=reason,
+            message=message,
+            now=now,
+        )
+        if reason.startswith("DeactivatedDueTo"):
+            # the deactivation is applied: Kueue removes its transient target condition
+            conds = tuple(c for c in conds if c.type != wls.DEACTIVATION_TARGET)
+        if preempted_reason is not None:
+            conds = wls.with_condition(
+                conds,
+                wls.PREEMPTED,
+                status=True,
+                reason=preempted_reason,
+                message=message,
+                now=now,
+            )
+        return wls.status_with(wl, conditions=conds)
+
+    return mutate
+
+
+def requeues_at_once(reason: str) -> bool:
+    """Whether a Workload evicted for `reason` is requeued as soon as its quota is released."""
+    return reason in REQUEUED_AT_ONCE
+
+
+def backoff(wl: Workload, now: dt.datetime, base: float, cap: float) -> RequeueState:
+    """The requeue state after one more PodsReady timeout: its count, and when the Workload
+    may be admitted again (`wls.backoff_delay`: base·2^(n−1), capped, without Kueue's random
+    jitter)."""
+    count = wls.requeue_count(wl)
+    delay = wls.backoff_delay(count, base, cap)
+    return RequeueState(count=count, requeue_at=now + dt.timedelta(seconds=delay))
+
+
+def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutation:
+    """The quota of an evicted Workload released (no pod of its gang is active any more):
+    QuotaReserved=False (PendingEvaluation), Admitted=False, the admission cleared, the time
+    admitted added up, and Requeued with the eviction's reason: True for the reasons that
+    requeue at once, else False (with `backoff` after a PodsReady timeout)."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if not wls.has_quota(w):
+            return None
+        evicted = wls.condition(w, wls.EVICTED)
+        reason = evicted.reason if evicted else "Pending"
+        conds = without_reservation(
+            w.status.conditions or (), PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE, now
+        )
+        conds = wls.with_condition(
+            conds,
+            wls.REQUEUED,
+            status=requeues_at_once(reason),
+            reason=reason,
+            message=evicted.message if evicted else "",
+            now=now,
+        )
+        changes: dict[str, object] = {
+            "conditions": conds,
+            "admission": None,
+            "accumulated_past_execution_time_seconds": wls.past_execution_time(w, evicted, reason),
+        }
+        if backoff is not None:
+            changes["requeue_state"] = backoff
+        return wls.status_with(w, **changes)
+
+    return mutate
+
+
+def release_unmatched(message: str, now: dt.datetime) -> Mutation:
+    """The quota of a Workload that no longer matches its owner released, so that it queues
+    again for what the owner now asks (QuotaReserved=False PendingEvaluation `message`)."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if not wls.has_quota(w):
+            return None
+        conds = without_reservation(w.status.conditions or (), PENDING_EVALUATION, message, now)
+        return wls.status_with(w, conditions=conds, admission=None)
+
+    return mutate
+
+
+def requeue(now: dt.datetime) -> Mutation:
+    """Requeued=True (BackoffFinished) and requeueAt cleared: the Workload queues again."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if not wls.is_false(w, wls.REQUEUED):
+            return None
+        conds = wls.with_condition(
+            w.status.conditions or (),
+            wls.REQUEUED,
+            status=True,
+            reason=BACKOFF_FINISHED,
+            message=BACKOFF_FINISHED_MESSAGE,
+            now=now,
+        )
+        rs = w.status.requeue_state
+        return wls.status_with(
+            w,
+            conditions=conds,
+            requeue_state=rs.model_copy(update={"requeue_at": None}) if rs else None,
+        )
+
+    return mutate
+
+
+# -- deactivation and the end ---------------------------------------------------------------
+def requeuing_limit_exceeded(wl: Workload, limit: int | None) -> bool:
+    """Whether an active Workload was requeued after more PodsReady timeouts than
+    `backoffLimitCount` allows (then it is deactivated instead)."""
+    count = (wl.status.requeue_state.count if wl.status.requeue_state else None) or 0
+    return limit is not None and count > limit and wl.spec.active
+
+
+def set_condition(
+    type_: str, status: bool, reason: str, message: str, now: dt.datetime
+) -> Mutation:
+    """One condition set, the rest of the status unchanged."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        return wls.status_with(
+            w,
+            conditions=wls.with_condition(
+                w.status.conditions or (),
+                type_,
+                status=status,
+                reason=reason,
+                message=message,
+                now=now,
+            ),
+        )
+
+    return mutate
+
+
+def deactivation_target(reason: str, message: str, now: dt.datetime) -> Mutation:
+    """DeactivationTarget=True with the cause; `spec.active: false` follows, and the
+    scheduler evicts the Workload with reason `DeactivatedDueTo<cause>` if it holds quota."""
+    return set_condition(wls.DEACTIVATION_TARGET, True, reason, message, now)
+
+
+def deactivated(wl: Workload) -> Workload:
+    """`spec.active: false`."""
+    return wl.model_copy(update={"spec": wl.spec.model_copy(update={"active": False})})
+
+
+def pods_ready_timeout(now: dt.datetime) -> Mutation:
+    """Evicted=True (PodsReadyTimeout): the admitted gang's pods were not all ready in time."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if wls.is_evicted(w) or not wls.has_quota(w):
+            return None
+        return evict(PODS_READY_TIMEOUT, pods_ready_timeout_message(wls.wl_key(w)), now)(w)
+
+    return mutate
+
+
+def finish(reason: str, message: str, now: dt.datetime) -> Mutation:
+    """Finished=True (Succeeded, Failed, OwnerNotFound, FailedToStart), once."""
+    finished = set_condition(wls.FINISHED, True, reason, message, now)
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        return None if wls.is_finished(w) else finished(w)
+
+    return mutate

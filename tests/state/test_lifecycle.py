@@ -1,0 +1,179 @@
+"""The Workload lifecycle (state/lifecycle.py): the status changes the operator writes and the
+simulator applies, with Kueue's conditions, reasons and messages."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from atoll.api.workload import Workload
+from atoll.engine import decisions as d
+from atoll.engine import model as m
+from atoll.state import lifecycle as lc
+from atoll.state import workloads as wls
+from tests.control.builders import job, workload_for
+
+T0 = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+
+
+def _admitted(at: dt.datetime = T0) -> Workload:
+    wl = workload_for(job("a", pods=2))
+    dec = d.Admit(
+        workload=m.WorkloadKey(wls.wl_key(wl)),
+        cluster_queue=m.ClusterQueueName("cq"),
+        pod_sets=(
+            d.PodSetAdmission(
+                name=m.PodSetName("main"),
+                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("gpu")),),
+                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
+                count=2,
+            ),
+        ),
+        borrowing=False,
+    )
+    return lc.applied(wl, lc.admit(dec, at))
+
+
+def _later(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def test_admit_reserves_quota_and_admits_with_kueues_messages() -> None:
+    wl = _admitted()
+    assert wls.is_admitted(wl)
+    reserved, admitted = wls.condition(wl, wls.QUOTA_RESERVED), wls.condition(wl, wls.ADMITTED)
+    assert reserved is not None
+    assert reserved.message == "Quota reserved in ClusterQueue cq"
+    assert admitted is not None
+    assert admitted.message == "The workload is admitted"
+    assert lc.admit(_decision_of(wl), _later(1))(wl) is None  # admitted once
+
+
+@pytest.mark.parametrize(
+    ("reason", "requeued"),
+    [
+        pytest.param("Preempted", True, id="preempted-requeued-at-once"),
+        pytest.param("NodeFailures", True, id="node-failures-requeued-at-once"),
+        pytest.param("ClusterQueueStopped", False, id="stopped-waits-for-the-next-pass"),
+        pytest.param("PodsReadyTimeout", False, id="timeout-waits-for-the-backoff"),
+    ],
+)
+def test_release_clears_the_admission_and_requeues_by_the_eviction_reason(
+    reason: str, requeued: bool
+) -> None:
+    wl = lc.applied(_admitted(), lc.evict(reason, f"because {reason}", _later(5)))
+    released = lc.applied(wl, lc.release(_later(6)))
+    assert not wls.has_quota(released)
+    assert released.status.admission is None
+    cond = wls.condition(released, wls.REQUEUED)
+    assert cond is not None
+    assert cond.reason == reason
+    assert cond.message == f"because {reason}"
+    assert wls.is_true(released, wls.REQUEUED) is requeued
+    reserved = wls.condition(released, wls.QUOTA_RESERVED)
+    assert reserved is not None
+    assert reserved.reason == lc.PENDING_EVALUATION
+    admitted = wls.condition(released, wls.ADMITTED)
+    assert admitted is not None
+    assert admitted.message == lc.NO_RESERVATION_MESSAGE
+
+
+def test_readmission_turns_the_eviction_into_previously() -> None:
+    wl = lc.applied(_admitted(), lc.evict("Preempted", "by b", _later(5), preempted_reason="X"))
+    wl = lc.applied(wl, lc.release(_later(6)))
+    dec_wl = _admitted(_later(7))
+    again = lc.applied(wl, lc.admit(_decision_of(dec_wl), _later(7)))
+    evicted = wls.condition(again, wls.EVICTED)
+    assert evicted is not None
+    assert not wls.is_true(again, wls.EVICTED)
+    assert evicted.message == "Previously: by b"
+
+
+def _decision_of(wl: Workload) -> d.Admit:
+    adm = wl.status.admission
+    assert adm is not None
+    (ps,) = adm.pod_set_assignments
+    return d.Admit(
+        workload=m.WorkloadKey(wls.wl_key(wl)),
+        cluster_queue=m.ClusterQueueName(adm.cluster_queue),
+        pod_sets=(
+            d.PodSetAdmission(
+                name=m.PodSetName(str(ps.name)),
+                flavors=tuple((m.ResourceName(r), m.FlavorName(f)) for r, f in ps.flavors.items()),
+                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
+                count=ps.count or 0,
+            ),
+        ),
+        borrowing=False,
+    )
+
+
+def test_pods_ready_timeouts_back_off_exponentially_then_requeue() -> None:
+    wl = _admitted()
+    delays = []
+    for n in range(1, 5):
+        now = _later(100 * n)
+        wl = lc.applied(wl, lc.pods_ready_timeout(now))
+        evicted = wls.condition(wl, wls.EVICTED)
+        assert evicted is not None
+        assert evicted.message == lc.pods_ready_timeout_message(wls.wl_key(wl))
+        rs = lc.backoff(wl, now, base=60, cap=300)
+        wl = lc.applied(wl, lc.release(now, backoff=rs))
+        assert wls.is_false(wl, wls.REQUEUED)
+        assert rs.count == n
+        assert rs.requeue_at is not None
+        delays.append((rs.requeue_at - now).total_seconds())
+        wl = lc.applied(wl, lc.requeue(rs.requeue_at))
+        cond = wls.condition(wl, wls.REQUEUED)
+        assert cond is not None
+        assert cond.reason == lc.BACKOFF_FINISHED
+        assert wls.is_true(wl, cond.type)
+        assert wl.status.requeue_state is not None
+        assert wl.status.requeue_state.requeue_at is None
+        wl = lc.applied(wl, lc.admit(_decision_of(_admitted()), _later(100 * n + 50)))
+    assert delays == [60, 120, 240, 300]
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "limit", "exceeded"),
+    [
+        pytest.param(2, None, False, id="no-limit"),
+        pytest.param(2, 2, False, id="at-the-limit"),
+        pytest.param(3, 2, True, id="past-the-limit"),
+    ],
+)
+def test_past_backoff_limit_count_timeouts_the_workload_is_deactivated(
+    timeouts: int, limit: int | None, exceeded: bool
+) -> None:
+    wl = _admitted()
+    for n in range(timeouts):
+        if n:
+            wl = lc.applied(wl, lc.admit(_decision_of(_admitted()), _later(n)))
+        wl = lc.applied(wl, lc.pods_ready_timeout(_later(n)))
+        wl = lc.applied(wl, lc.release(_later(n), backoff=lc.backoff(wl, _later(n), 1, 10)))
+    assert wl.status.requeue_state is not None
+    assert wl.status.requeue_state.count == timeouts
+    assert lc.requeuing_limit_exceeded(wl, limit) is exceeded
+    assert not lc.requeuing_limit_exceeded(lc.deactivated(wl), 0)  # once is enough
+
+
+def test_a_deactivation_is_evicted_with_its_cause() -> None:
+    target = lc.deactivation_target(
+        lc.REQUEUING_LIMIT_EXCEEDED, lc.REQUEUING_LIMIT_EXCEEDED_MESSAGE, _later(1)
+    )
+    wl = lc.deactivated(lc.applied(_admitted(), target))
+    reason, message = lc.eviction_cause(wl, "Deactivated", "The workload is deactivated")
+    assert reason == "DeactivatedDueToRequeuingLimitExceeded"
+    assert message == (
+        "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+    )
+    evicted = lc.applied(wl, lc.evict(reason, message, _later(2)))
+    assert wls.condition(evicted, wls.DEACTIVATION_TARGET) is None
+    assert lc.eviction_cause(_admitted(), "Deactivated", "m") == ("Deactivated", "m")
+
+
+def test_finish_is_written_once() -> None:
+    wl = lc.applied(_admitted(), lc.finish("Succeeded", "Job finished", _later(1)))
+    assert wls.is_finished(wl)
+    assert lc.finish(lc.OWNER_NOT_FOUND, lc.OWNER_NOT_FOUND_MESSAGE, _later(2))(wl) is None
