@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_ba
 import generator as gen
 from controllers import Budget, profile_top
 from load import BackgroundLoad
-from runner import Runner
+from runner import Runner, change_kind
 
 import run
 
@@ -81,6 +81,7 @@ def test_summary_time_to_admission_and_usage() -> None:
         return runner.summary(end=110.0)
 
     s = asyncio.run(scenario())
+    assert s["workload_changes"] == {"admit": 1, "finish": 1}
     small = s["classes"]["small"]
     assert (small["admitted"], small["finished"]) == (1, 1)
     assert small["avg_ms"] == pytest.approx(2000)
@@ -126,3 +127,26 @@ def test_background_load_runs_busy_loops_only_inside_the_block() -> None:
         assert len(load.procs) == 2
         assert all(p.poll() is None for p in load.procs)
     assert all(p.returncode is not None for p in load.procs)
+
+
+def _pending(reason: str, message: str) -> dict[str, Any]:
+    wl = _obj("p")
+    wl["status"] = {
+        "conditions": [
+            {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message}
+        ]
+    }
+    return wl
+
+
+def test_change_kinds_tell_pending_status_updates_from_admissions_and_evictions() -> None:
+    pending = _pending("Pending", "2 more needed")
+    assert change_kind(_obj("p"), pending) == "pending-first"
+    assert change_kind(pending, _pending("Pending", "1 more needed")) == "pending-update"
+    assert change_kind(pending, _pending("Pending", "2 more needed")) == "other"
+    admitted = _obj("p", "QuotaReserved", "Admitted")
+    assert change_kind(pending, admitted) == "admit"
+    evicted = _obj("p", "QuotaReserved", "Admitted", "Evicted")
+    assert change_kind(admitted, evicted) == "evict"
+    assert change_kind(evicted, _pending("Pending", "Evicted by the test runner")) == "unreserve"
+    assert change_kind(admitted, _obj("p", "QuotaReserved", "Admitted", "Finished")) == "finish"
