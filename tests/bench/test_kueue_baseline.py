@@ -4,6 +4,7 @@ manifests carry what both controllers need, and the recorder's arithmetic."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,17 @@ def test_change_kinds_tell_pending_status_updates_from_admissions_and_evictions(
     assert change_kind(admitted, evicted) == "evict"
     assert change_kind(evicted, _pending("Pending", "Evicted by the test runner")) == "unreserve"
     assert change_kind(admitted, _obj("p", "QuotaReserved", "Admitted", "Finished")) == "finish"
+
+
+def test_operator_memory_holds_the_workloads_it_was_fed_and_steps_once() -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / "operator_memory.py"
+    spec = importlib.util.spec_from_file_location("operator_memory", path)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    result = bench.run(60, top=3)
+    assert (result["workloads"], result["decisions"]) == (60, 30)  # one head per queue
+    assert result["rss_after_imports_mib"] > 0
+    assert len(result["top_sites"]) == 3
