@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "placement": ([], ["--nodes", "128", "--repeat", "20", "--events", "200"]),
     "simulate_large": ([], ["--jobs", "2000", "--nodes", "100"]),
     "operator_latency": ([], ["--jobs", "10", "--workloads", "200"]),
+    "operator_memory": ([], ["--workloads", "500"]),
 }
 
 

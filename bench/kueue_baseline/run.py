@@ -313,6 +313,9 @@ def main() -> None:
         all_results += results.values()
         out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
         out.print(table(shape, str(budget), results))
+        for s, res in results.items():
+            changes = ", ".join(f"{k} {n}" for k, n in res.get("workload_changes", {}).items())
+            out.print(f"{s}: Workload changes seen on the watch: {changes}")
         if "atoll" in results:
             print_profile(results["atoll"], out)
             for labels, n in sorted(results["atoll"].get("api_requests", {}).items()):

@@ -22,6 +22,7 @@ import datetime as dt
 import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,28 @@ def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _is_true(conds: dict[str, dict[str, Any]], type_: str) -> bool:
     c = conds.get(type_)
     return c is not None and c.get("status") == "True"
+
+
+def change_kind(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What one Workload change seen on the watch did, by its conditions: `admit`, `evict`,
+    `pending-first` (the first QuotaReserved=False), `pending-update` (its reason or message
+    changed), `finish` and `unreserve` (the runner's writes), or `other`."""
+    b, a = _conditions(before), _conditions(after)
+    if _is_true(a, "Finished") and not _is_true(b, "Finished"):
+        return "finish"
+    if _is_true(a, "QuotaReserved") and not _is_true(b, "QuotaReserved"):
+        return "admit"
+    if _is_true(a, "Evicted") and not _is_true(b, "Evicted"):
+        return "evict"
+    if _is_true(b, "QuotaReserved") and not _is_true(a, "QuotaReserved"):
+        return "unreserve"
+    old, new = b.get("QuotaReserved"), a.get("QuotaReserved")
+    if new is not None and not _is_true(a, "QuotaReserved"):
+        if old is None:
+            return "pending-first"
+        if (old.get("reason"), old.get("message")) != (new.get("reason"), new.get("message")):
+            return "pending-update"
+    return "other"
 
 
 def _set_condition(
@@ -77,6 +100,8 @@ class WorkloadRecord:
     runtime_s: float
     first_seen: float
     obj: dict[str, Any] = field(default_factory=dict)
+    seen: dict[str, Any] = field(default_factory=dict)
+    """The last version seen on the watch (`obj` may be a newer write's response)."""
     admitted_at: float | None = None
     running_since: float | None = None
     busy_cpu_ms: float = 0.0
@@ -115,6 +140,8 @@ class Runner:
         self.started = time.monotonic()
         self.last_finish = self.started
         self.events = 0
+        self.changes: Counter[str] = Counter()
+        """Workload changes seen on the watch, by `change_kind`."""
         self.writes = 0
         self.conflicts = 0
         self.errors: list[str] = []
@@ -158,7 +185,9 @@ class Runner:
                 first_seen=now,
             )
             self.records[uid] = rec
-        rec.obj = obj
+        else:
+            self.changes[change_kind(rec.seen, obj)] += 1
+        rec.obj = rec.seen = obj
         self.events += 1
         conds = _conditions(obj)
         admitted, finished = _is_true(conds, "Admitted"), _is_true(conds, "Finished")
@@ -328,6 +357,7 @@ class Runner:
                 for r in self.records.values()
                 if r.finished_at is None
             ][:5],
+            "workload_changes": dict(sorted(self.changes.items())),
             "runner_writes": self.writes,
             "runner_conflicts": self.conflicts,
             "runner_errors": self.errors[:10],

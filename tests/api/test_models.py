@@ -391,3 +391,48 @@ def test_cluster_queue_parse_dump_parse_is_identity(raw: dict[str, Any]) -> None
     assert once.spec.resource_groups[0].flavors[0].resources[0].nominal_quota == parse_quantity(
         sent
     )
+
+
+def test_parsed_models_share_their_set_field_names_and_copies_do_not_leak_into_them() -> None:
+    def workload(name: str) -> Workload:
+        return Workload.from_dict(
+            {
+                "metadata": {"name": name, "namespace": "ns", "labels": {"a": "b"}},
+                "spec": {
+                    "queueName": "q",
+                    "podSets": [
+                        {
+                            "name": "main",
+                            "count": 1,
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [{"name": "c", "image": "x"}],
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+
+    one, two = workload("one"), workload("two")
+    assert one.metadata.model_fields_set is two.metadata.model_fields_set
+    pod = one.spec.pod_sets[0].template.spec
+    assert pod.model_fields_set is two.spec.pod_sets[0].template.spec.model_fields_set
+    assert pod.model_fields_set == {"containers", "restartPolicy"}
+
+    copied = one.model_copy(update={"status": None})
+    meta = one.metadata.model_copy(update={"resource_version": "7"})
+    assert copied.model_fields_set == {"metadata", "spec", "status"}
+    assert meta.model_fields_set == {"name", "namespace", "labels", "resource_version"}
+    assert two.model_fields_set == {"metadata", "spec"}
+    assert two.metadata.model_fields_set == {"name", "namespace", "labels"}
+    assert two.metadata.model_dump(exclude_unset=True) == {
+        "name": "two",
+        "namespace": "ns",
+        "labels": {"a": "b"},
+    }
+    with pytest.raises(ValidationError):
+        two.metadata.name = "three"  # type: ignore[misc]
+    assert two.metadata.model_fields_set == {"name", "namespace", "labels"}

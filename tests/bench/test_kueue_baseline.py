@@ -4,6 +4,7 @@ manifests carry what both controllers need, and the recorder's arithmetic."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_ba
 import generator as gen
 from controllers import Budget, profile_top
 from load import BackgroundLoad
-from runner import Runner
+from runner import Runner, change_kind
 
 import run
 
@@ -81,6 +82,7 @@ def test_summary_time_to_admission_and_usage() -> None:
         return runner.summary(end=110.0)
 
     s = asyncio.run(scenario())
+    assert s["workload_changes"] == {"admit": 1, "finish": 1}
     small = s["classes"]["small"]
     assert (small["admitted"], small["finished"]) == (1, 1)
     assert small["avg_ms"] == pytest.approx(2000)
@@ -181,3 +183,40 @@ def test_percentiles() -> None:
     values = [float(i) for i in range(1, 101)]
     assert jobbench._pct(values, 50) == pytest.approx(50.5)
     assert jobbench._pct(values, 99) == pytest.approx(99.01)
+
+
+def _pending(reason: str, message: str) -> dict[str, Any]:
+    wl = _obj("p")
+    wl["status"] = {
+        "conditions": [
+            {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message}
+        ]
+    }
+    return wl
+
+
+def test_change_kinds_tell_pending_status_updates_from_admissions_and_evictions() -> None:
+    pending = _pending("Pending", "2 more needed")
+    assert change_kind(_obj("p"), pending) == "pending-first"
+    assert change_kind(pending, _pending("Pending", "1 more needed")) == "pending-update"
+    assert change_kind(pending, _pending("Pending", "2 more needed")) == "other"
+    admitted = _obj("p", "QuotaReserved", "Admitted")
+    assert change_kind(pending, admitted) == "admit"
+    evicted = _obj("p", "QuotaReserved", "Admitted", "Evicted")
+    assert change_kind(admitted, evicted) == "evict"
+    assert change_kind(evicted, _pending("Pending", "Evicted by the test runner")) == "unreserve"
+    assert change_kind(admitted, _obj("p", "QuotaReserved", "Admitted", "Finished")) == "finish"
+
+
+def test_operator_memory_holds_the_workloads_it_was_fed_and_steps_once() -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / "operator_memory.py"
+    spec = importlib.util.spec_from_file_location("operator_memory", path)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    result = bench.run(60, top=3)
+    assert (result["workloads"], result["decisions"]) == (60, 30)  # one head per queue
+    assert result["rss_after_imports_mib"] > 0
+    assert len(result["top_sites"]) == 3

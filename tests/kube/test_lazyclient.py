@@ -75,3 +75,20 @@ def test_a_client_imported_before_is_left_alone() -> None:
         """
     )
     assert out == "module"
+
+
+def test_the_operator_loads_neither_cel_nor_cryptography_until_it_needs_them() -> None:
+    out = _run(
+        """
+        import sys
+        import atoll.kube.operator
+        before = sorted(m for m in ("cel_expr_python", "cryptography") if m in sys.modules)
+        from atoll.state.cel import SelectorCompiler
+        from atoll.kube import webhook
+        selector = SelectorCompiler().compile('device.driver == "gpu.example.com"')
+        server = webhook.make_url_server(addr="127.0.0.1", port=0, host="127.0.0.1")
+        after = sorted(m for m in ("cel_expr_python", "cryptography") if m in sys.modules)
+        print(before, after, selector.expression, bool(server.ca))
+        """
+    )
+    assert out == "[] ['cel_expr_python', 'cryptography'] device.driver == \"gpu.example.com\" True"

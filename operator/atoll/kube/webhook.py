@@ -11,7 +11,8 @@ a replica points it at its own URL and CA when it is missing or names a URL wher
 listens any more, and it stays after that replica stops. With `failurePolicy: Fail`, a
 managed Job created while no replica serves is refused (the API server says the webhook is
 unreachable), never let through unsuspended.
-Certificates come from `atoll.pki`.
+Certificates come from `atoll.pki`, imported only when one is made (`cryptography` is about
+9 MiB resident; a replica serving a kept certificate, or no webhook, never loads it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from atoll import pki
 from atoll.api.core import Job, Pod
 from atoll.api.labels import (
     ADMISSION_GATE,
@@ -195,6 +195,8 @@ class UrlServer:
 def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
     """For the sandbox: a fresh CA and serving certificate for `host`, served at
     `https://host:port`."""
+    from atoll import pki  # noqa: PLC0415 (cryptography on first use only)
+
     folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
     is_ip = host.replace(".", "").isdigit()
     files = pki.write_serving_pki(
@@ -351,6 +353,8 @@ async def shared_certificate(
         except ApiException as e:
             if e.status != 404:
                 raise
+        from atoll import pki  # noqa: PLC0415 (cryptography on first use only)
+
         ca = pki.make_ca("atoll-webhook-ca")
         names = (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
         cert, key = pki.issue(ca, names[0], dns=names, server=True)

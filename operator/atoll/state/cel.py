@@ -11,21 +11,26 @@ canonical string. Known deviation: `quantity("1") == 1000` is true where Kuberne
 type error.
 
 Expressions compile once (a compile error is a SelectorCompileError); results are cached per
-(expression, device, pool generation), as the allocator's cache does.
+(expression, device, pool generation), as the allocator's cache does. cel-expr-python (about
+20 MiB resident) is imported when the first expression is compiled: a cluster without DRA
+selectors never loads it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
 from atoll.api.quantity import QuantityError, parse_quantity
 from atoll.engine.devices import Device, DeviceSelectorError, Version
+
+if TYPE_CHECKING:
+    from cel_expr_python import cel
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024
 _DOMAIN_LITERAL = re.compile(r"""(?:attributes|capacity)\s*\[\s*["']([^"']+)["']\s*\]""")
@@ -33,6 +38,12 @@ _SEMVER = re.compile(
     r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
+
+
+@functools.cache
+def _cel() -> ModuleType:
+    """cel_expr_python's `cel` module, imported on first use."""
+    return importlib.import_module("cel_expr_python.cel")
 
 
 class SelectorCompileError(ValueError):
@@ -97,14 +108,17 @@ def _as_integer(milli: int) -> int:
 
 
 def _fn(name: str, *overloads: cel.Overload) -> cel.FunctionDecl:
-    return cel.FunctionDecl(name, list(overloads))
+    decl: cel.FunctionDecl = _cel().FunctionDecl(name, list(overloads))
+    return decl
 
 
 def _member(oid: str, ret: Any, args: list[Any], impl: Any) -> cel.Overload:
-    return cel.Overload(oid, ret, args, is_member=True, impl=impl)
+    overload: cel.Overload = _cel().Overload(oid, ret, args, is_member=True, impl=impl)
+    return overload
 
 
 def _functions() -> list[cel.FunctionDecl]:
+    cel = _cel()
     T = cel.Type  # noqa: N806 - reads like the CEL type names
     return [
         _fn("quantity", cel.Overload("quantity_string", T.INT, [T.STRING], impl=_quantity)),
@@ -184,9 +198,10 @@ class Selector:
             return hit
         value = self.program.eval(self.compiler.activation(device, self.domains))
         kind = value.type()
-        if kind == cel.Type.ERROR:
+        types = _cel().Type
+        if kind == types.ERROR:
             raise DeviceSelectorError(self.expression, str(value))
-        if kind != cel.Type.BOOL:
+        if kind != types.BOOL:
             raise DeviceSelectorError(self.expression, f"expression returned {kind}, not bool")
         result = bool(value.value())
         self.results[key] = result
@@ -197,17 +212,26 @@ class SelectorCompiler:
     """Compiles each expression once and keeps one CEL activation per device generation."""
 
     def __init__(self) -> None:
-        self._env = cel.NewEnv(
-            variables={"device": cel.Type.DYN},
-            functions=_functions(),
-            extensions=[
-                ext_optional.ExtOptional(),
-                ext_bindings.ExtBindings(),
-                ext_strings.ExtStrings(),
-            ],
-        )
+        self._cel_env: Any = None
         self._selectors: dict[str, Selector] = {}
         self._activations: dict[tuple[str, int, frozenset[str]], Any] = {}
+
+    @property
+    def _env(self) -> Any:
+        """The CEL environment, made (and cel-expr-python imported) on first use."""
+        if self._cel_env is None:
+            cel = _cel()
+            ext = "cel_expr_python.ext.ext_"
+            self._cel_env = cel.NewEnv(
+                variables={"device": cel.Type.DYN},
+                functions=_functions(),
+                extensions=[
+                    importlib.import_module(ext + "optional").ExtOptional(),
+                    importlib.import_module(ext + "bindings").ExtBindings(),
+                    importlib.import_module(ext + "strings").ExtStrings(),
+                ],
+            )
+        return self._cel_env
 
     def compile(self, expression: str) -> Selector:
         """The selector for `expression`; raises SelectorCompileError."""
