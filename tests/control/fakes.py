@@ -4,8 +4,9 @@ the API server would and record what was written."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import Job, PodTemplateSpec
@@ -139,6 +140,20 @@ class FakeOwners(FakeCluster):
     start_jobset = start_mpijob = _start
     stop_jobset = stop_mpijob = _stop
     suspend_jobset = suspend_mpijob = _suspend_only
+
+    trainjob_writes: list[tuple[str, str, Sequence[Mapping[str, Any]]]] = field(
+        default_factory=list
+    )
+    """TrainJob writes: (key, start|stop|suspend, the overrides a start appends)."""
+
+    async def start_trainjob(self, key: str, overrides: Sequence[Mapping[str, Any]]) -> None:
+        self.trainjob_writes.append((key, "start", overrides))
+
+    async def stop_trainjob(self, key: str) -> None:
+        self.trainjob_writes.append((key, "stop", ()))
+
+    async def suspend_trainjob(self, key: str) -> None:
+        self.trainjob_writes.append((key, "suspend", ()))
 
     def sync(self, cache: Cache) -> None:
         """Copy the objects and Workloads into the controller's cache, as the watches do."""

@@ -72,6 +72,8 @@ IMPLIED: dict[Grant, str] = {
     "JobSet with blockOwnerDeletion (jobframework.owned_workload)",
     ("kubeflow.org", "mpijobs/finalizers", "update"): "Workloads are owned by their "
     "MPIJob with blockOwnerDeletion (jobframework.owned_workload)",
+    ("trainer.kubeflow.org", "trainjobs/finalizers", "update"): "Workloads are owned by "
+    "their TrainJob with blockOwnerDeletion (jobframework.owned_workload)",
     ("", "pods/finalizers", "update"): "a single pod's Workload is owned by the pod with "
     "blockOwnerDeletion (podgroups.build_workload)",
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"): "kopf follows served kinds",

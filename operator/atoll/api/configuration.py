@@ -124,6 +124,7 @@ RUN_FRAMEWORKS: Final = (
     BATCH_JOB_FRAMEWORK,
     "jobset.x-k8s.io/jobset",
     "kubeflow.org/mpijob",
+    "trainer.kubeflow.org/trainjob",
     "pod",
     "leaderworkerset.x-k8s.io/leaderworkerset",
 )
@@ -483,8 +484,8 @@ class Integrations(ApiModel):
 
     frameworks: tuple[str, ...] = (BATCH_JOB_FRAMEWORK,)
     """Kueue framework names to manage; atoll runs `batch/job`, `jobset.x-k8s.io/jobset`,
-    `kubeflow.org/mpijob`, `pod` and `leaderworkerset.x-k8s.io/leaderworkerset`, and ignores
-    the others."""
+    `kubeflow.org/mpijob`, `trainer.kubeflow.org/trainjob`, `pod` and
+    `leaderworkerset.x-k8s.io/leaderworkerset`, and ignores the others."""
     label_keys_to_copy: tuple[str, ...] = ()
     """Job label keys copied to the Workload at creation."""
 

@@ -18,6 +18,7 @@ from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
+from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from atoll.api.workload import Workload
 
 KUEUE_KINDS: Final[tuple[type[KubeObject], ...]] = (
@@ -36,6 +37,9 @@ READ_KINDS: Final[tuple[type[KubeObject], ...]] = (
     Job,
     JobSet,
     MPIJob,
+    TrainJob,
+    TrainingRuntime,
+    ClusterTrainingRuntime,
     LeaderWorkerSet,
     Pod,
     Node,

@@ -23,19 +23,29 @@ from atoll.api.jobset import JobSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.trainjob import CLUSTER_RUNTIME_KIND, TrainingRuntimeSpec, TrainJob
 from atoll.api.workload import PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 from atoll.control import leaderworkerset as lws
 from atoll.control import mpijob as mpi
 from atoll.control import podgroups as pg
-from atoll.control.ports import JobSetStore, JobStore, MPIJobStore, ObjectRef, PodGroupStore
+from atoll.control import trainjob as tj
+from atoll.control.ports import (
+    JobSetStore,
+    JobStore,
+    MPIJobStore,
+    ObjectRef,
+    PodGroupStore,
+    TrainJobStore,
+)
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
 BATCH_JOB: Final = "batch/job"
 JOBSET: Final = "jobset.x-k8s.io/jobset"
 MPIJOB: Final = "kubeflow.org/mpijob"
+TRAINJOB: Final = "trainer.kubeflow.org/trainjob"
 POD: Final = "pod"
 LEADERWORKERSET: Final = lws.FRAMEWORK
 
@@ -160,6 +170,15 @@ def _flavors(
     return [flavors[f] for f in names if f in flavors]
 
 
+def _owned_by(obj: KubeObject, owners: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a controller owner of `obj` is of one of `owners` (apiVersion prefix, kind)."""
+    return any(
+        ref.controller and ref.kind == kind and ref.api_version.startswith(prefix)
+        for ref in obj.metadata.owner_references or ()
+        for prefix, kind in owners
+    )
+
+
 def _key(obj: KubeObject) -> str:
     return f"{obj.namespace or ''}/{obj.name}"
 
@@ -180,11 +199,7 @@ class JobIntegration(Integration[Job]):
         return cache.jobs
 
     def owned_elsewhere(self, obj: Job) -> bool:
-        return any(
-            ref.controller and ref.kind == kind and ref.api_version.startswith(prefix)
-            for ref in obj.metadata.owner_references or ()
-            for prefix, kind in self.owners
-        )
+        return _owned_by(obj, self.owners)
 
     def suspend_flag(self, obj: Job) -> bool:
         return bool(obj.spec.suspend)
@@ -246,11 +261,17 @@ class JobSetIntegration(Integration[JobSet]):
     group = js.GROUP
     owns_jobs = True
 
-    def __init__(self, store: JobSetStore) -> None:
+    def __init__(self, store: JobSetStore, *, owners: tuple[tuple[str, str], ...] = ()) -> None:
         self.store = store
+        self.owners = owners
+        """(apiVersion prefix, kind) of managed kinds whose JobSets belong to their owner
+        (TrainJob)."""
 
     def objects(self, cache: Cache) -> Mapping[str, JobSet]:
         return cache.jobsets
+
+    def owned_elsewhere(self, obj: JobSet) -> bool:
+        return _owned_by(obj, self.owners)
 
     def suspend_flag(self, obj: JobSet) -> bool:
         return bool(obj.spec.suspend)
@@ -369,6 +390,90 @@ class MPIJobIntegration(Integration[MPIJob]):
 
     async def suspend(self, obj: MPIJob) -> None:
         await self.store.suspend_mpijob(_key(obj))
+
+
+class TrainJobIntegration(Integration[TrainJob]):
+    """TrainJob (Kubeflow Trainer v2.0): one pod set per replicated job of its runtime's JobSet
+    template, admitted together; started by appending one pod spec override per pod set. Its
+    JobSet (and that JobSet's Jobs) belong to it."""
+
+    framework = TRAINJOB
+    model = TrainJob
+    group = tj.GROUP
+    owns_jobs = True
+
+    def __init__(self, store: TrainJobStore, cache: Cache | None = None) -> None:
+        self.store = store
+        self.cache = cache
+        """Where the runtimes are (a TrainJob's pod sets to compare with its Workload); None:
+        a changed runtime is not noticed."""
+
+    def objects(self, cache: Cache) -> Mapping[str, TrainJob]:
+        return cache.trainjobs
+
+    @staticmethod
+    def runtime(obj: TrainJob, cache: Cache) -> TrainingRuntimeSpec | None:
+        """The spec of the runtime the TrainJob names, if atoll has it."""
+        kind, key = tj.runtime_key(obj)
+        table = (
+            cache.cluster_training_runtimes
+            if kind == CLUSTER_RUNTIME_KIND
+            else cache.training_runtimes
+        )
+        found = table.get(key)
+        return found.spec if found is not None else None
+
+    def suspend_flag(self, obj: TrainJob) -> bool:
+        return bool(obj.spec.suspend)
+
+    def finished(self, obj: TrainJob) -> tuple[bool, str, str]:
+        return tj.finished(obj)
+
+    def active_pods(self, obj: TrainJob) -> int:
+        return tj.active_jobs(obj)
+
+    def ready(self, obj: TrainJob, wl: Workload) -> bool:
+        del wl
+        return tj.pods_ready(obj)
+
+    def compose(self, obj: TrainJob, cache: Cache) -> Workload:
+        return tj.build_workload(
+            obj, self.runtime(obj, cache), cache.workload_classes, cache.priority_classes
+        )
+
+    def mismatch(self, obj: TrainJob, wl: Workload) -> str | None:
+        runtime = self.runtime(obj, self.cache) if self.cache is not None else None
+        return tj.workload_mismatch(obj, runtime, wl)
+
+    def carries_admission(self, obj: TrainJob) -> bool:
+        return tj.carries_admission(obj)
+
+    async def start(
+        self, obj: TrainJob, wl: Workload, flavors: Mapping[str, ResourceFlavor]
+    ) -> None:
+        adm = wl.status.admission
+        assert adm is not None
+        by_name = {str(a.name): a for a in adm.pod_set_assignments}
+        plans: dict[str, jf.TemplateStart] = {}
+        for ps in wl.spec.pod_sets:
+            assignment = by_name.get(str(ps.name))
+            plans[str(ps.name)] = jf.template_start(
+                ps.template,
+                pod_set=str(ps.name),
+                workload=wl.name,
+                cluster_queue=adm.cluster_queue,
+                local_queue=wl.spec.queue_name or "",
+                flavors=_flavors(assignment, flavors) if assignment else [],
+                topology=assignment is not None and assignment.topology_assignment is not None,
+            )
+        await self.store.start_trainjob(_key(obj), tj.admission_overrides(plans))
+
+    async def stop(self, obj: TrainJob, wl: Workload) -> None:
+        del wl
+        await self.store.stop_trainjob(_key(obj))
+
+    async def suspend(self, obj: TrainJob) -> None:
+        await self.store.suspend_trainjob(_key(obj))
 
 
 class PodGroupIntegration(Integration[pg.PodGroup]):
@@ -596,19 +701,25 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
                 await self.store.delete_pod(_key(pod))
 
 
-class Stores(JobStore, JobSetStore, MPIJobStore, PodGroupStore, Protocol):
+class Stores(JobStore, JobSetStore, MPIJobStore, TrainJobStore, PodGroupStore, Protocol):
     """A writer of every managed kind."""
 
 
-def enabled(frameworks: tuple[str, ...], store: Stores) -> list[Integration[KubeObject]]:
+def enabled(
+    frameworks: tuple[str, ...], store: Stores, *, cache: Cache | None = None
+) -> list[Integration[KubeObject]]:
     """The integrations `integrations.frameworks` enables, among those atoll runs. A Job
     controlled by an object of an enabled kind that owns Jobs (JobSet, MPIJob) is left to that
     kind's Workload."""
     out: list[Integration[KubeObject]] = []
+    trainjobs = TRAINJOB in frameworks
     if JOBSET in frameworks:
-        out.append(JobSetIntegration(store))  # type: ignore[arg-type]
+        jobset_owners = ((f"{tj.GROUP}/", TrainJob.KIND),) if trainjobs else ()
+        out.append(JobSetIntegration(store, owners=jobset_owners))  # type: ignore[arg-type]
     if MPIJOB in frameworks:
         out.append(MPIJobIntegration(store))  # type: ignore[arg-type]
+    if trainjobs:
+        out.append(TrainJobIntegration(store, cache))  # type: ignore[arg-type]
     if POD in frameworks:
         out.append(PodGroupIntegration(store))  # type: ignore[arg-type]
     if LEADERWORKERSET in frameworks:

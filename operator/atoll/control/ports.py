@@ -3,9 +3,9 @@ with kubernetes_asyncio, tests with fakes. Every method is idempotent and retrie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
@@ -101,6 +101,19 @@ class MPIJobStore(Protocol):
         ...
 
     async def suspend_mpijob(self, key: str) -> None: ...
+
+
+class TrainJobStore(Protocol):
+    async def start_trainjob(self, key: str, overrides: Sequence[Mapping[str, Any]]) -> None:
+        """Unsuspend the TrainJob with the admission's pod spec overrides appended (after
+        those before a stale recorded index) and their index recorded (one write)."""
+        ...
+
+    async def stop_trainjob(self, key: str) -> None:
+        """Suspend the TrainJob, then cut its pod spec overrides back to the recorded index."""
+        ...
+
+    async def suspend_trainjob(self, key: str) -> None: ...
 
 
 class PodGroupStore(Protocol):

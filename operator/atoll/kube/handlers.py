@@ -33,7 +33,7 @@ from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control import leaderworkerset as lws
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
-from atoll.kube.kinds import CustomKind
+from atoll.kube.kinds import CustomKind, ReadKind
 from atoll.kube.watch import Watches, object_key
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -159,6 +159,29 @@ def register_kind(
         else:
             kind.objects(w.cache)[key] = obj
         for each in kind.reconcile_keys(w.cache, obj) if kind.reconcile_keys else (key,):
+            queue.add(each)
+
+    for read in kind.reads:
+        register_read(registry, w, queue, read)
+
+
+def register_read(
+    registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue, read: ReadKind
+) -> None:
+    """Watch a kind read for a managed one (a TrainJob's runtimes): cache its objects and
+    queue the managed objects that use it (a TrainJob waiting for its runtime)."""
+
+    @kopf.on.event(read.group, read.version, read.plural, registry=registry)
+    async def _read(type: str | None, body: kopf.Body, **_: Any) -> None:
+        obj = _parse(read.model, body)
+        if obj is None:
+            return
+        key = read.key(obj)
+        if type == "DELETED":
+            read.objects(w.cache).pop(key, None)
+        else:
+            read.objects(w.cache)[key] = obj
+        for each in read.users(w.cache, key):
             queue.add(each)
 
 

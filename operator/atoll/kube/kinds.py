@@ -1,6 +1,7 @@
 """Where each managed custom kind is served and how the kube layer handles it: its API
 coordinates and CRD, its cache slot, its webhook id and how the webhook suspends it. One
-entry per integration whose objects are custom resources (JobSet, MPIJob, LeaderWorkerSet);
+entry per integration whose objects are custom resources (JobSet, MPIJob, TrainJob,
+LeaderWorkerSet);
 batch/v1 Jobs are
 wired on their own. `bootstrap`, `handlers`, `webhook` and `operator` read this table, so a new
 kind is one entry here plus its `control.integrations` adapter.
@@ -12,14 +13,40 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from atoll.api import jobset, leaderworkerset, mpijob
+from atoll.api import jobset, leaderworkerset, mpijob, trainjob
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
+from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from atoll.control import integrations
 from atoll.control import leaderworkerset as lws
+from atoll.control import trainjob as trainer_rules
 from atoll.state.cache import Cache
+
+
+@dataclass(frozen=True, slots=True)
+class ReadKind:
+    """A kind watched read-only for a managed kind (a TrainJob's training runtimes): cached,
+    and each change queues the managed objects that use it."""
+
+    model: type[KubeObject]
+    group: str
+    version: str
+    plural: str
+    objects: Callable[[Cache], dict[str, Any]]
+    """Its cache slot, by `namespace/name` (by name when cluster-scoped)."""
+    users: Callable[[Cache, str], list[str]]
+    """The reconcile keys of the managed objects that use the object of a cache key."""
+
+    def key(self, obj: KubeObject) -> str:
+        return f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name
+
+
+def _trainjobs_using(cache: Cache, kind: str, key: str) -> list[str]:
+    return [
+        k for k, obj in cache.trainjobs.items() if trainer_rules.runtime_key(obj) == (kind, key)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +72,8 @@ class CustomKind:
     LeaderWorkerSet's pod templates), if any."""
     reconcile_keys: Callable[[Cache, Any], list[str]] | None = None
     """The reconcile keys an object's change queues (default: its own `namespace/name`)."""
+    reads: tuple[ReadKind, ...] = ()
+    """Kinds watched read-only with it (a TrainJob's runtimes)."""
 
     @property
     def kind(self) -> str:
@@ -77,6 +106,37 @@ CUSTOM_KINDS: Final[dict[str, CustomKind]] = {
         objects=lambda cache: cache.mpijobs,
         suspended=lambda obj: bool(obj.spec.run_policy.suspend),
         suspend_patch={"spec": {"runPolicy": {"suspend": True}}},
+    ),
+    TrainJob.KIND: CustomKind(
+        model=TrainJob,
+        framework=integrations.TRAINJOB,
+        group=trainjob.GROUP,
+        version=trainjob.VERSION,
+        plural=trainjob.PLURAL,
+        webhook_id="mutate-trainer-kubeflow-org-v1alpha1-trainjob",
+        objects=lambda cache: cache.trainjobs,
+        suspended=lambda obj: bool(obj.spec.suspend),
+        suspend_patch={"spec": {"suspend": True}},
+        reads=(
+            ReadKind(
+                model=TrainingRuntime,
+                group=trainjob.GROUP,
+                version=trainjob.VERSION,
+                plural=trainjob.RUNTIME_PLURAL,
+                objects=lambda cache: cache.training_runtimes,
+                users=lambda cache, key: _trainjobs_using(cache, trainjob.RUNTIME_KIND, key),
+            ),
+            ReadKind(
+                model=ClusterTrainingRuntime,
+                group=trainjob.GROUP,
+                version=trainjob.VERSION,
+                plural=trainjob.CLUSTER_RUNTIME_PLURAL,
+                objects=lambda cache: cache.cluster_training_runtimes,
+                users=lambda cache, key: _trainjobs_using(
+                    cache, trainjob.CLUSTER_RUNTIME_KIND, key
+                ),
+            ),
+        ),
     ),
     LeaderWorkerSet.KIND: CustomKind(
         model=LeaderWorkerSet,

@@ -149,7 +149,9 @@ class Operator:
         self.kinds: dict[str, tuple[JobController, WorkQueue]] = {}
         """The other managed kinds (JobSet, …) enabled by `integrations.frameworks`: their
         reconciler and queue, by kind. Watched only once their CRD is found (`_start`)."""
-        for kind in integrations.enabled(cfg.integrations.frameworks, self.writer):
+        for kind in integrations.enabled(
+            cfg.integrations.frameworks, self.writer, cache=self.cache
+        ):
             if kind.framework == integrations.BATCH_JOB:
                 continue
             ctl = JobController(

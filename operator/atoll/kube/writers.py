@@ -15,7 +15,7 @@ import copy
 import datetime as dt
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -23,11 +23,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.api import labels as keys
-from atoll.api import mpijob
+from atoll.api import mpijob, trainjob
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.workload import Workload, WorkloadSpec
+from atoll.control import trainjob as trainer_rules
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, TemplateStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
@@ -40,6 +41,7 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
 _JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 _MPIJOBS = (mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
+_TRAINJOBS = (trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)
 _RETRIES = 8
 _TRANSIENT_ATTEMPTS = 12
 """Tries of one request that fails transiently (about a minute with `retry.DEFAULT`); then
@@ -93,6 +95,12 @@ def _newer_or_same(seen: str | None, known: str | None) -> bool:
     if not seen or not known or not seen.isdigit() or not known.isdigit():
         return True
     return int(seen) >= int(known)
+
+
+def _override_index(raw: dict[str, Any]) -> int | None:
+    annotations = (raw.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(trainjob.OVERRIDE_IDX_ANNOTATION)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _mpijob_suspended(raw: dict[str, Any]) -> bool:
@@ -687,6 +695,45 @@ class KubeWriter:
             return _mpijob_patch(True, pods)
 
         await self._patch_custom_retrying(_MPIJOBS, key, build)
+
+    # -- TrainJobs -----------------------------------------------------------------------
+    # Trainer v2.0 accepts override changes only while the TrainJob is suspended: a start
+    # writes the overrides with the unsuspend, a stop suspends first and then cuts them.
+    async def suspend_trainjob(self, key: str) -> None:
+        await self._patch_custom_retrying(
+            _TRAINJOBS,
+            key,
+            lambda raw: None if raw["spec"].get("suspend") else {"spec": {"suspend": True}},
+        )
+
+    async def start_trainjob(self, key: str, overrides: Sequence[Mapping[str, Any]]) -> None:
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            if not raw["spec"].get("suspend"):
+                return None
+            index = _override_index(raw)
+            current = raw["spec"].get("podSpecOverrides") or []
+            merged, first = trainer_rules.started_overrides(current, index, overrides)
+            return {
+                "metadata": {"annotations": {trainjob.OVERRIDE_IDX_ANNOTATION: str(first)}},
+                "spec": {"suspend": False, "podSpecOverrides": merged},
+            }
+
+        await self._patch_custom_retrying(_TRAINJOBS, key, build)
+
+    async def stop_trainjob(self, key: str) -> None:
+        await self.suspend_trainjob(key)
+
+        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+            index = _override_index(raw)
+            if index is None:
+                return None
+            current = raw["spec"].get("podSpecOverrides") or []
+            return {
+                "metadata": {"annotations": {trainjob.OVERRIDE_IDX_ANNOTATION: None}},
+                "spec": {"podSpecOverrides": trainer_rules.stopped_overrides(current, index)},
+            }
+
+        await self._patch_custom_retrying(_TRAINJOBS, key, build)
 
     # -- pods -----------------------------------------------------------------------------
     async def ungate_pod(

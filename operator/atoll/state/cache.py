@@ -25,6 +25,7 @@ from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from atoll.api.workload import Workload
 from atoll.engine import model as m
 from atoll.engine import trust
@@ -83,6 +84,11 @@ class Cache:
     jobs: dict[str, Job] = field(default_factory=dict)
     jobsets: dict[str, JobSet] = field(default_factory=dict)
     mpijobs: dict[str, MPIJob] = field(default_factory=dict)
+    trainjobs: dict[str, TrainJob] = field(default_factory=dict)
+    training_runtimes: dict[str, TrainingRuntime] = field(default_factory=dict)
+    """TrainingRuntimes by `namespace/name` (read only: a TrainJob's pod sets come from them)."""
+    cluster_training_runtimes: dict[str, ClusterTrainingRuntime] = field(default_factory=dict)
+    """ClusterTrainingRuntimes by name."""
     pod_groups: dict[str, dict[str, Pod]] = field(default_factory=dict)
     """Managed plain pods (the `pod` integration) by group key (`namespace/group`, or
     `namespace/pod` for a single pod), then by pod name."""

@@ -1,0 +1,189 @@
+"""The TrainJob integration's rules (Kubeflow Trainer v2.0): a TrainJob's Workload, whose pod
+sets come from its runtime's JobSet template, when it is finished, active and ready, and the
+pod spec overrides that start and stop it. Pure functions over `atoll.api` models.
+
+Mirrors Kueue's TrainJob adapter as paired with Trainer v2.0: one pod set per replicated job of
+the runtime's template (a TrainingRuntime in the TrainJob's namespace or a
+ClusterTrainingRuntime, by `spec.runtimeRef`). The trainer step's job (labelled
+`trainer.kubeflow.org/trainjob-ancestor-step: trainer`) counts `spec.trainer.numNodes`, else
+the runtime's `mlPolicy.numNodes`, and `spec.trainer.resourcesPerNode` replaces the resources
+of its `node` container; any other job counts replicas × parallelism. Starting appends one
+`spec.podSpecOverrides` entry per pod set (node selector, tolerations, scheduling gates) and
+records the index of the first in `kueue.x-k8s.io/trainjob-override-idx`; stopping cuts the
+list back there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from atoll.api.core import PodTemplateSpec, PriorityClass
+from atoll.api.jobset import ReplicatedJob
+from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.trainjob import (
+    ANCESTOR_LABEL,
+    CLUSTER_RUNTIME_KIND,
+    GROUP,
+    NODE_CONTAINER,
+    OVERRIDE_IDX_ANNOTATION,
+    RUNTIME_KIND,
+    TRAINER_STEP,
+    TrainingRuntimeSpec,
+    TrainJob,
+)
+from atoll.api.workload import PodSet, Workload
+from atoll.control import jobframework as jf
+from atoll.control import jobset as js
+
+__all__ = ["GROUP", "build_workload", "finished", "pod_sets", "runtime_key"]
+
+
+def runtime_key(trainjob: TrainJob) -> tuple[str, str]:
+    """(kind, cache key) of the runtime the TrainJob names: `name` for a
+    ClusterTrainingRuntime (the default kind), `namespace/name` for a TrainingRuntime."""
+    ref = trainjob.spec.runtime_ref
+    kind = ref.kind or CLUSTER_RUNTIME_KIND
+    if kind == RUNTIME_KIND:
+        return kind, f"{trainjob.namespace or ''}/{ref.name}"
+    return kind, ref.name
+
+
+def _is_trainer(rj: ReplicatedJob) -> bool:
+    labels = (rj.template.metadata.labels if rj.template.metadata else None) or {}
+    return labels.get(ANCESTOR_LABEL) == TRAINER_STEP
+
+
+def _trainer_template(trainjob: TrainJob, template: PodTemplateSpec) -> PodTemplateSpec:
+    resources = trainjob.spec.trainer.resources_per_node if trainjob.spec.trainer else None
+    if resources is None:
+        return template
+    containers = tuple(
+        c.model_copy(update={"resources": resources}) if c.name == NODE_CONTAINER else c
+        for c in template.spec.containers
+    )
+    return template.model_copy(
+        update={"spec": template.spec.model_copy(update={"containers": containers})}
+    )
+
+
+def pod_sets(trainjob: TrainJob, runtime: TrainingRuntimeSpec) -> tuple[PodSet, ...]:
+    """One pod set per replicated job of the runtime's JobSet template, named after it."""
+    out = []
+    for rj in runtime.template.spec.replicated_jobs:
+        template = rj.template.spec.template
+        count = js.pod_count(rj)
+        if _is_trainer(rj):
+            template = _trainer_template(trainjob, template)
+            nodes = trainjob.spec.trainer.num_nodes if trainjob.spec.trainer else None
+            if nodes is None and runtime.ml_policy is not None:
+                nodes = runtime.ml_policy.num_nodes
+            count = nodes if nodes is not None else count
+        out.append(
+            PodSet(
+                name=rj.name,
+                template=jf.workload_template(template),
+                count=count,
+                topology_request=jf.topology_request(template),
+            )
+        )
+    return tuple(out)
+
+
+def missing_runtime(trainjob: TrainJob) -> jf.ComposeError:
+    """The error of a TrainJob whose runtime atoll has not seen (it waits for it)."""
+    kind, key = runtime_key(trainjob)
+    return jf.ComposeError(
+        "ErrWorkloadCompose",
+        f"spec.runtimeRef: {kind} {key!r} not found; the TrainJob waits for it",
+    )
+
+
+def build_workload(
+    trainjob: TrainJob,
+    runtime: TrainingRuntimeSpec | None,
+    workload_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+) -> Workload:
+    """The Workload Kueue creates for the TrainJob (`trainjob-<name>-<hash>`). Raises
+    jf.ComposeError when it cannot have one (its runtime is missing or has no jobs)."""
+    if runtime is None:
+        raise missing_runtime(trainjob)
+    sets = pod_sets(trainjob, runtime)
+    if not sets:
+        raise jf.ComposeError(
+            "ErrWorkloadCompose",
+            "spec.runtimeRef: the runtime's spec.template.spec.replicatedJobs is empty",
+        )
+    priority = jf.owner_priority(
+        trainjob.metadata.labels or {}, None, workload_classes, priority_classes
+    )
+    return jf.owned_workload(trainjob, sets, priority, group=GROUP)
+
+
+def finished(trainjob: TrainJob) -> tuple[bool, str, str]:
+    """(finished, reason Succeeded|Failed, message) from the Complete/Failed conditions."""
+    return jf.finished_from(trainjob.status.conditions, "Complete", "TrainJob")
+
+
+def active_jobs(trainjob: TrainJob) -> int:
+    """Jobs of its JobSet still active (quota is held until none is left)."""
+    return sum(s.active for s in trainjob.status.jobs_status or ())
+
+
+def pods_ready(trainjob: TrainJob) -> bool:
+    """Every Job of its JobSet is ready or succeeded, none suspended."""
+    statuses = trainjob.status.jobs_status or ()
+    return bool(statuses) and all(s.suspended == 0 and s.ready + s.succeeded >= 1 for s in statuses)
+
+
+def workload_mismatch(
+    trainjob: TrainJob, runtime: TrainingRuntimeSpec | None, wl: Workload
+) -> str | None:
+    """Why the TrainJob no longer matches its Workload (its runtime's jobs, their pod counts
+    or resources changed); a runtime gone since admission is no mismatch."""
+    if runtime is None:
+        return None
+    return jf.pod_sets_mismatch(trainjob, pod_sets(trainjob, runtime), wl, "replicated job")
+
+
+def override_index(trainjob: TrainJob) -> int | None:
+    """The index of the first override the admission appended, if it is recorded."""
+    raw = (trainjob.metadata.annotations or {}).get(OVERRIDE_IDX_ANNOTATION)
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+def carries_admission(trainjob: TrainJob) -> bool:
+    """Whether the admission's overrides are still recorded on the TrainJob."""
+    return override_index(trainjob) is not None
+
+
+def admission_overrides(plans: Mapping[str, jf.TemplateStart]) -> list[dict[str, Any]]:
+    """One pod spec override per admitted pod set, targeting the replicated job of its name."""
+    out = []
+    for name, plan in plans.items():
+        override: dict[str, Any] = {"targetJobs": [{"name": name}]}
+        if plan.node_selector:
+            override["nodeSelector"] = dict(plan.node_selector)
+        if plan.tolerations:
+            override["tolerations"] = [t.to_dict() for t in plan.tolerations]
+        if plan.scheduling_gates:
+            override["schedulingGates"] = [{"name": g} for g in plan.scheduling_gates]
+        out.append(override)
+    return out
+
+
+def started_overrides(
+    current: Sequence[Mapping[str, Any]], index: int | None, added: Sequence[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """(the overrides after a start, the index to record): the user's own overrides (those
+    before a stale recorded index) followed by the admission's."""
+    kept = [dict(o) for o in (current[:index] if index is not None else current)]
+    return [*kept, *(dict(o) for o in added)], len(kept)
+
+
+def stopped_overrides(
+    current: Sequence[Mapping[str, Any]], index: int | None
+) -> list[dict[str, Any]]:
+    """The overrides after a stop: cut back to the recorded index (none recorded: as is)."""
+    return [dict(o) for o in (current[:index] if index is not None else current)]

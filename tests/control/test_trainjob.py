@@ -1,0 +1,238 @@
+"""The TrainJob integration on fakes: pod sets composed from the runtime's JobSet template,
+the Workload named and owned as Kueue does, the admission appended as pod spec overrides at
+start and cut back at stop, a missing runtime named, and the TrainJob's JobSet left to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from atoll.api.jobset import JobSet
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from atoll.api.workload import Admission, PodSetAssignment
+from atoll.control import jobframework as jf
+from atoll.control import trainjob as tj
+from atoll.control.integrations import TrainJobIntegration, enabled
+from tests.control.builders import GPU, cache_with_queue, controller_for
+from tests.control.fakes import FakeOwners
+
+
+def _job(
+    name: str, *, parallelism: int = 1, replicas: int = 1, step: str | None = None, gpus: int = 0
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "node", "image": "x"}
+    if gpus:
+        container["resources"] = {"requests": {GPU: str(gpus)}}
+    template: dict[str, Any] = {
+        "spec": {"parallelism": parallelism, "template": {"spec": {"containers": [container]}}}
+    }
+    if step:
+        template["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}}
+    return {"name": name, "replicas": replicas, "template": template}
+
+
+def runtime_spec(num_nodes: int | None = 1) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    _job("dataset-initializer", step="dataset-initializer"),
+                    _job("node", step="trainer", gpus=1),
+                    _job("helpers", replicas=2, parallelism=3),
+                ]
+            }
+        }
+    }
+    if num_nodes is not None:
+        spec["mlPolicy"] = {"numNodes": num_nodes}
+    return spec
+
+
+def cluster_runtime(name: str = "torch") -> ClusterTrainingRuntime:
+    return ClusterTrainingRuntime.from_dict(
+        {"metadata": {"name": name}, "spec": runtime_spec(num_nodes=3)}
+    )
+
+
+def trainjob(
+    name: str = "llm",
+    *,
+    num_nodes: int | None = 2,
+    gpus: int | None = 8,
+    runtime: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> TrainJob:
+    trainer: dict[str, Any] = {}
+    if num_nodes is not None:
+        trainer["numNodes"] = num_nodes
+    if gpus is not None:
+        trainer["resourcesPerNode"] = {"requests": {GPU: str(gpus)}}
+    return TrainJob.from_dict(
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                "annotations": annotations or {},
+            },
+            "spec": {
+                "suspend": True,
+                "runtimeRef": runtime or {"name": "torch"},
+                "trainer": trainer,
+            },
+        }
+    )
+
+
+def test_pod_sets_follow_the_runtimes_replicated_jobs() -> None:
+    runtime = cluster_runtime().spec
+    init, node, helpers = tj.pod_sets(trainjob(num_nodes=2, gpus=8), runtime)
+    assert [(p.name, p.count) for p in (init, node, helpers)] == [
+        ("dataset-initializer", 1),
+        ("node", 2),  # spec.trainer.numNodes
+        ("helpers", 6),  # replicas × parallelism
+    ]
+    (container,) = node.template.spec.containers
+    assert container.resources is not None
+    assert str((container.resources.requests or {})[GPU]) == "8"  # resourcesPerNode wins
+    # Without numNodes, the runtime's mlPolicy.numNodes; without resources, the runtime's.
+    _, node, _ = tj.pod_sets(trainjob(num_nodes=None, gpus=None), runtime)
+    assert node.count == 3
+    assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "1"  # type: ignore[union-attr]
+
+
+def test_the_workload_is_named_and_owned_as_kueue_does() -> None:
+    wl = tj.build_workload(trainjob(), cluster_runtime().spec, {}, {})
+    assert wl.name == jf.workload_name(
+        "llm", "uid-llm", kind="TrainJob", group="trainer.kubeflow.org"
+    )
+    assert wl.name.startswith("trainjob-llm-")
+    (owner,) = wl.metadata.owner_references or ()
+    assert (owner.api_version, owner.kind, owner.controller) == (
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        True,
+    )
+    assert wl.spec.queue_name == "lq"
+
+
+def test_a_missing_runtime_names_spec_runtime_ref() -> None:
+    with pytest.raises(jf.ComposeError, match=r"spec\.runtimeRef: ClusterTrainingRuntime 'torch'"):
+        tj.build_workload(trainjob(), None, {}, {})
+    namespaced = trainjob(runtime={"name": "mine", "kind": "TrainingRuntime"})
+    assert tj.runtime_key(namespaced) == ("TrainingRuntime", "ns/mine")
+
+
+def test_the_runtime_is_found_in_the_cache_by_kind() -> None:
+    cache = cache_with_queue()
+    integration = TrainJobIntegration(FakeOwners(), cache)
+    with pytest.raises(jf.ComposeError, match="waits for it"):
+        integration.compose(trainjob(), cache)
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    assert integration.compose(trainjob(), cache).spec.pod_sets[1].count == 2
+    cache.training_runtimes["ns/mine"] = TrainingRuntime.from_dict(
+        {"metadata": {"name": "mine", "namespace": "ns"}, "spec": runtime_spec(num_nodes=4)}
+    )
+    mine = trainjob(num_nodes=None, runtime={"name": "mine", "kind": "TrainingRuntime"})
+    assert integration.compose(mine, cache).spec.pod_sets[1].count == 4
+
+
+def test_a_changed_node_count_no_longer_matches_its_workload() -> None:
+    runtime = cluster_runtime().spec
+    wl = tj.build_workload(trainjob(num_nodes=2), runtime, {}, {})
+    assert tj.workload_mismatch(trainjob(num_nodes=2), runtime, wl) is None
+    assert tj.workload_mismatch(trainjob(num_nodes=4), runtime, wl) == (
+        "replicated job node has 4 pods, its pod set 2"
+    )
+
+
+def test_start_appends_one_override_per_pod_set_and_stop_cuts_them() -> None:
+    users = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"mine": "yes"}}]
+    added = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "a"}}]
+    merged, index = tj.started_overrides(users, None, added)
+    assert (merged, index) == ([*users, *added], 1)
+    assert tj.stopped_overrides(merged, index) == users
+    # A start after a start not cut (a stale index) replaces the admission's overrides.
+    again, index = tj.started_overrides(merged, 1, added)
+    assert (again, index) == ([*users, *added], 1)
+    assert tj.stopped_overrides(users, None) == users
+
+
+async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
+    fake = FakeOwners()
+    cache = cache_with_queue()
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    integration = TrainJobIntegration(fake, cache)
+    obj = trainjob()
+    wl = integration.compose(obj, cache)
+    pool = ResourceFlavor.from_dict(
+        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}
+    )
+    admission = Admission(
+        cluster_queue="cq",
+        pod_set_assignments=tuple(
+            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
+            for ps in wl.spec.pod_sets
+        ),
+    )
+    wl = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+    await integration.start(obj, wl, {"pool-a": pool})
+    ((key, what, overrides),) = fake.trainjob_writes
+    assert (key, what) == ("ns/llm", "start")
+    assert [o["targetJobs"] for o in overrides] == [
+        [{"name": "dataset-initializer"}],
+        [{"name": "node"}],
+        [{"name": "helpers"}],
+    ]
+    assert all(o["nodeSelector"] == {"pool": "a"} for o in overrides)
+    await integration.stop(obj, wl)
+    assert fake.trainjob_writes[-1] == ("ns/llm", "stop", ())
+    admitted = trainjob(annotations={"kueue.x-k8s.io/trainjob-override-idx": "0"})
+    assert integration.carries_admission(admitted)
+    assert not integration.carries_admission(obj)
+
+
+async def test_a_trainjob_without_its_runtime_waits_with_a_warning() -> None:
+    fake = FakeOwners()
+    integration = TrainJobIntegration(fake)
+    ctl = controller_for(integration, fake, gpus=16)  # type: ignore[arg-type]
+    ctl.cache.trainjobs["ns/llm"] = trainjob()
+    await ctl.reconcile("ns/llm")
+    assert not fake.workloads
+    ((_, reason, message),) = fake.events
+    assert reason == "ErrWorkloadCompose"
+    assert "spec.runtimeRef" in message
+
+
+def test_the_jobset_of_a_managed_trainjob_belongs_to_it() -> None:
+    fake = FakeOwners()
+    owned = JobSet.from_dict(
+        {
+            "metadata": {
+                "name": "llm",
+                "namespace": "ns",
+                "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                        "kind": "TrainJob",
+                        "name": "llm",
+                        "uid": "u",
+                        "controller": True,
+                    }
+                ],
+            }
+        }
+    )
+    both = enabled(("jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"), fake)
+    assert [i.framework for i in both] == [
+        "jobset.x-k8s.io/jobset",
+        "trainer.kubeflow.org/trainjob",
+    ]
+    assert both[0].owned_elsewhere(owned)
+    assert not enabled(("jobset.x-k8s.io/jobset",), fake)[0].owned_elsewhere(owned)
