@@ -55,7 +55,7 @@ FULL_EXAMPLE = dedent(
       qps: 50
       burst: 100
     integrations:
-      frameworks: [batch/job, pod, kubeflow.org/mpijob, trainer.kubeflow.org/trainjob]
+      frameworks: [batch/job, pod, kubeflow.org/mpijob, kubeflow.org/pytorchjob]
       labelKeysToCopy: [team]
     fairSharing:
       preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
@@ -200,7 +200,7 @@ def test_full_example_parses(tmp_path: Path) -> None:
     assert mapping.device_class_names == ("gpu.example.com", "gpu-large.example.com")
     assert config.resources.exclude_resource_prefixes == ("example.com/",)
     assert config.integrations.label_keys_to_copy == ("team",)
-    assert config.unsupported_frameworks == ("trainer.kubeflow.org/trainjob",)
+    assert config.unsupported_frameworks == ("kubeflow.org/pytorchjob",)
     assert config.feature_gates == {"TopologyAwareScheduling": True}
     assert (config.client_connection.qps, config.client_connection.burst) == (50.0, 100)
     assert config.leader_election.lease_duration == 20

@@ -15,6 +15,7 @@ from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
+from atoll.api.trainjob import TrainJob
 from tests.api.builders import NOT_MANIFESTS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -59,7 +60,7 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     for lq in _named(objects, LocalQueue).values():
         assert lq.spec.cluster_queue in queues, lq.name
     local_queues = {o.name for o in objects if isinstance(o, LocalQueue)}
-    owners = (Job, JobSet, MPIJob, LeaderWorkerSet)
+    owners = (Job, JobSet, MPIJob, TrainJob, LeaderWorkerSet)
     for job in [o for kind in owners for o in _named(objects, kind).values()]:
         assert (job.metadata.labels or {})[QUEUE_NAME_LABEL] in local_queues, job.name
 

@@ -109,7 +109,7 @@ def test_frameworks_enable_kinds_by_kueue_name() -> None:
     assert [i.framework for i in enabled(("batch/job",), fake)] == ["batch/job"]
     kinds = enabled(("jobset.x-k8s.io/jobset", "batch/job"), fake)
     assert [i.framework for i in kinds] == ["batch/job", "jobset.x-k8s.io/jobset"]
-    assert [i.framework for i in enabled(("trainer.kubeflow.org/trainjob",), fake)] == []
+    assert [i.framework for i in enabled(("kubeflow.org/pytorchjob",), fake)] == []
     assert [i.framework for i in enabled(("pod",), fake)] == ["pod"]
 
 
