@@ -105,8 +105,9 @@ class MPIJobStore(Protocol):
 
 class TrainJobStore(Protocol):
     async def start_trainjob(self, key: str, overrides: Sequence[Mapping[str, Any]]) -> None:
-        """Unsuspend the TrainJob with the admission's pod spec overrides appended (after
-        those before a stale recorded index) and their index recorded (one write)."""
+        """Append the admission's pod spec overrides (after those before a stale recorded
+        index) and record their index while the TrainJob is still suspended, then unsuspend
+        it (two writes: Trainer refuses override changes of a TrainJob not suspended)."""
         ...
 
     async def stop_trainjob(self, key: str) -> None:

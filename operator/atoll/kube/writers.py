@@ -697,8 +697,9 @@ class KubeWriter:
         await self._patch_custom_retrying(_MPIJOBS, key, build)
 
     # -- TrainJobs -----------------------------------------------------------------------
-    # Trainer v2.0 accepts override changes only while the TrainJob is suspended: a start
-    # writes the overrides with the unsuspend, a stop suspends first and then cuts them.
+    # Trainer v2.0 accepts override changes only while the TrainJob is suspended, before and
+    # after the change: a start writes the overrides first, still suspended, then unsuspends;
+    # a stop suspends first, then cuts them.
     async def suspend_trainjob(self, key: str) -> None:
         await self._patch_custom_retrying(
             _TRAINJOBS,
@@ -707,18 +708,27 @@ class KubeWriter:
         )
 
     async def start_trainjob(self, key: str, overrides: Sequence[Mapping[str, Any]]) -> None:
-        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
+        def add(raw: dict[str, Any]) -> dict[str, Any] | None:
             if not raw["spec"].get("suspend"):
                 return None
-            index = _override_index(raw)
             current = raw["spec"].get("podSpecOverrides") or []
-            merged, first = trainer_rules.started_overrides(current, index, overrides)
+            merged, first = trainer_rules.started_overrides(
+                current, _override_index(raw), overrides
+            )
+            if merged == current and _override_index(raw) == first:
+                return None
             return {
                 "metadata": {"annotations": {trainjob.OVERRIDE_IDX_ANNOTATION: str(first)}},
-                "spec": {"suspend": False, "podSpecOverrides": merged},
+                "spec": {"podSpecOverrides": merged},
             }
 
-        await self._patch_custom_retrying(_TRAINJOBS, key, build)
+        def unsuspend(raw: dict[str, Any]) -> dict[str, Any] | None:
+            if not raw["spec"].get("suspend") or _override_index(raw) is None:
+                return None
+            return {"spec": {"suspend": False}}
+
+        await self._patch_custom_retrying(_TRAINJOBS, key, add)
+        await self._patch_custom_retrying(_TRAINJOBS, key, unsuspend)
 
     async def stop_trainjob(self, key: str) -> None:
         await self.suspend_trainjob(key)
