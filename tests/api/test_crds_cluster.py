@@ -38,9 +38,14 @@ from tests.api.builders import (
     workload,
 )
 from tests.conftest import KubeCluster
-from tests.sandbox.test_integrations import jobset_controller, lws_controller, mpi_controller
+from tests.sandbox.test_integrations import (
+    jobset_controller,
+    lws_controller,
+    mpi_controller,
+    trainer_controller,
+)
 
-__all__ = ["jobset_controller", "lws_controller", "mpi_controller"]
+__all__ = ["jobset_controller", "lws_controller", "mpi_controller", "trainer_controller"]
 
 pytestmark = pytest.mark.cluster
 
@@ -127,9 +132,21 @@ def test_example_applies(kube: KubeCluster, path: Path, request: pytest.FixtureR
         request.getfixturevalue("jobset_controller")  # installs the JobSet CRD
     if "kind: MPIJob" in path.read_text():
         request.getfixturevalue("mpi_controller")  # installs the MPIJob CRD
+    if "trainer.kubeflow.org/" in path.read_text():
+        request.getfixturevalue("trainer_controller")  # installs the Trainer CRDs
     if "kind: LeaderWorkerSet" in path.read_text():
         request.getfixturevalue("lws_controller")  # installs the LeaderWorkerSet CRD
-    done = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(path), check=False)
+    runtime = path.parent / "runtime.yaml"
+    if "kind: TrainJob" in path.read_text() and runtime.exists():
+        # Trainer's webhook admits a TrainJob only once its runtime exists.
+        kube.kubectl("apply", "--server-side", "-f", str(runtime))
+    try:
+        done = kube.kubectl(
+            "apply", "--server-side", "--dry-run=server", "-f", str(path), check=False
+        )
+    finally:
+        if "kind: TrainJob" in path.read_text() and runtime.exists():
+            kube.kubectl("delete", "-f", str(runtime), "--wait=false", check=False)
     assert done.returncode == 0, done.stderr
 
 

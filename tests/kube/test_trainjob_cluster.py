@@ -23,7 +23,7 @@ from tests.kube.conftest import (
     is_true,
     replacing_operator,
 )
-from tests.kube.owners import queue
+from tests.kube.owners import OwnerKind, queue
 from tests.sandbox.test_integrations import jobset_controller, trainer_controller
 
 pytestmark = pytest.mark.cluster
@@ -100,12 +100,19 @@ def trainjob(name: str, namespace: str, runtime_name: str) -> dict[str, Any]:
     }
 
 
+TRAINJOB = OwnerKind(
+    kind="TrainJob",
+    resource="trainjob",
+    name_label=NAME_LABEL,  # Trainer names the JobSet after the TrainJob
+    role_label="jobset.sigs.k8s.io/replicatedjob-name",
+    suspend_path=("suspend",),
+    templates=lambda obj: [],  # its pod templates live in its runtime
+    finished="Complete",
+)
+
+
 def workload_of(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
-    for wl in get_json(cluster, "get", "workloads", "-n", ns)["items"]:
-        for ref in wl["metadata"].get("ownerReferences") or []:
-            if ref["kind"] == "TrainJob" and ref["name"] == name:
-                return dict(wl)
-    return None
+    return TRAINJOB.workload_of(cluster, ns, name)
 
 
 def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
@@ -119,7 +126,7 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         first, second = trainjob("first", namespace, rt), trainjob("second", namespace, rt)
         assert create(cluster, first, second).returncode == 0
         # The webhook suspended both at creation.
-        assert get_json(cluster, "get", "trainjob", "second", "-n", namespace)["spec"]["suspend"]
+        assert TRAINJOB.suspended(cluster, namespace, "second")
         cluster.wait_for(
             "the first TrainJob's Workload to be Admitted",
             lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
@@ -131,18 +138,7 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         assert wl["status"]["admission"]["clusterQueue"] == cq
         cluster.wait_for(
             "the first TrainJob's 2 pods to be bound",
-            lambda: (
-                len(
-                    [
-                        p
-                        for p in get_json(
-                            cluster, "get", "pods", "-n", namespace, "-l", f"{NAME_LABEL}=first"
-                        )["items"]
-                        if p["spec"].get("nodeName")
-                    ]
-                )
-                == 2
-            ),
+            lambda: TRAINJOB.bound(cluster, namespace, "first") == {"node": 2},
         )
         started = get_json(cluster, "get", "trainjob", "first", "-n", namespace)
         assert started["spec"].get("suspend") is not True
@@ -150,8 +146,7 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         (override,) = started["spec"]["podSpecOverrides"]
         assert override["targetJobs"] == [{"name": "node"}]
         assert override["nodeSelector"] == POOL
-        pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", f"{NAME_LABEL}=first")
-        for pod in pods["items"]:
+        for pod in TRAINJOB.pods_of(cluster, namespace, "first"):
             assert pod["spec"].get("nodeSelector") == POOL
             requests = pod["spec"]["containers"][0]["resources"]["requests"]
             assert requests[b.GPU] == "8"  # resourcesPerNode
@@ -172,11 +167,8 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         waiting = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
         assert waiting is not None
         assert b.GPU in waiting["message"]
-        assert get_json(cluster, "get", "trainjob", "second", "-n", namespace)["spec"]["suspend"]
-        second_pods = get_json(
-            cluster, "get", "pods", "-n", namespace, "-l", f"{NAME_LABEL}=second"
-        )
-        assert second_pods["items"] == []
+        assert TRAINJOB.suspended(cluster, namespace, "second")
+        assert TRAINJOB.pods_of(cluster, namespace, "second") == []
     finally:
         for name in ("first", "second"):
             cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Final
 
 from atoll.api.core import JobCondition, ResourceRequirements
-from atoll.api.jobset import JobSetSpec, JobTemplateMeta
+from atoll.api.jobset import JobSetSpec, JobTemplateMeta, ReplicatedJobStatus
 from atoll.api.meta import ApiModel, Int32, KubeObject
 
 GROUP: Final = "trainer.kubeflow.org"
@@ -57,23 +57,13 @@ class TrainJobSpec(ApiModel):
     """Trainer v2.0's per-replicated-job pod spec overrides (admission appends its own)."""
 
 
-class JobStatus(ApiModel):
-    """Pod counts of one replicated job of the TrainJob's JobSet."""
-
-    name: str = ""
-    ready: Int32 = 0
-    succeeded: Int32 = 0
-    failed: Int32 = 0
-    active: Int32 = 0
-    suspended: Int32 = 0
-
-
 class TrainJobStatus(ApiModel):
     """The TrainJob status fields atoll reads."""
 
     conditions: tuple[JobCondition, ...] | None = None
     """Suspended, Created, Complete, Failed."""
-    jobs_status: tuple[JobStatus, ...] | None = None
+    jobs_status: tuple[ReplicatedJobStatus, ...] | None = None
+    """Pod counts of each replicated job of its JobSet (as the JobSet reports them)."""
 
 
 class TrainJob(KubeObject):
