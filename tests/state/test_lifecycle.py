@@ -177,3 +177,32 @@ def test_finish_is_written_once() -> None:
     wl = lc.applied(_admitted(), lc.finish("Succeeded", "Job finished", _later(1)))
     assert wls.is_finished(wl)
     assert lc.finish(lc.OWNER_NOT_FOUND, lc.OWNER_NOT_FOUND_MESSAGE, _later(2))(wl) is None
+
+
+SKIPPED = "Workload no longer fits after processing another workload"
+NO_FIT = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for "
+    "nvidia.com/gpu in flavor gpu, 2 more needed"
+)
+
+
+def test_pending_writes_exactly_when_the_quota_reserved_condition_changes() -> None:
+    """Kueue's requeueAndUpdate patches a not-nominated or skipped entry only when
+    UnsetQuotaReservationWithCondition changes the QuotaReserved condition (status, reason
+    or message): the same message again writes nothing; a skipped entry's message, or only
+    a number in it, is a change and is written."""
+    wl = workload_for(job("a", pods=2))
+    first = lc.pending("WaitingForQuota", NO_FIT, T0)
+    told = lc.applied(wl, first)
+    assert lc.pending("WaitingForQuota", NO_FIT, _later(1))(told) is None
+    skipped = lc.pending("WaitingForQuota", SKIPPED, _later(1))(told)
+    assert skipped is not None
+    condition = next(c for c in skipped.conditions or () if c.type == wls.QUOTA_RESERVED)
+    assert (condition.reason, condition.message) == ("WaitingForQuota", SKIPPED)
+    fewer = NO_FIT.replace("2 more", "1 more")
+    assert lc.pending("WaitingForQuota", fewer, _later(2))(told) is not None
+
+
+def test_pending_never_writes_over_a_reservation() -> None:
+    wl = _admitted()
+    assert lc.pending("WaitingForQuota", SKIPPED, _later(1))(wl) is None
