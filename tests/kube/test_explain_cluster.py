@@ -197,7 +197,10 @@ def test_topology_what_if_and_preferred_counterfactual(
     assert get_json(cluster, "get", "pods", "-n", namespace)["items"] == []
 
 
-def test_explain_names_what_it_cannot_find(cluster: KubeCluster, namespace: str) -> None:
+def test_explain_names_what_it_cannot_find(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    del operator  # atoll's CRDs installed: the Workload is missing, not its kind
     kube = str(cluster.kubeconfig)
     out = subprocess.run(
         [sys.executable, "-m", "atoll", "explain", f"{namespace}/nope", "--kubeconfig", kube],
@@ -207,4 +210,4 @@ def test_explain_names_what_it_cannot_find(cluster: KubeCluster, namespace: str)
         check=False,
     )
     assert out.returncode == 1
-    assert f"no Workload for '{namespace}/nope'" in out.stderr
+    assert f"no Workload for job '{namespace}/nope'" in out.stderr
