@@ -67,7 +67,11 @@ class OperatorProcess:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         if wait_ready:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except AssertionError:
+                self.stop()  # a replica that never got ready must not outlive its test
+                raise
 
     def _get(self, port: int, path: str) -> tuple[int, str]:
         try:
@@ -122,8 +126,8 @@ def replacing_operator(
     would both admit); the session's operator is started again afterwards."""
     operator.stop()
     op = OperatorProcess(cluster, log_dir / "atoll.log", *extra)
-    op.start()
     try:
+        op.start()
         yield op
     finally:
         op.stop()
