@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -364,6 +365,18 @@ class Kueue(Controller):
             f"--config={self.config}",
             f"--feature-gates={KUEUE_FEATURE_GATES}",
         ]
+
+
+def teardown(
+    sandbox: Sandbox, controller: Controller | None, spy: subprocess.Popen[bytes] | None
+) -> None:
+    """After a run: the profiler, the controller and the run's fresh sandbox stopped, and the
+    sandbox's folder removed."""
+    stop_py_spy(spy)
+    if controller is not None:
+        controller.stop()
+    sandbox.down(log=lambda _m: None)
+    shutil.rmtree(sandbox.root.parent, ignore_errors=True)
 
 
 def start_py_spy(pid: int, out: Path, rate: int = 100) -> subprocess.Popen[bytes] | None:

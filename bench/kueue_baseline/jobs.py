@@ -24,7 +24,6 @@ import base64
 import datetime as dt
 import json
 import math
-import shutil
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from controllers import (  # noqa: E402
     profile_top,
     start_py_spy,
     stop_py_spy,
+    teardown,
 )
 from kubeclient import ApiError, KubeClient  # noqa: E402
 from load import BackgroundLoad, count  # noqa: E402
@@ -325,11 +325,7 @@ def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -
         console.print(f"[red]{system} failed:[/] {result['error']}")
         traceback.print_exc()
     finally:
-        stop_py_spy(spy)
-        if controller is not None:
-            controller.stop()
-        sandbox.down(log=lambda _m: None)
-        shutil.rmtree(sandbox.root.parent, ignore_errors=True)
+        teardown(sandbox, controller, spy)
     return result
 
 

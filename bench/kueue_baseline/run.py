@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import math
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from controllers import (  # noqa: E402
     profile_top,
     start_py_spy,
     stop_py_spy,
+    teardown,
 )
 from generator import Shape, create_queues, create_workloads, shape_from_args  # noqa: E402
 from kubeclient import KubeClient  # noqa: E402
@@ -166,11 +166,7 @@ def run_one(
         console.print(f"[red]{system} failed:[/] {result['error']}")
         traceback.print_exc()
     finally:
-        stop_py_spy(spy)
-        if controller is not None:
-            controller.stop()
-        sandbox.down(log=lambda _m: None)
-        shutil.rmtree(sandbox.root.parent, ignore_errors=True)
+        teardown(sandbox, controller, spy)
     return result
 
 
