@@ -196,12 +196,19 @@ def test_pod_sets_needing_different_flavors_get_them(
     leader, workers = wl["status"]["admission"]["podSetAssignments"]
     assert leader["flavors"][b.GPU] == small
     assert workers["flavors"][b.GPU] == big
-    spec = JOBSET.get(cluster, namespace, "mixed")["spec"]
-    selectors = {
-        rj["name"]: rj["template"]["spec"]["template"]["spec"].get("nodeSelector")
-        for rj in spec["replicatedJobs"]
-    }
-    assert selectors == {"leader": {block: "block-0"}, "workers": {block: "block-1"}}
+    want = {"leader": {block: "block-0"}, "workers": {block: "block-1"}}
+
+    def selectors() -> dict[str, object]:
+        # The Workload is written Admitted before the JobSet is started (selectors
+        # injected, then unsuspended), so read the JobSet until the start lands.
+        spec = JOBSET.get(cluster, namespace, "mixed")["spec"]
+        return {
+            rj["name"]: rj["template"]["spec"]["template"]["spec"].get("nodeSelector")
+            for rj in spec["replicatedJobs"]
+        }
+
+    cluster.wait_for("the flavors' node selectors on the JobSet", lambda: selectors() == want)
+    assert selectors() == want
     cluster.wait_for(
         "the 5 pods to be bound",
         lambda: sum(JOBSET.bound(cluster, namespace, "mixed").values()) == 5,
