@@ -88,10 +88,10 @@ class ReservationBook:
         first of every backfill queue (by queue name), then the second holders of every
         queue, and so on (`Backfill.reserve_after_seconds`)."""
         ranked: list[tuple[int, str, Holder]] = []
-        for name, cq in sorted(snapshot.cluster_queues.items()):
-            if cq.backfill is None:
-                continue
-            for rank, w in enumerate(_candidates(cache, name, cq.backfill, now)):
+        for name in snapshot.backfill_queues:
+            policy = snapshot.cluster_queues[name].backfill
+            assert policy is not None  # the index holds the queues with backfill on
+            for rank, w in enumerate(_candidates(cache, name, policy, now)):
                 since = self.since.get(str(w.key), now)
                 ranked.append((rank, name, Holder(workload=w, cluster_queue=name, since=since)))
         ranked.sort(key=lambda x: (x[0], x[1]))
