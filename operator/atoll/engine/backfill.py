@@ -44,7 +44,7 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.overlay import UsageOverlay
-from atoll.engine.reservedhosts import Fence, Fenced, HostHold, Hosts, plan_at
+from atoll.engine.reservedhosts import Fence, Fenced, HostHold, Hosts, Planner
 from atoll.engine.snapshot import Snapshot
 
 MAX_HOLDERS = 8
@@ -177,8 +177,7 @@ def _reserve_one(
     if cq is None or cq.backfill is None or not _may_hold(snapshot, cq.backfill, h, now):
         return None
     policy = cq.backfill
-    n = ov.node(cq.name)
-    root = ov.tree.root(n)
+    root = ov.tree.root(ov.node(cq.name))
     planned = [r for r in earlier if ov.tree.root(ov.node(r.cluster_queue)) == root]
     events = _events(snapshot, root, now, policy.grace_seconds, planned)
 
@@ -198,6 +197,7 @@ def _reserve_one(
 
     gone: list[str] = []
     quota_only: list[Reservation] = []
+    planners: dict[object, Planner | None] = {}
 
     def attempt(at: float, certain: bool) -> Reservation | None:
         """The holder's reservation from `at` (the admitted workloads that end by then are
@@ -216,12 +216,12 @@ def _reserve_one(
         mine = made(at, certain, a.usage)
         for r in planned:
             if r.start > at and mine.alive(r.start):
-                held = [(n, dict(mine.usage))]
+                held = [(ov.node(cq.name), dict(mine.usage))]
                 if not _fits_at(snapshot, clean, r, now, held=held, others=planned):
                     return None
         if hosts is None:
             return mine
-        got = _with_hosts(hosts, mine, a, planned, gone)
+        got = _with_hosts(hosts, planners, mine, a, planned=planned, gone=gone)
         if got is None:
             quota_only.append(mine)
         return got
@@ -251,16 +251,23 @@ def _reserve_one(
 
 def _with_hosts(
     hosts: Hosts,
+    planners: dict[object, Planner | None],
     mine: Reservation,
     a: Assignment,
+    *,
     planned: Sequence[Reservation],
     gone: Sequence[str],
 ) -> Reservation | None:
     """`mine` with the hosts its holder would be placed on at its start, once `gone` have
     left and beside the hosts of the planned reservations it meets; `mine` unchanged when
-    placement does not place the holder; None when its hosts are not free then."""
-    gang = hosts.gang(mine.holder, mine.cluster_queue, a)
-    if gang is None:
+    placement does not place the holder; None when its hosts are not free then.
+    `planners`: one per flavor assignment of the holder (by the assignment's usage)."""
+    shape = tuple(sorted(a.usage.items()))
+    if shape not in planners:
+        gang = hosts.gang(mine.holder, mine.cluster_queue, a)
+        planners[shape] = None if gang is None else Planner(hosts=hosts, gang=gang)
+    planner = planners[shape]
+    if planner is None:
         return mine
     taken = [
         r.hosts.placement
@@ -268,7 +275,7 @@ def _with_hosts(
         if r.hosts is not None
         and (r.alive(mine.start) or (r.start > mine.start and mine.alive(r.start)))
     ]
-    hold = plan_at(hosts, gang, gone, taken)
+    hold = planner.at(gone, taken)
     return None if hold is None else dataclasses.replace(mine, hosts=hold)
 
 

@@ -5,7 +5,7 @@ Jobs backfilled onto partly free nodes keep the whole nodes (or the one topology
 gang needs from ever freeing. So, when the holder is a gang that placement places (topology
 or devices), its reservation also holds hosts:
 
-- Planning (`plan_at`): at each time the reservation step considers (the admitted workloads'
+- Planning (`Planner`): at each time the reservation step considers (the admitted workloads'
   ends, in order), the live inventory with the placements of the workloads gone by then
   given back (and the hosts of earlier reservations held then taken) is asked to place the
   gang, with the placer the cycle itself uses (`engine.placement.place`: one domain of its
@@ -22,7 +22,7 @@ Pure: the inventory and the ledger's placements are arguments (`Hosts`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from atoll.engine import domainpreemption as dp
@@ -67,21 +67,41 @@ class HostHold:
         return f"{'node' if len(names) == 1 else 'nodes'} {shown}"
 
 
-def plan_at(
-    hosts: Hosts, gang: Gang, gone: Iterable[str], taken: Iterable[Placement]
-) -> HostHold | None:
-    """Where `gang` is placed once the workloads `gone` have given their hosts back, with the
-    hosts `taken` (other reservations held then) out of the way; None when it is not."""
-    inventory = dp.release(hosts.inventory, [hosts.held[k] for k in gone if k in hosts.held])
-    inventory = dp.reserve(inventory, taken)
-    got = place(inventory, gang)
-    if not isinstance(got, Placement):
-        return None
-    return HostHold(
-        placement=got,
-        nodes=frozenset(p.node for p in got.pods),
-        at_start=dp.reserve(inventory, [got]),
-    )
+@dataclass(slots=True)
+class Planner:
+    """Where one holder would be placed at each time the reservation step considers, in
+    order: the inventory is released incrementally (`gone` only grows), and a time at which
+    nothing more was given back and the same hosts are taken is not placed again."""
+
+    hosts: Hosts
+    gang: Gang
+    _inventory: Inventory | None = None
+    _released: int = 0
+    _failed: tuple[int, tuple[int, ...]] | None = None
+
+    def at(self, gone: Sequence[str], taken: Sequence[Placement]) -> HostHold | None:
+        """Where the gang is placed once the workloads `gone` (a list that only grows
+        between calls) have given their hosts back, with the hosts `taken` (other
+        reservations held then) out of the way; None when it is not."""
+        if self._inventory is None:
+            self._inventory = self.hosts.inventory
+        fresh = [self.hosts.held[k] for k in gone[self._released :] if k in self.hosts.held]
+        self._released = len(gone)
+        if fresh:
+            self._inventory = dp.release(self._inventory, fresh)
+        token = (id(self._inventory), tuple(id(p) for p in taken))
+        if token == self._failed:
+            return None  # nothing changed since it last did not fit
+        inventory = dp.reserve(self._inventory, taken)
+        got = place(inventory, self.gang)
+        if not isinstance(got, Placement):
+            self._failed = token
+            return None
+        return HostHold(
+            placement=got,
+            nodes=frozenset(p.node for p in got.pods),
+            at_start=dp.reserve(inventory, [got]),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
