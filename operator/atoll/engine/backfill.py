@@ -19,6 +19,9 @@ ever behind a stream of small ones). The idea is Slurm's backfill scheduler:
   only when, besides fitting by Kueue's rules, either its own guaranteed end (now +
   `run_limit` + grace) comes before the reservation's start, or the holder would still fit
   at the start with it still running (it only uses what the reservation does not need).
+- Hosts: with `Hosts` (the inventory), a holder that placement places also needs its hosts
+  at the start, and holds the ones it would be placed on then (`engine.reservedhosts`); a
+  candidate that would still run at the start gets a `Fence` for the cycle's placer.
 
 A reservation is never charged as usage: it only refuses admissions Kueue's rules would make,
 never makes one they would refuse, so no queue ever exceeds its quota or borrowing limits
