@@ -251,3 +251,25 @@ def test_a_running_jobs_pod_count_change_suspends_it_in_the_same_write(
     before = job(suspend=old[0], parallelism=old[1])
     after = job(suspend=new[0], parallelism=new[1])
     assert jf.suspends_on_update(before, after) is suspends
+
+
+@pytest.mark.parametrize(
+    ("raw", "limit"),
+    [
+        pytest.param("600", 600, id="seconds"),
+        pytest.param("1", 1, id="one"),
+        pytest.param("2147483647", 2147483647, id="int32-max"),
+        pytest.param("0", None, id="zero-is-no-limit"),
+        pytest.param("2147483648", None, id="past-int32"),
+        pytest.param("-5", None, id="negative"),
+        pytest.param("10m", None, id="not-an-integer"),
+        pytest.param("１２", None, id="non-ascii-digits"),
+    ],
+)
+def test_max_exec_time_label_gives_a_positive_limit_or_none(raw: str, limit: int | None) -> None:
+    """One reader of `kueue.x-k8s.io/max-exec-time-seconds` for the operator and the
+    simulator: a value the Workload cannot carry (maximumExecutionTimeSeconds >= 1, int32)
+    is no limit, never a Workload that fails validation."""
+    labels = {"kueue.x-k8s.io/queue-name": "q", "kueue.x-k8s.io/max-exec-time-seconds": raw}
+    wl = jf.build_workload(job(metadata={"labels": labels}), jf.Priority(0, None))
+    assert wl.spec.maximum_execution_time_seconds == limit

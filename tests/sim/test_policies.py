@@ -120,3 +120,57 @@ def test_compare_policies_cli_json_table_and_plot(
     assert "Backfill" in table
     assert "StrictFIFO" in table
     assert _simulate(str(path), "--compare-policies", "--compare") == 2
+
+
+def _on_hosts(doc: dict[str, Any], level: str) -> dict[str, Any]:
+    template = doc["spec"]["template"]
+    template["metadata"] = {"annotations": {level: "kubernetes.io/hostname"}}
+    return doc
+
+
+def hosts_docs() -> list[dict[str, Any]]:
+    """Two 8-GPU nodes placed by a Topology of hosts: a 2-GPU Job every 2 min (5 min each,
+    limit 6 min), each on one host, and a 16-GPU gang (2 pods x 8 GPUs) at minute 5."""
+    required = "kueue.x-k8s.io/podset-required-topology"
+    small = _on_hosts(
+        limited(
+            job("small", pods=1, gpus=2, duration="5m", **{"atoll.dev/repeat": "30",
+                "atoll.dev/repeat-every": "2m"}),
+            360,
+        ),
+        required,
+    )  # fmt: skip
+    big = _on_hosts(
+        limited(job("big", pods=2, gpus=8, arrival=300, duration="10m"), 900),
+        "kueue.x-k8s.io/podset-preferred-topology",
+    )
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "hosts"},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    rf = flavor(**{"nvidia.com/gpu.product": "L4"})
+    rf["spec"]["topologyName"] = "hosts"
+    hosts = nodes(2, 8)
+    for node in hosts:
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = node["metadata"]["name"]
+    return [*hosts, topology, rf, cluster_queue(gpus=16), local_queue(), small, big]
+
+
+def test_the_waiting_gang_holds_its_hosts_and_says_which() -> None:
+    """The gang's reservation names the hosts it holds, and it starts no later than under
+    StrictFIFO (small Jobs that would still run then are kept off its hosts)."""
+    scn = policies.variant(scenario(*hosts_docs()), "Backfill")
+    sim = GangSimulator(scn, Settings.of(scn.config, until=330.0))
+    result = sim.run()
+    (big,) = [j for j in result.jobs if j.name == "default/big"]
+    assert big.admitted is None
+    assert big.message is not None
+    assert "reserved 16 nvidia.com/gpu in gpu on nodes g-0, g-1 from " in big.message
+    (held,) = sim.decider.book.current.values()
+    assert held.hosts is not None
+    results = policies.run_policies(scenario(*hosts_docs()), None, lambda _: None)
+    doc = policies.as_json(scenario(*hosts_docs()), results)
+    big_max = {p: doc["policies"][p]["bigGangs"]["max"] for p in policies.POLICIES}
+    assert big_max["Backfill"] <= big_max["StrictFIFO"]

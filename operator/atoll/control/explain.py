@@ -648,7 +648,7 @@ def explain(
         is_head=answer.decision is not None,
         counterfactuals=tuple(cfs),
         estimate=estimate_start(base, key, now, rt),
-        reservation=reserving.reservation_of(cache, key, now, fair_sharing),
+        reservation=reserving.reservation_of(cache, key, now, fair_sharing, base.checker.hosts()),
     )
 
 

@@ -186,9 +186,20 @@ def owner_priority(
     return Priority(0, None)
 
 
+_INT32_MAX = 2**31 - 1
+
+
 def max_exec_seconds(job: KubeObject) -> int | None:
+    """The Workload's `maximumExecutionTimeSeconds` from the Job's
+    `kueue.x-k8s.io/max-exec-time-seconds` label: a decimal integer from 1 to 2^31-1, as
+    Kueue reads it; anything else ("0", "-5", "1h", too large) means no limit. The one reader
+    of the label: the operator, `atoll simulate` and `atoll what-if` compose Workloads
+    through it."""
     raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
-    return int(raw) if raw and raw.isdigit() else None
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return None
+    value = int(raw)
+    return value if 1 <= value <= _INT32_MAX else None
 
 
 def build_workload(job: Job, priority: Priority) -> Workload:

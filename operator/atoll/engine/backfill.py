@@ -19,6 +19,9 @@ ever behind a stream of small ones). The idea is Slurm's backfill scheduler:
   only when, besides fitting by Kueue's rules, either its own guaranteed end (now +
   `run_limit` + grace) comes before the reservation's start, or the holder would still fit
   at the start with it still running (it only uses what the reservation does not need).
+- Hosts: with `Hosts` (the inventory), a holder that placement places also needs its hosts
+  at the start, and holds the ones it would be placed on then (`engine.reservedhosts`); a
+  candidate that would still run at the start gets a `Fence` for the cycle's placer.
 
 A reservation is never charged as usage: it only refuses admissions Kueue's rules would make,
 never makes one they would refuse, so no queue ever exceeds its quota or borrowing limits
@@ -28,13 +31,15 @@ argument, times are float seconds on the caller's clock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from atoll.engine.decisions import Pending, PendingReason, Requeue
-from atoll.engine.flavors import FitMode, assign_flavors
+from atoll.engine.flavors import Assignment, FitMode, assign_flavors
 from atoll.engine.model import (
     AdmittedWorkload,
+    Backfill,
     ClusterQueue,
     ClusterQueueName,
     FlavorResource,
@@ -42,6 +47,7 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.overlay import UsageOverlay
+from atoll.engine.reservedhosts import Fence, Fenced, HostHold, Hosts, Planner
 from atoll.engine.snapshot import Snapshot
 
 MAX_HOLDERS = 8
@@ -78,6 +84,9 @@ class Reservation:
     its hint); None when nothing says (later holders plan around it for ever)."""
     end_certain: bool = True
     """`end` is guaranteed (and so is `start`)."""
+    hosts: HostHold | None = field(default=None, compare=False)
+    """The hosts held from `start` (`engine.reservedhosts`), when the holder is a gang that
+    placement places and its placement was found."""
 
     def alive(self, t: float) -> bool:
         """The reserved quota is held at `t` (from `start`, until `end`)."""
@@ -127,6 +136,31 @@ def _ends(
     return out
 
 
+def _events(
+    snapshot: Snapshot, root: int, now: float, grace: float, planned: Sequence[Reservation]
+) -> list[tuple[float, bool, int, str]]:
+    """The times a holder's start may be, in order: (time, not guaranteed, 0, key) for the
+    admitted workloads' ends, (time, not guaranteed, 1, index) for the planned reservations'."""
+    events = [(t, late, 0, str(key)) for t, late, key in _ends(snapshot, root, now, grace)]
+    events += [
+        (r.end, not (r.certain and r.end_certain), 1, str(i))
+        for i, r in enumerate(planned)
+        if r.end is not None and r.end > now
+    ]
+    events.sort()
+    return events
+
+
+def _may_hold(snapshot: Snapshot, policy: Backfill, h: Holder, now: float) -> bool:
+    """`h` is not admitted, has waited `min_wait_seconds` and held no longer than
+    `max_hold_seconds`."""
+    if h.workload.key in snapshot.admitted:
+        return False
+    if policy.min_wait_seconds > 0 and now - h.workload.queued_at < policy.min_wait_seconds:
+        return False
+    return policy.max_hold_seconds is None or now - h.since <= policy.max_hold_seconds
+
+
 def _reserve_one(
     snapshot: Snapshot,
     ov: UsageOverlay,
@@ -135,29 +169,20 @@ def _reserve_one(
     *,
     now: float,
     earlier: Sequence[Reservation],
+    hosts: Hosts | None = None,
 ) -> Reservation | None:
     """`h`'s reservation, planned around `earlier`; `ov` and `clean` are overlays of
-    `snapshot` with no change outside a what-if (`clean` for checks at other times)."""
+    `snapshot` with no change outside a what-if (`clean` for checks at other times). With
+    `hosts`, a gang that placement places also needs its hosts at the start: the first time
+    both quota and hosts are there (else, when its hosts are never known to free, the first
+    time its quota is, with no hosts held)."""
     cq = snapshot.cluster_queues.get(h.cluster_queue)
-    if cq is None or cq.backfill is None or h.workload.key in snapshot.admitted:
+    if cq is None or cq.backfill is None or not _may_hold(snapshot, cq.backfill, h, now):
         return None
     policy = cq.backfill
-    if policy.min_wait_seconds > 0 and now - h.workload.queued_at < policy.min_wait_seconds:
-        return None
-    if policy.max_hold_seconds is not None and now - h.since > policy.max_hold_seconds:
-        return None
-    n = ov.node(cq.name)
-    root = ov.tree.root(n)
+    root = ov.tree.root(ov.node(cq.name))
     planned = [r for r in earlier if ov.tree.root(ov.node(r.cluster_queue)) == root]
-    events = [
-        (t, late, 0, str(key)) for t, late, key in _ends(snapshot, root, now, policy.grace_seconds)
-    ]
-    events += [
-        (r.end, not (r.certain and r.end_certain), 1, str(i))
-        for i, r in enumerate(planned)
-        if r.end is not None and r.end > now
-    ]
-    events.sort()
+    events = _events(snapshot, root, now, policy.grace_seconds, planned)
 
     def made(start: float, certain: bool, usage: Mapping[FlavorResource, int]) -> Reservation:
         ends = run_end(h.workload, start, start, policy.grace_seconds)
@@ -173,10 +198,14 @@ def _reserve_one(
             end_certain=ends is not None and ends[1],
         )
 
+    gone: list[str] = []
+    quota_only: list[Reservation] = []
+    planners: dict[object, Planner | None] = {}
+
     def attempt(at: float, certain: bool) -> Reservation | None:
         """The holder's reservation from `at` (the admitted workloads that end by then are
-        gone from `ov`), if it fits beside the planned reservations held then and keeps
-        every planned one that starts later."""
+        gone from `ov`, and listed in `gone`), if it fits beside the planned reservations
+        held then and keeps every planned one that starts later."""
         ov.begin()
         try:
             for r in planned:
@@ -190,14 +219,19 @@ def _reserve_one(
         mine = made(at, certain, a.usage)
         for r in planned:
             if r.start > at and mine.alive(r.start):
-                held = [(n, dict(mine.usage))]
+                held = [(ov.node(cq.name), dict(mine.usage))]
                 if not _fits_at(snapshot, clean, r, now, held=held, others=planned):
                     return None
-        return mine
+        if hosts is None:
+            return mine
+        got = _with_hosts(hosts, planners, mine, a, planned=planned, gone=gone)
+        if got is None:
+            quota_only.append(mine)
+        return got
 
     found = attempt(now, True)
     if found is not None or not events:
-        return found
+        return found if found is not None or not quota_only else quota_only[0]
     ov.begin()
     try:
         certain, i = True, 0
@@ -209,12 +243,43 @@ def _reserve_one(
                     batch.append(WorkloadKey(events[i][3]))
                 i += 1
             ov.remove_workloads(batch)
+            gone.extend(batch)
             found = attempt(start, certain)
             if found is not None:
                 return found
-        return None
+        return quota_only[0] if quota_only else None
     finally:
         ov.rollback()
+
+
+def _with_hosts(
+    hosts: Hosts,
+    planners: dict[object, Planner | None],
+    mine: Reservation,
+    a: Assignment,
+    *,
+    planned: Sequence[Reservation],
+    gone: Sequence[str],
+) -> Reservation | None:
+    """`mine` with the hosts its holder would be placed on at its start, once `gone` have
+    left and beside the hosts of the planned reservations it meets; `mine` unchanged when
+    placement does not place the holder; None when its hosts are not free then.
+    `planners`: one per flavor assignment of the holder (by the assignment's usage)."""
+    shape = tuple(sorted(a.usage.items()))
+    if shape not in planners:
+        gang = hosts.gang(mine.holder, mine.cluster_queue, a)
+        planners[shape] = None if gang is None else Planner(hosts=hosts, gang=gang)
+    planner = planners[shape]
+    if planner is None:
+        return mine
+    taken = [
+        r.hosts.placement
+        for r in planned
+        if r.hosts is not None
+        and (r.alive(mine.start) or (r.start > mine.start and mine.alive(r.start)))
+    ]
+    hold = planner.at(gone, taken)
+    return None if hold is None else dataclasses.replace(mine, hosts=hold)
 
 
 def _fits_at(
@@ -255,15 +320,18 @@ def _fits_at(
         ov.rollback()
 
 
-def reserve(snapshot: Snapshot, holders: Iterable[Holder], now: float) -> tuple[Reservation, ...]:
+def reserve(
+    snapshot: Snapshot, holders: Iterable[Holder], now: float, hosts: Hosts | None = None
+) -> tuple[Reservation, ...]:
     """The reservation of each holder that does not fit now, or fits now (start `now`: the
     capacity it is about to take is not given away): holders that could not fit even once
     every admitted workload with a known end has ended get none. `holders` in the order they
-    are served: each plans around the reservations made before it."""
+    are served: each plans around the reservations made before it. With `hosts`, a holder
+    that placement places also holds the hosts it would be placed on at the start."""
     ov, clean = UsageOverlay(snapshot), UsageOverlay(snapshot)
     out: list[Reservation] = []
     for h in holders:
-        r = _reserve_one(snapshot, ov, clean, h, now=now, earlier=out)
+        r = _reserve_one(snapshot, ov, clean, h, now=now, earlier=out, hosts=hosts)
         if r is not None:
             out.append(r)
     return tuple(out)
@@ -286,6 +354,10 @@ class Guard:
     the holders of those reservations."""
     done: set[WorkloadKey] = field(default_factory=set)
     """Admitted in this cycle (a holder among them holds no reservation any more)."""
+    ends: dict[str, float | None] = field(default_factory=dict)
+    """Guaranteed ends of what this cycle admitted so far, by key (None: unknown)."""
+    fences: dict[WorkloadKey, Fence] = field(default_factory=dict)
+    """The reserved hosts each admission checked must leave room on (`fence`)."""
 
     def check(
         self,
@@ -304,6 +376,7 @@ class Guard:
         if cq.backfill is not None:
             root = ov.tree.root(node)
             inside: list[WorkloadKey] = []
+            fenced: list[Fenced] = []
             for r in self.reservations:
                 if r.workload == w.key or r.workload in self.done:
                     continue
@@ -314,11 +387,30 @@ class Guard:
                     continue
                 if not self._holder_fits(ov, r, node, usage, leaving):
                     return _refused(w, cq, r, own_end)
+                if r.hosts is not None:
+                    fenced.append(Fenced(hold=r.hosts, start=r.start, holder=str(r.workload)))
             if inside:
                 self.backfilled[w.key] = tuple(inside)
+            if fenced:
+                self.fences[w.key] = Fence(fenced=tuple(fenced), ends=self.ends)
         self.admitted.append((node, usage, own_end))
+        self.ends[str(w.key)] = own_end
         self.done.add(w.key)
         return None
+
+    def withdraw(self, key: WorkloadKey) -> None:
+        """The admission of `key`, checked last, was not made after all (placement kept it
+        pending): forget it."""
+        if key in self.done and str(key) in self.ends:
+            self.admitted.pop()
+            self.done.discard(key)
+            del self.ends[str(key)]
+            self.backfilled.pop(key, None)
+            self.fences.pop(key, None)
+
+    def fence(self, key: WorkloadKey) -> Fence | None:
+        """The reserved hosts the admission of `key`, checked last, must leave room on."""
+        return self.fences.get(key)
 
     def _holder_fits(
         self,

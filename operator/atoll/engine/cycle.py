@@ -51,6 +51,7 @@ from atoll.engine.ordering import cycle_key, requeue_for
 from atoll.engine.overlay import UsageOverlay
 from atoll.engine.partial import can_be_partially_admitted, largest_fitting
 from atoll.engine.preemption import Request, Target
+from atoll.engine.reservedhosts import Fence
 from atoll.engine.snapshot import Snapshot
 from atoll.engine.targets import find_targets
 from atoll.engine.tournament import fair_order
@@ -60,9 +61,10 @@ class Placer(Protocol):
     """Placement of the heads quota admits, in cycle order (`state.decide` gives one per
     cycle: the inventory, and the domains nominated for preemptors)."""
 
-    def place(self, admit: Admit) -> Admit | Preempt | Pending:
+    def place(self, admit: Admit, fence: Fence | None = None) -> Admit | Preempt | Pending:
         """`admit` when the gang is placed (or needs no placement), a Preempt freeing one
-        domain for it, or why it stays pending."""
+        domain for it, or why it stays pending. With a `fence`, the hosts backfill
+        reservations hold are cut down to what they leave for it (`engine.reservedhosts`)."""
         ...
 
     def decided(self, decision: Decision) -> None:
@@ -188,7 +190,7 @@ def nominate(ov: UsageOverlay, w: Workload, cq: ClusterQueue) -> Entry:
     return Entry(workload=w, cluster_queue=cq, node=node, assignment=full, targets=targets)
 
 
-def _admissions(a: Assignment) -> tuple[PodSetAdmission, ...]:
+def admissions(a: Assignment) -> tuple[PodSetAdmission, ...]:
     return tuple(
         PodSetAdmission(
             name=ps.name,
@@ -255,13 +257,13 @@ def _go(e: Entry) -> Admit | Preempt:
             workload=w.key,
             cluster_queue=cq.name,
             victims=victims,
-            pod_sets=_admissions(a),
+            pod_sets=admissions(a),
             message=message,
         )
     return Admit(
         workload=w.key,
         cluster_queue=cq.name,
-        pod_sets=_admissions(a),
+        pod_sets=admissions(a),
         borrowing=a.borrowing > 0,
         borrow_level=a.borrowing,
     )
@@ -298,8 +300,10 @@ def process(
             return refused
     decision: Admit | Preempt | Pending = _go(e)
     if placer is not None and isinstance(decision, Admit):
-        decision = placer.place(decision)
+        decision = placer.place(decision, None if guard is None else guard.fence(w.key))
         if isinstance(decision, Pending):
+            if guard is not None:
+                guard.withdraw(w.key)
             return decision
     preempted.update((t.workload, t) for t in e.targets)
     ov.add(e.node, a.usage)

@@ -55,6 +55,9 @@ class Snapshot:
     """Per cohort node and flavor/resource: its children using more than their own quota."""
     draining: bool = False
     """Some ClusterQueue or LocalQueue is set to HoldAndDrain."""
+    backfill_queues: tuple[ClusterQueueName, ...] = ()
+    """The ClusterQueues with backfill on, by name (an index: a step asks each for its
+    reservation holders, and the others have none)."""
     deactivated: tuple[WorkloadKey, ...] = ()
     """Admitted workloads that are deactivated (`active: false`), sorted."""
     evicted: frozenset[WorkloadKey] = frozenset()
@@ -253,6 +256,8 @@ class Structure:
     group_of: Mapping[ClusterQueueName, Mapping[ResourceName, ResourceGroup]]
     draining: bool
     """Some ClusterQueue or LocalQueue is set to HoldAndDrain (see cycle.drain)."""
+    backfill_queues: tuple[ClusterQueueName, ...] = ()
+    """The ClusterQueues with backfill on (`ClusterQueue.backfill`), by name."""
 
 
 def build_structure(
@@ -288,6 +293,7 @@ def build_structure(
             for name, cq in cq_map.items()
         },
         draining=draining,
+        backfill_queues=tuple(sorted(n for n, cq in cq_map.items() if cq.backfill is not None)),
     )
 
 
@@ -351,6 +357,7 @@ def assemble(
         group_of=structure.group_of,
         over_nominal=over_nominal(structure.tree, usage) if over is None else over,
         draining=structure.draining,
+        backfill_queues=structure.backfill_queues,
         deactivated=deactivated,
         evicted=evicted,
         cq_memo={cq: {} for cq in workloads_by_cq} if cq_memo is None else cq_memo,

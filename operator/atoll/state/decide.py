@@ -41,6 +41,7 @@ from atoll.engine import model as m
 from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.inventory import Placement
+from atoll.engine.reservedhosts import Fence
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
@@ -137,7 +138,7 @@ class Decider:
         heads = [w for _, w in self._skip(now, bool(drained), skipped)]
         self.checker.prune()
         holders = self.book.holders(cache, snapshot, now)
-        reservations = reserve(snapshot, holders, now) if holders else ()
+        reservations = reserve(snapshot, holders, now, self.checker.hosts()) if holders else ()
         guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
         placed, placements, failed = self._cycle(snapshot, heads, guard)
         admitted = {dec.workload for dec in placed if isinstance(dec, d.Admit)}
@@ -295,8 +296,10 @@ class InventoryPlacer:
     """The gangs placed in this cycle, in order: taken from the live inventory for the gangs
     after them (the inventory's copy-on-write layer), held in its ledger when assumed."""
 
-    def place(self, admit: d.Admit) -> d.Admit | d.Preempt | d.Pending:
-        checked = self.checker.place_or_preempt(admit, self.snapshot, self.evicting, self.placed)
+    def place(self, admit: d.Admit, fence: Fence | None = None) -> d.Admit | d.Preempt | d.Pending:
+        checked = self.checker.place_or_preempt(
+            admit, self.snapshot, self.evicting, self.placed, fence
+        )
         if isinstance(checked, d.Pending | d.Preempt):
             self.changed.add(str(admit.workload))
             return checked

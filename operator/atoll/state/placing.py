@@ -32,6 +32,9 @@ from atoll.api.topologyassignment import TopologyAssignment
 from atoll.api.workload import Workload
 from atoll.engine import decisions as d
 from atoll.engine import domainpreemption as dp
+from atoll.engine import model as m
+from atoll.engine.cycle import admissions
+from atoll.engine.flavors import Assignment
 from atoll.engine.inventory import (
     Gang,
     Inventory,
@@ -42,11 +45,13 @@ from atoll.engine.inventory import (
 from atoll.engine.model import QueueingStrategy
 from atoll.engine.ordering import requeue_for
 from atoll.engine.placement import place
+from atoll.engine.reservedhosts import Fence, Fenced, Hosts
 from atoll.engine.snapshot import Snapshot
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.cel import SelectorCompiler
 from atoll.state.gangs import GangError, gang_pod_set, wants_island
+from atoll.state.reserving import clock
 from atoll.state.topologyassignment import topology_assignment
 
 _T = TypeVar("_T")
@@ -129,12 +134,15 @@ class TopologyChecker:
         snapshot: Snapshot | None = None,
         evicting: Collection[str] = (),
         placed: Mapping[str, Placement] | None = None,
+        fence: Fence | None = None,
     ) -> Placement | d.Pending | d.Preempt | None:
         """As `check`, or a Preempt freeing one domain of the gang's required level.
         `snapshot` is the cycle's (for the preemption policy; without it nothing is
         preempted); `evicting`: admitted workloads already being evicted; `placed`: the
         gangs placed earlier in the cycle, taken from the live inventory (a copy-on-write
-        layer: the ledger holds them only once the cycle's admissions are assumed)."""
+        layer: the ledger holds them only once the cycle's admissions are assumed);
+        `fence`: hosts backfill reservations hold, which the gang may use only for what they
+        leave it (placed off them, or pending; never preempting)."""
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         if wl is None:
@@ -150,10 +158,16 @@ class TopologyChecker:
         if placed:
             base = dp.reserve(base, placed.values())
         inventory = self._inventory(base, exclude=key)
+        if fence is not None:
+            inventory = fence.apply(inventory, placed or {})
         result = place(inventory, gang)
         if isinstance(result, Placement):
             self.nominations.pop(key, None)
             return result
+        if fence is not None:
+            self.nominations.pop(key, None)
+            message = f"{fence.message(_held)}; off them: {result.message}"
+            return self._pending(dec, d.PendingReason.WAITING_FOR_QUOTA, message, snapshot)
         if result.reason not in _PREEMPTIBLE or dp.required_level(inventory, gang) is None:
             self.nominations.pop(key, None)
             return self._pending(
@@ -186,6 +200,29 @@ class TopologyChecker:
         )
         message = result.message + hints
         return self._pending(dec, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message, snapshot)
+
+    def hosts(self) -> Hosts:
+        """What backfill reservations plan their hosts on (`engine.reservedhosts`): the live
+        inventory with the preemptors' nominated domains taken, the ledger's placements by
+        workload, and each holder's gang as this checker builds it."""
+
+        def gang(w: m.Workload, cq: m.ClusterQueueName, a: Assignment) -> Gang | None:
+            wl = self.cache.workloads.get(str(w.key))
+            if wl is None:
+                return None
+            admit = d.Admit(
+                workload=w.key, cluster_queue=cq, pod_sets=admissions(a), borrowing=False
+            )
+            try:
+                return self._gang(wl, admit)
+            except GangError:
+                return None
+
+        return Hosts(
+            inventory=self._inventory(self.cache.inventory.snapshot(), exclude=""),
+            held=self.cache.inventory.held(),
+            gang=gang,
+        )
 
     def forget(self, key: str) -> None:
         """The preemptor no longer needs its domain (admitted elsewhere, gone, over quota)."""
@@ -278,6 +315,11 @@ class TopologyChecker:
             message=message,
             requeue=requeue_for(strategy),
         )
+
+
+def _held(f: Fenced) -> str:
+    """`on rack-2 for ml/train-0 from 14:05Z`."""
+    return f"on {f.hold.where} for {f.holder} from {clock(f.start)}"
 
 
 def assignments(placement: Placement | None) -> dict[str, TopologyAssignment]:

@@ -21,6 +21,7 @@ from enum import Enum
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import MAX_HOLDERS, Holder, Reservation, describe, reserve
+from atoll.engine.reservedhosts import Hosts
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
 
@@ -47,7 +48,6 @@ def when(start: float, now: float) -> str:
     """`from 14:05Z, in 12m` (or `from now`)."""
     if start <= now:
         return "from now"
-    clock = dt.datetime.fromtimestamp(start, dt.UTC).strftime("%H:%MZ")
     left = start - now
     span = (
         f"{left:.0f}s"
@@ -56,7 +56,12 @@ def when(start: float, now: float) -> str:
         if left < 5400
         else f"{left / 3600:.1f}h"
     )
-    return f"from {clock}, in {span}"
+    return f"from {clock(start)}, in {span}"
+
+
+def clock(t: float) -> str:
+    """`14:05Z`."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%MZ")
 
 
 def text(r: Reservation, now: float, backfilled: int) -> str:
@@ -83,10 +88,10 @@ class ReservationBook:
         first of every backfill queue (by queue name), then the second holders of every
         queue, and so on (`Backfill.reserve_after_seconds`)."""
         ranked: list[tuple[int, str, Holder]] = []
-        for name, cq in sorted(snapshot.cluster_queues.items()):
-            if cq.backfill is None:
-                continue
-            for rank, w in enumerate(_candidates(cache, name, cq.backfill, now)):
+        for name in snapshot.backfill_queues:
+            policy = snapshot.cluster_queues[name].backfill
+            assert policy is not None  # the index holds the queues with backfill on
+            for rank, w in enumerate(_candidates(cache, name, policy, now)):
                 since = self.since.get(str(w.key), now)
                 ranked.append((rank, name, Holder(workload=w, cluster_queue=name, since=since)))
         ranked.sort(key=lambda x: (x[0], x[1]))
@@ -181,18 +186,24 @@ def _candidates(cache: Cache, name: str, policy: m.Backfill, now: float) -> Iter
 
 
 def reservation_of(
-    cache: Cache, key: str, now: float, fair_sharing: m.FairSharing | None = None
+    cache: Cache,
+    key: str,
+    now: float,
+    fair_sharing: m.FairSharing | None = None,
+    hosts: Hosts | None = None,
 ) -> Reservation | None:
-    """The reservation `key` holds at `now` (the same rule as the decision step), if any."""
+    """The reservation `key` holds at `now` (the same rule as the decision step, whose
+    `hosts` are `TopologyChecker.hosts`), if any."""
     snapshot = cache.snapshot(fair_sharing)
     cache.queue_heads(now)  # the queues up to date, as a step has them
     holders = ReservationBook().holders(cache, snapshot, now)
     if all(h.workload.key != key for h in holders):
         return None
-    return next((r for r in reserve(snapshot, holders, now) if r.workload == key), None)
+    return next((r for r in reserve(snapshot, holders, now, hosts) if r.workload == key), None)
 
 
 def brief(r: Reservation, now: float) -> str:
     """What `atoll explain` says about a reservation."""
     estimate = "" if r.certain else " (estimated from run-duration hints)"
-    return f"reserved {describe(r.usage)} {when(r.start, now)}{estimate}"
+    hosts = "" if r.hosts is None else f" on {r.hosts.where}"
+    return f"reserved {describe(r.usage)}{hosts} {when(r.start, now)}{estimate}"
