@@ -300,6 +300,7 @@ class InventoryPlacer:
         if isinstance(checked, d.Pending | d.Preempt):
             self.changed.add(str(admit.workload))
             return checked
+        self.changed.discard(str(admit.workload))  # refused in another flavor before
         if checked is not None:
             self.placed[str(admit.workload)] = checked
         return admit
