@@ -4,8 +4,13 @@ operator runs; when neither can place it, it waits with each flavor's reason."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobRecord, JobState
+from atoll.state import decide
 from tests.sim import builders as b
 
 RACK = "topology.atoll.dev/rack"
@@ -81,3 +86,35 @@ def test_a_gang_no_flavor_holds_names_each_flavors_reason() -> None:
     assert six.message is not None
     assert "flavor small: pod set main needs 6" in six.message
     assert "flavor big: pod set main needs 6" in six.message
+
+
+def _counting_cycles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the engine cycles the step runs (each call of `run_cycle`, with its heads)."""
+    calls: list[int] = []
+    original = decide.run_cycle
+
+    def counted(snapshot: Any, heads: Any, *args: Any, **kwargs: Any) -> Any:
+        heads = list(heads)
+        calls.append(len(heads))
+        return original(snapshot, heads, *args, **kwargs)
+
+    monkeypatch.setattr(decide, "run_cycle", counted)
+    return calls
+
+
+def test_identical_gangs_no_topology_places_are_not_tried_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _counting_cycles(monkeypatch)
+    jobs = _run(*(_rack_job(f"six-{i}", 6) for i in range(30)))
+    assert all(j.reason == "TopologyPlacementFailed" for j in jobs.values())
+    assert len({j.message for j in jobs.values()}) == 1
+    # one cycle finds that the class fails in placement; the 29 others are parked with it
+    assert len(calls) < 30 // 2
+
+
+def test_a_placement_failure_is_not_reused_once_the_inventory_changes() -> None:
+    # each four-pod gang needs the one big rack: they run one after the other
+    jobs = _run(*(_rack_job(f"four-{i}", 4) for i in range(5)))
+    assert {j.flavor for j in jobs.values()} == {"big"}
+    assert all(j.state is JobState.FINISHED for j in jobs.values())
