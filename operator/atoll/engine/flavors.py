@@ -18,7 +18,9 @@ A flavor whose topology already refused the pod set in this cycle (`refused`, fr
 
 Earlier pod sets' usage counts when later pod sets are assigned the same flavor.
 The scan always starts at the first flavor: Kueue's resume-from-last-tried-flavor across
-cycles is state the queue would have to carry, and is not modelled.
+cycles is state the queue would have to carry, and is not modelled; where it matters most
+(a flavor with quota whose topology cannot place the gang), the cycle refuses the flavor
+and assigns again within one attempt (`engine.topologyflavors`).
 """
 
 from __future__ import annotations
