@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from atoll.engine import topologyflavors as tas
 from atoll.engine.backfill import Guard, Reservation
 from atoll.engine.decisions import (
     Admit,
@@ -37,7 +38,7 @@ from atoll.engine.decisions import (
     Requeue,
     Victim,
 )
-from atoll.engine.flavors import Assignment, FitMode, assign_flavors
+from atoll.engine.flavors import Assignment, FitMode, Refused, assign_flavors
 from atoll.engine.matching import selector_matches
 from atoll.engine.model import (
     ClusterQueue,
@@ -160,10 +161,16 @@ def _request(entry_cq: ClusterQueue, node: int, w: Workload, a: Assignment) -> R
 
 
 def _try_counts(
-    ov: UsageOverlay, w: Workload, cq: ClusterQueue, node: int, counts: tuple[int, ...] | None
+    ov: UsageOverlay,
+    w: Workload,
+    cq: ClusterQueue,
+    node: int,
+    counts: tuple[int, ...] | None,
+    *,
+    refused: Refused | None,
 ) -> tuple[Assignment, tuple[Target, ...], bool]:
     """An assignment for these counts, its targets, and whether it can go ahead."""
-    a = assign_flavors(ov, w, cq, counts)
+    a = assign_flavors(ov, w, cq, counts, refused)
     if a.mode is FitMode.FIT:
         return a, (), True
     if a.mode is FitMode.PREEMPT:
@@ -173,15 +180,18 @@ def _try_counts(
     return a, (), False
 
 
-def nominate(ov: UsageOverlay, w: Workload, cq: ClusterQueue) -> Entry:
+def nominate(
+    ov: UsageOverlay, w: Workload, cq: ClusterQueue, refused: Refused | None = None
+) -> Entry:
     """Kueue's getInitialAssignments: the full gang first; partial admission (reduced
-    counts) only when the full gang neither fits nor can preempt its way in."""
+    counts) only when the full gang neither fits nor can preempt its way in. `refused`:
+    flavors whose topology already refused a pod set (`engine.topologyflavors`)."""
     node = ov.node(cq.name)
-    full, targets, ok = _try_counts(ov, w, cq, node, None)
+    full, targets, ok = _try_counts(ov, w, cq, node, None, refused=refused)
     if not ok and can_be_partially_admitted(w.pod_sets):
 
         def attempt(counts: tuple[int, ...]) -> tuple[Assignment, tuple[Target, ...]] | None:
-            a, t, fits = _try_counts(ov, w, cq, node, counts)
+            a, t, fits = _try_counts(ov, w, cq, node, counts, refused=refused)
             return (a, t) if fits else None
 
         found = largest_fitting(w.pod_sets, attempt)
@@ -269,6 +279,99 @@ def _go(e: Entry) -> Admit | Preempt:
     )
 
 
+Reserve = dict[FlavorResource, int] | None
+"""Quota a head that stays pending holds back from the heads after it (`_to_reserve`)."""
+
+
+def _quota(
+    ov: UsageOverlay, e: Entry, preempted: dict[WorkloadKey, Target], guard: Guard | None
+) -> tuple[Admit | Preempt | Pending, Reserve]:
+    """What quota (and the backfill `guard`) decide for a nominated head, given earlier
+    decisions, and what it reserves if it stays pending. Changes nothing."""
+    a, cq, w = e.assignment, e.cluster_queue, e.workload
+    if a.mode is FitMode.NO_FIT:
+        return _unassignable(e, a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR), None
+    if a.mode is FitMode.PREEMPT and not e.targets:
+        reserve = None
+        if cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
+            reserve = _to_reserve(ov, e)
+        return _unassignable(e, PendingReason.WAITING_FOR_QUOTA), reserve
+    if any(t.workload in preempted for t in e.targets):
+        message = "Workload has overlapping preemption targets with another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE), None
+    if not _fits_after(ov, e, preempted):
+        message = "Workload no longer fits after processing another workload"
+        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE), None
+    if guard is not None:
+        leaving = [t.workload for t in e.targets]
+        refused = guard.check(ov, w, cq=cq, node=e.node, usage=a.usage, leaving=leaving)
+        if refused is not None:
+            return refused, None
+    return _go(e), None
+
+
+def _place(placer: Placer, guard: Guard | None, admit: Admit) -> Admit | Preempt | Pending:
+    """Place `admit`, inside the fence of the backfill reservations its check found."""
+    return placer.place(admit, None if guard is None else guard.fence(admit.workload))
+
+
+def _kept(guard: Guard | None, outcome: Admit | Preempt | Pending) -> Admit | Preempt | Pending:
+    """`outcome` as the head's answer: a gang placement keeps pending is withdrawn from the
+    backfill guard, which counted it as admitted when quota let it in."""
+    if guard is not None and isinstance(outcome, Pending):
+        guard.withdraw(outcome.workload)
+    return outcome
+
+
+def _placed(
+    ov: UsageOverlay,
+    e: Entry,
+    preempted: dict[WorkloadKey, Target],
+    guard: Guard | None,
+    placer: Placer,
+) -> tuple[Admit | Preempt | Pending, Reserve, Entry]:
+    """`_quota`, with every admission placed; a flavor whose topology refuses the gang is
+    refused and flavors are assigned again without it (`engine.topologyflavors`). The
+    decision, what it reserves, and the entry (the assignment) it was taken on."""
+    decision, reserve = _quota(ov, e, preempted, guard)
+    if not isinstance(decision, Admit):
+        return decision, reserve, e
+    outcome = _place(placer, guard, decision)
+    refused = tas.refusal(ov.snapshot, decision, outcome)
+    if not refused:
+        return _kept(guard, outcome), None, e
+    tried = [(e, decision, outcome)]
+    all_refused = dict(refused)
+    entry = e
+    while not tas.stops_search(outcome, e.cluster_queue):
+        if guard is not None:  # the refused flavor's admission is not made
+            guard.withdraw(e.workload.key)
+        entry = nominate(ov, e.workload, e.cluster_queue, all_refused)
+        decision, reserve = _quota(ov, entry, preempted, guard)
+        if not isinstance(decision, Admit):
+            break
+        outcome = _place(placer, guard, decision)
+        refused = tas.refusal(ov.snapshot, decision, outcome)
+        if not refused:
+            return _kept(guard, outcome), None, entry
+        all_refused.update(refused)
+        tried.append((entry, decision, outcome))
+    else:
+        return _kept(guard, outcome), None, entry
+    first = tas.fallback([o for _, _, o in tried])
+    if first is not None:  # the first flavor that preempts in one of its domains
+        entry, admit, _ = next(t for t in tried if t[2] is first)
+        if guard is not None:  # checked again: the guard forgot it when it was refused
+            checked, _ = _quota(ov, entry, preempted, guard)
+            if not isinstance(checked, Admit):
+                return checked, None, entry
+            admit = checked
+        return _kept(guard, _place(placer, guard, admit)), None, entry  # placed again: its state
+    if len(tried) == 1 and entry.assignment.mode is FitMode.NO_FIT:
+        return tried[0][2], None, e  # only one flavor's topology refused it: its answer
+    return decision, reserve, entry
+
+
 def process(
     ov: UsageOverlay,
     e: Entry,
@@ -279,34 +382,20 @@ def process(
 ) -> Decision:
     """Kueue's processEntry: the decision for one nominated head, given earlier ones; with
     a `guard`, an admission or preemption must also keep the reservations it checks; with a
-    `placer`, an admission must also be placed."""
-    a, cq, w = e.assignment, e.cluster_queue, e.workload
-    if a.mode is FitMode.NO_FIT:
-        return _unassignable(e, a.no_fit_reason or PendingReason.NO_MATCHING_FLAVOR)
-    if a.mode is FitMode.PREEMPT and not e.targets:
-        if cq.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
-            ov.add(e.node, _to_reserve(ov, e))
-        return _unassignable(e, PendingReason.WAITING_FOR_QUOTA)
-    if any(t.workload in preempted for t in e.targets):
-        message = "Workload has overlapping preemption targets with another workload"
-        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
-    if not _fits_after(ov, e, preempted):
-        message = "Workload no longer fits after processing another workload"
-        return _pending(w, cq, PendingReason.WAITING_FOR_QUOTA, message, Requeue.IMMEDIATE)
-    if guard is not None:
-        leaving = [t.workload for t in e.targets]
-        refused = guard.check(ov, w, cq=cq, node=e.node, usage=a.usage, leaving=leaving)
-        if refused is not None:
-            return refused
-    decision: Admit | Preempt | Pending = _go(e)
-    if placer is not None and isinstance(decision, Admit):
-        decision = placer.place(decision, None if guard is None else guard.fence(w.key))
-        if isinstance(decision, Pending):
-            if guard is not None:
-                guard.withdraw(w.key)
-            return decision
-    preempted.update((t.workload, t) for t in e.targets)
-    ov.add(e.node, a.usage)
+    `placer`, an admission must also be placed (in another flavor if its topology refuses
+    the gang in the flavor quota chose)."""
+    decision: Admit | Preempt | Pending
+    if placer is None:
+        decision, reserve = _quota(ov, e, preempted, guard)
+        entry = e
+    else:
+        decision, reserve, entry = _placed(ov, e, preempted, guard, placer)
+    if reserve is not None:
+        ov.add(entry.node, reserve)
+    if isinstance(decision, Pending):
+        return decision
+    preempted.update((t.workload, t) for t in entry.targets)
+    ov.add(entry.node, entry.assignment.usage)
     return decision
 
 

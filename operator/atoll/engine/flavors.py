@@ -13,9 +13,14 @@ ClusterQueue's flavors are tried in order:
   says (whenCanBorrow / whenCanPreempt = MayStopSearch); otherwise the best flavor seen
   wins, by `preference`.
 
+A flavor whose topology already refused the pod set in this cycle (`refused`, from
+`engine.topologyflavors`) is skipped with that reason (TopologyPlacementFailed).
+
 Earlier pod sets' usage counts when later pod sets are assigned the same flavor.
 The scan always starts at the first flavor: Kueue's resume-from-last-tried-flavor across
-cycles is state the queue would have to carry, and is not modelled.
+cycles is state the queue would have to carry, and is not modelled; where it matters most
+(a flavor with quota whose topology cannot place the gang), the cycle refuses the flavor
+and assigns again within one attempt (`engine.topologyflavors`).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ _FROM_POSSIBILITY = {
 }
 _SEVERITY = {
     None: 0,
+    PendingReason.TOPOLOGY_PLACEMENT_FAILED: 1,
     PendingReason.WAITING_FOR_QUOTA: 2,
     PendingReason.EXCEEDS_MAX_QUOTA: 3,
     PendingReason.NO_MATCHING_FLAVOR: 4,
@@ -187,12 +193,17 @@ def _can_preempt_while_borrowing(ov: UsageOverlay, cq: ClusterQueue) -> bool:
     )
 
 
+Refused = Mapping[tuple[PodSetName, FlavorName], str]
+"""(pod set, flavor) → why the flavor's topology cannot place the pod set."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Ctx:
     ov: UsageOverlay
     workload: Workload
     cq: ClusterQueue
     node: int
+    refused: Refused
 
 
 def _exceeds_max(
@@ -282,6 +293,11 @@ def _choose_flavor(
         if mismatch is not None:
             group.reasons.append(mismatch)
             group.no_fit[fq.flavor] = PendingReason.NO_MATCHING_FLAVOR
+            continue
+        refusal = ctx.refused.get((pod_set.name, fq.flavor))
+        if refusal is not None:
+            group.reasons.append(refusal)
+            group.no_fit[fq.flavor] = PendingReason.TOPOLOGY_PLACEMENT_FAILED
             continue
         chosen: dict[ResourceName, FlavorChoice] = {}
         mode = _BEST
@@ -373,10 +389,15 @@ def _assign_pod_set(
 
 
 def assign_flavors(
-    ov: UsageOverlay, workload: Workload, cq: ClusterQueue, counts: tuple[int, ...] | None = None
+    ov: UsageOverlay,
+    workload: Workload,
+    cq: ClusterQueue,
+    counts: tuple[int, ...] | None = None,
+    refused: Refused | None = None,
 ) -> Assignment:
-    """Flavors for every pod set of `workload` in `cq`, against the overlay's usage."""
-    ctx = _Ctx(ov, workload, cq, ov.node(cq.name))
+    """Flavors for every pod set of `workload` in `cq`, against the overlay's usage, none
+    of them a flavor `refused` for its pod set."""
+    ctx = _Ctx(ov, workload, cq, ov.node(cq.name), refused or {})
     usage: dict[FlavorResource, int] = {}
     results: list[PodSetResult] = []
     shortfalls: list[Shortfall] = []

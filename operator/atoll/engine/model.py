@@ -182,6 +182,9 @@ class ResourceFlavor:
     node_labels: Labels = frozenset()
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    topology_name: str | None = None
+    """Its Topology (Kueue's topology-aware scheduling): a gang assigned this flavor must
+    also be placed on its nodes, or the flavor is refused (`engine.topologyflavors`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +256,10 @@ class PodSet:
     node_selector: Labels = frozenset()
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    placement: tuple[str, ...] = ()
+    """What placement reads from the pod set beyond the fields above (its topology request,
+    atoll's NVLink-island annotation, its resource claims), in a canonical form: two pod sets
+    with equal fields are placed alike on one inventory. Empty when it reads nothing more."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,10 +14,12 @@ from atoll.api import labels as keys
 from atoll.api.cohort import Cohort as ApiCohort
 from atoll.api.configuration import parse_duration
 from atoll.api.core import Job, PodSpec, Taint, Toleration
+from atoll.api.islands import ISLAND_REQUEST_ANNOTATION
 from atoll.api.localqueue import LocalQueue as ApiLocalQueue
 from atoll.api.meta import LabelSelector as ApiSelector
 from atoll.api.quantity import Quantity
 from atoll.api.resourceflavor import ResourceFlavor as ApiFlavor
+from atoll.api.workload import PodSet as ApiPodSet
 from atoll.api.workload import Workload as ApiWorkload
 from atoll.engine import model as m
 
@@ -65,6 +67,7 @@ def flavor(f: ApiFlavor) -> m.ResourceFlavor:
         node_labels=frozenset((f.spec.node_labels or {}).items()),
         node_taints=tuple(taint(t) for t in f.spec.node_taints or ()),
         tolerations=tuple(toleration(t) for t in f.spec.tolerations or ()),
+        topology_name=f.spec.topology_name or None,
     )
 
 
@@ -276,6 +279,21 @@ def required_node_terms(affinity: Mapping[str, object] | None) -> tuple[m.NodeSe
     return tuple(terms)
 
 
+def placement_inputs(ps: ApiPodSet) -> tuple[str, ...]:
+    """`PodSet.placement`: the topology request, the NVLink-island annotation and the
+    resource claims of a pod set, as canonical text (empty when it has none of them)."""
+    out = []
+    if ps.topology_request is not None:
+        out.append("topology " + ps.topology_request.model_dump_json(exclude_none=True))
+    meta = ps.template.metadata
+    island = ((meta.annotations if meta else None) or {}).get(ISLAND_REQUEST_ANNOTATION)
+    if island is not None:
+        out.append(f"island {island}")
+    claims = ps.template.spec.resource_claims or ()
+    out += ["claim " + c.model_dump_json(exclude_none=True) for c in claims]
+    return tuple(out)
+
+
 def workload(
     wl: ApiWorkload,
     *,
@@ -303,6 +321,7 @@ def workload(
                 node_selector=frozenset((spec.node_selector or {}).items()),
                 required_affinity=required_node_terms(spec.affinity),
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
+                placement=placement_inputs(ps),
             )
         )
     limit, hint = run_bounds(wl, job)

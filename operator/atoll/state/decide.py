@@ -12,7 +12,10 @@ simulator to its virtual cluster).
 Congested queues: when a capacity change wakes the parked workloads, each queue would try
 them one head per cycle, and most only get parked again. A cycle whose every head belongs to
 an equivalence class (`engine.ordering.scheduling_class`) that already failed on this very
-snapshot changes nothing but parking those heads, so it is not run: the heads are parked
+snapshot changes nothing but parking those heads, so it is not run (a class that failed in
+placement failed on the snapshot *and* the inventory, with the same domains nominated for
+preemptors: its pod sets' `placement` inputs are part of the class; gangs with DRA claims,
+whose templates are not in either, are always tried): the heads are parked
 with the decision their class got, and when every workload left awake in the queues is of
 such a class, whole queues are parked at once (`Cache.queue_park_all`). The decisions are
 those of the cycles skipped: a workload is told its pending decision again only when it
@@ -40,7 +43,8 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
-from atoll.engine.inventory import Placement
+from atoll.engine.domainpreemption import Nomination
+from atoll.engine.inventory import Inventory, Placement
 from atoll.engine.reservedhosts import Fence
 from atoll.engine.snapshot import Snapshot
 from atoll.state.cache import Cache
@@ -76,7 +80,7 @@ def admission_of(dec: d.Admit) -> m.Admission:
 
 _FORKED = frozenset({
     "cache", "fair_sharing", "checker", "heads", "parked",
-    "_failed", "_failed_on", "_told", "_told_in",
+    "_failed", "_failed_on", "_placed_on", "_told", "_told_in",
 })  # fmt: skip
 """The fields `Decider.fork` copies one by one."""
 
@@ -96,6 +100,11 @@ class Decider:
     """(queue, class) → the decision a workload of that class got, and was parked with, on
     the snapshot `_failed_on`: every workload of the class gets it on that snapshot."""
     _failed_on: Snapshot | None = None
+    _placed_on: dict[tuple[str, Hashable], tuple[Inventory, dict[str, Nomination]]] = field(
+        default_factory=dict
+    )
+    """(queue, class) → the inventory and nominations its failure in placement was found on
+    (a failure there holds only while both are unchanged)."""
     _told: dict[tuple[str, Hashable], tuple[d.Pending, set[str]]] = field(default_factory=dict)
     """(queue, class) → its last failure, and the workloads whose last decision it was."""
     _told_in: dict[str, tuple[str, Hashable]] = field(default_factory=dict)
@@ -116,6 +125,7 @@ class Decider:
         copy.heads, copy.parked = self.heads, self.parked
         if self._failed and self.cache.snapshot(self.fair_sharing) is self._failed_on:
             copy._failed = dict(self._failed)
+            copy._placed_on = dict(self._placed_on)
             copy._failed_on = copy.cache.snapshot(self.fair_sharing)
         copy._told = {k: (dec, set(keys)) for k, (dec, keys) in self._told.items()}
         copy._told_in = dict(self._told_in)
@@ -132,7 +142,7 @@ class Decider:
         cache = self.cache
         snapshot = cache.snapshot(self.fair_sharing)
         if snapshot is not self._failed_on:
-            self._failed, self._failed_on = {}, snapshot
+            self._failed, self._failed_on, self._placed_on = {}, snapshot, {}
         drained = drain(snapshot)
         skipped: list[d.Decision] = []
         heads = [w for _, w in self._skip(now, bool(drained), skipped)]
@@ -162,24 +172,34 @@ class Decider:
 
     def _cycle(
         self, snapshot: Snapshot, heads: list[m.Workload], guard: Guard
-    ) -> tuple[list[d.Decision], dict[str, Placement], set[str]]:
+    ) -> tuple[list[d.Decision], dict[str, Placement], dict[str, bool]]:
         """The engine cycle, placing each gang it admits; where the admitted gangs are
-        placed; the heads the engine itself found inadmissible (not placement: the
-        inventory is not part of the snapshot)."""
+        placed; the heads that stay pending whose failure holds for their class (→ whether
+        placement took part in it)."""
         placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
         decisions = run_cycle(snapshot, heads, guard.reservations, guard.now, guard, placer=placer)
-        failed = {
-            str(dec.workload)
-            for dec in decisions
-            if isinstance(dec, d.Pending) and str(dec.workload) not in placer.changed
-        }
+        failed = {}
+        for dec in decisions:
+            key = str(dec.workload)
+            if not isinstance(dec, d.Pending):
+                continue
+            if key not in placer.changed:
+                failed[key] = False
+            elif not self._claims(key):
+                failed[key] = True
         return list(decisions), placer.placed, failed
+
+    def _claims(self, key: str) -> bool:
+        """Does the workload's gang have DRA resource claims (placed by templates that are
+        neither in the snapshot nor in the inventory)?"""
+        wl = self.cache.workloads.get(key)
+        return wl is None or any(ps.template.spec.resource_claims for ps in wl.spec.pod_sets)
 
     def _assume(
         self,
         decisions: tuple[d.Decision, ...],
         placements: Mapping[str, Placement],
-        failed: set[str],
+        failed: Mapping[str, bool],
     ) -> bool:
         """Assume the decisions in the cache, holding the admitted gangs' placements;
         whether any admits, preempts or evicts."""
@@ -205,7 +225,7 @@ class Decider:
                     if dec.requeue is not d.Requeue.INADMISSIBLE:
                         continue
                     if dec.workload in failed:
-                        self._fail(dec)
+                        self._fail(dec, placed=failed[dec.workload])
                     if not cache.queue_asleep(dec.workload):  # skipped ones are parked
                         cache.park(dec.workload)
                         self.parked += 1
@@ -217,14 +237,28 @@ class Decider:
         assert where is not None  # a head is in a queue
         return where
 
-    def _fail(self, dec: d.Pending) -> None:
+    def _fail(self, dec: d.Pending, *, placed: bool) -> None:
         where = self.cache.queues.class_of(dec.workload)
         if where is None:
             return
         self._failed[where] = dec
+        if placed:
+            inventory = self.cache.inventory.snapshot()
+            self._placed_on[where] = (inventory, dict(self.checker.nominations))
+        else:
+            self._placed_on.pop(where, None)
         told = self._told.get(where)
         if told is None or not _same(told[0], dec):
             self._told[where] = (dec, set())
+
+    def _known(self, where: tuple[str, Hashable]) -> bool:
+        """Did the class fail on what the next cycle would start from?"""
+        if where not in self._failed:
+            return False
+        on = self._placed_on.get(where)
+        return on is None or (
+            on[0] is self.cache.inventory.snapshot() and on[1] == self.checker.nominations
+        )
 
     def _skip(
         self, now: float, drains: bool, out: list[d.Decision]
@@ -232,13 +266,13 @@ class Decider:
         """The heads of the next cycle that is not a no-op. The cycles before it, whose
         every head failed as its class did on this snapshot, are done here: their heads
         parked and their decisions added to `out`."""
-        cache, failed = self.cache, self._failed
+        cache, known = self.cache, self._known
         while True:
             heads = cache.queue_heads(now)
-            if not heads or drains or any(self._class(w.key) not in failed for _, w in heads):
+            if not heads or drains or any(not known(self._class(w.key)) for _, w in heads):
                 return heads
             queues = cache.queues
-            if all((g, c) in failed for g, _ in heads for c in queues.classes_of(g)):
+            if all(known((g, c)) for g, _ in heads for c in queues.classes_of(g)):
                 for g, _ in heads:
                     self._park_queue(g, out)
                 return []
@@ -303,6 +337,7 @@ class InventoryPlacer:
         if isinstance(checked, d.Pending | d.Preempt):
             self.changed.add(str(admit.workload))
             return checked
+        self.changed.discard(str(admit.workload))  # refused in another flavor before
         if checked is not None:
             self.placed[str(admit.workload)] = checked
         return admit
