@@ -5,7 +5,6 @@ incomplete group waits, saying how many pods it misses; unlabelled pods are left
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,30 +17,15 @@ from tests.kube.conftest import (
     get_json,
     is_true,
     one_queue,
-    replacing_operator,
 )
-from tests.kube.owners import owned_workloads
+from tests.kube.owners import operator_for
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
 
 
-@pytest.fixture(scope="module")
-def pod_operator(
-    cluster: KubeCluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the plain-pod integration enabled."""
-    log_dir = tmp_path_factory.mktemp("pod-operator")
-    frameworks = 'integrations.frameworks=["batch/job", "pod"]'
-    with replacing_operator(cluster, operator, log_dir, "--set", frameworks) as op:
-        yield op
-        # The session's operator does not manage plain pods: their Workloads must be gone
-        # (their namespaces deleted) before this operator stops.
-        cluster.wait_for(
-            "the pods' Workloads to be gone",
-            lambda: not owned_workloads(cluster, "Pod"),
-            timeout=180,
-        )
+pod_operator = operator_for("pod_operator", "Pod")
+"""`atoll run` with the plain-pod integration enabled."""
 
 
 def pod(
