@@ -253,6 +253,9 @@ class PodSet:
     node_selector: Labels = frozenset()
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    group: str | None = None
+    """Kueue's podset group (`podSetGroupName`): pod sets of one group get the same flavors
+    (engine/flavors.py) and are placed in one topology domain."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -303,6 +303,7 @@ def workload(
                 node_selector=frozenset((spec.node_selector or {}).items()),
                 required_affinity=required_node_terms(spec.affinity),
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
+                group=ps.topology_request.pod_set_group_name if ps.topology_request else None,
             )
         )
     limit, hint = run_bounds(wl, job)
