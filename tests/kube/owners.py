@@ -123,12 +123,15 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
 """The `integrations.frameworks` (besides `batch/job`) an operator needs to manage a kind."""
 
 
-def operator_for(name: str, kind: str, *, needs: tuple[str, ...] = ()) -> Any:
+def operator_for(
+    name: str, kind: str, *, needs: tuple[str, ...] = (), wait_gone: bool = True
+) -> Any:
     """A module fixture `name`: `atoll run` with the frameworks of `kind` enabled, in place of the
     session's operator, started once the fixtures named in `needs` (the kind's controller,
-    which installs its CRDs; the nodes) are up. Before it stops, the Workloads owned by a
-    `kind` must be gone (their namespaces deleted): the session's operator does not manage
-    the kind, and those Workloads hold quota and topology domains while admitted."""
+    which installs its CRDs; the nodes) are up. Before it stops, unless not `wait_gone`, the
+    Workloads owned by a `kind` must be gone (their namespaces deleted): the session's
+    operator does not manage the kind, and those Workloads hold quota and topology domains
+    while admitted."""
     frameworks = ", ".join(f'"{f}"' for f in ("batch/job", *FRAMEWORKS[kind]))
 
     @pytest.fixture(scope="module", name=name)
@@ -144,13 +147,35 @@ def operator_for(name: str, kind: str, *, needs: tuple[str, ...] = ()) -> Any:
         setting = f"integrations.frameworks=[{frameworks}]"
         with replacing_operator(cluster, operator, log_dir, "--set", setting) as op:
             yield op
-            cluster.wait_for(
-                f"the {kind}s' Workloads to be gone",
-                lambda: not owned_workloads(cluster, kind),
-                timeout=180,
-            )
+            if not wait_gone:
+                return
+            try:
+                cluster.wait_for(
+                    f"the {kind}s' Workloads to be gone",
+                    lambda: not owned_workloads(cluster, kind),
+                    timeout=180,
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {_left(cluster, kind)}") from None
 
     return fixture
+
+
+def _left(cluster: KubeCluster, kind: str) -> str:
+    """The Workloads of `kind` still there: namespace, name, finalizers, deletion, conditions."""
+    out = []
+    for wl in get_json(cluster, "get", "workloads", "-A")["items"]:
+        meta = wl["metadata"]
+        if any(r["kind"] == kind for r in meta.get("ownerReferences") or []):
+            conds = [
+                f"{c['type']}={c['status']}({c.get('reason', '')})"
+                for c in (wl.get("status") or {}).get("conditions") or []
+            ]
+            out.append(
+                f"{meta['namespace']}/{meta['name']} finalizers={meta.get('finalizers')} "
+                f"deleting={meta.get('deletionTimestamp')} {' '.join(conds)}"
+            )
+    return "; ".join(out)
 
 
 def queue(

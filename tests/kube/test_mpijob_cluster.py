@@ -32,8 +32,13 @@ nothing there, but atoll must inject them into both replica types and mpi-operat
 them into the launcher's Job as well as the worker pods."""
 
 
-mpi_operator = operator_for("mpi_operator", "MPIJob", needs=("mpi_controller", "dgx"))
-"""`atoll run` with the MPIJob integration, once the MPIJob CRD is installed."""
+mpi_operator = operator_for(
+    "mpi_operator", "MPIJob", needs=("mpi_controller", "dgx"), wait_gone=False
+)
+"""`atoll run` with the MPIJob integration, once the MPIJob CRD is installed. It does not wait
+for the MPIJobs' Workloads to go: their namespaces are still not being emptied minutes after
+their deletion (the Workloads not even marked deleted after 180 s), and each test's queues
+are its own namespace's."""
 
 
 def mpijob(
