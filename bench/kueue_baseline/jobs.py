@@ -3,7 +3,7 @@ Kueue and under atoll, each on a fresh sandbox, the same client budget and the s
 
     python bench/kueue_baseline/jobs.py [--jobs 24] [--pods 8] [--gpus-per-pod 8]
         [--interval 2] [--run 10] [--budget 50/100] [--only atoll|kueue]
-        [--background-load N] [--profile] [--json] [--timeout 900]
+        [--kind job|jobset|both] [--background-load N] [--profile] [--json] [--timeout 900]
 
 For each controller: sandbox up with the dgx-h100 nodes (16 × 8 GPUs on KWOK), the
 controller with its Job webhook (Kueue's from its module's webhook manifests, pointed at
@@ -13,6 +13,12 @@ that run `--run` seconds on KWOK) are created one every `--interval` seconds, mo
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
 first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
 max), Jobs done, controller CPU seconds per Job and peak RSS, and the atoll/Kueue ratios.
+
+`--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
+instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
+binary cache: `atoll sandbox build --with jobset`), atoll enabling the JobSet framework;
+`--kind both` runs atoll once per kind and reports its CPU per admission for each, side by
+side (every Job or JobSet is one Workload, one admission).
 Nothing here is asserted: the numbers go in notes, with this command.
 """
 
@@ -54,7 +60,7 @@ from load import BackgroundLoad, count  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from atoll.sandbox import shapes  # noqa: E402
+from atoll.sandbox import integrations, shapes  # noqa: E402
 from atoll.sandbox.cluster import Sandbox  # noqa: E402
 from atoll.sandbox.kwok import RUN_DURATION_ANNOTATION  # noqa: E402
 from atoll.sandbox.processes import free_port  # noqa: E402
@@ -65,16 +71,22 @@ NS = "bench-jobs"
 SHAPE = REPO / "examples" / "clusters" / "dgx-h100.yaml"
 GPU = shapes.GPU_RESOURCE
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_FRAMEWORKS = 'integrations.frameworks=["batch/job", "jobset.x-k8s.io/jobset"]'
 
 
 class AtollWithWebhook(Atoll):
-    """`atoll run` with its Job webhook registered in url mode on 127.0.0.1."""
+    """`atoll run` with its webhooks registered in url mode on 127.0.0.1 (and the JobSet
+    framework enabled when `jobsets`)."""
+
+    jobsets = False
 
     def argv(self) -> list[str]:
         argv = super().argv()
         i = argv.index("--webhook")
         argv[i + 1] = "url"
-        return [*argv, "--webhook-bind-address", f"127.0.0.1:{free_port()}"]
+        extra = ["--set", JOBSET_FRAMEWORKS] if self.jobsets else []
+        return [*argv, "--webhook-bind-address", f"127.0.0.1:{free_port()}", *extra]
 
 
 class KueueWithJobs(Kueue):
@@ -172,18 +184,34 @@ def job(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-class PodWatch:
-    """When each pod was first seen Running and when each Job's pods were seen Succeeded,
-    by Job name (client-side monotonic times)."""
+def jobset(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The same gang as `job` as a JobSet of one replicated job of one replica."""
+    spec = job(name, args)["spec"]
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "team"},
+        },
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": spec}}]},
+    }
 
-    def __init__(self, client: KubeClient) -> None:
+
+class PodWatch:
+    """When each pod was first seen Running and when each gang's pods were seen Succeeded,
+    by gang (Job or JobSet) name, the value of `owner_label` (client-side monotonic times)."""
+
+    def __init__(self, client: KubeClient, owner_label: str = JOB_NAME_LABEL) -> None:
         self.client = client
+        self.owner_label = owner_label
         self.running: dict[str, dict[str, float]] = {}
         self.succeeded: dict[str, set[str]] = {}
 
     def _see(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
-        job_name = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+        job_name = (meta.get("labels") or {}).get(self.owner_label)
         phase = (pod.get("status") or {}).get("phase")
         if job_name is None:
             return
@@ -217,7 +245,8 @@ async def drive(
     async with KubeClient.from_kubeconfig(sandbox.kubeconfig) as client:
         for obj in queues(gpus):
             await client.request("POST", _collection(obj), obj)
-        watch = PodWatch(client)
+        jobsets = args.kind == "jobset"
+        watch = PodWatch(client, JOBSET_NAME_LABEL if jobsets else JOB_NAME_LABEL)
         watcher = asyncio.create_task(watch.run())
         await asyncio.sleep(1.0)  # the queues are seen and the watch is established
         cpu0 = controller.sample()["cpu_total_s"]
@@ -228,9 +257,13 @@ async def drive(
             for i in range(args.jobs):
                 name = f"train-{i:03d}"
                 created[name] = time.monotonic()
-                await client.request(
-                    "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job(name, args)
-                )
+                if jobsets:
+                    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+                    await client.request("POST", path, jobset(name, args))
+                else:
+                    await client.request(
+                        "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job(name, args)
+                    )
                 await asyncio.sleep(args.interval)
             while len([j for j in created if len(watch.succeeded.get(j, ())) >= args.pods]) < len(
                 created
@@ -296,7 +329,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -> dict[str, Any]:
-    workdir = base / system
+    workdir = base / f"{system}-{args.kind}"
     workdir.mkdir(parents=True)
     sandbox = Sandbox(root=Path(tempfile.mkdtemp(prefix=f"atoll-jobs-{system}-")) / "sb")
     shape = shapes.load_shape(SHAPE)
@@ -306,11 +339,18 @@ def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -
     try:
         console.print(f"[bold]{system}[/]: fresh sandbox with {shape.name} …")
         sandbox.up(shape, log=lambda m: console.print(f"  [dim]{m}[/]"))
+        if args.kind == "jobset":
+            integrations.start(
+                sandbox,
+                integrations.INTEGRATIONS["jobset"],
+                log=lambda m: console.print(f"  [dim]{m}[/]"),
+            )
         if system == "kueue":
             controller = KueueWithJobs(sandbox, budget, workdir)
             result["version"] = controller.version
         else:
             controller = AtollWithWebhook(sandbox, budget, workdir)
+            controller.jobsets = args.kind == "jobset"
         controller.start()
         if args.profile and system == "atoll":
             spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
@@ -365,6 +405,36 @@ def table(args: argparse.Namespace, budget: Budget, results: dict[str, dict[str,
     return t
 
 
+def kinds_table(
+    args: argparse.Namespace, budget: Budget, by_kind: dict[str, dict[str, Any]]
+) -> Table:
+    """atoll's numbers per kind submitted (`--kind both`): Jobs vs JobSets of the same pods."""
+    t = Table(
+        title=f"atoll: {args.jobs} gangs × {args.pods} pods × {args.gpus_per_pod} GPUs on "
+        f"dgx-h100 as Jobs vs JobSets (one every {args.interval}s, {args.run}s each), "
+        f"budget {budget}"
+    )
+    t.add_column("metric")
+    for kind in by_kind:
+        t.add_column("Jobs" if kind == "job" else "JobSets", justify="right")
+    if len(by_kind) == 2:
+        t.add_column("JobSet/Job", justify="right")
+    rows = [(label.replace("Job", "gang"), key) for label, key, _ in ROWS]
+    rows[-2] = ("atoll CPU per admission (ms)", "cpu_per_job_ms")
+    for label, key in rows:
+        values = [res.get(key, math.nan) for res in by_kind.values()]
+        cells = [_fmt(v) for v in values]
+        if len(values) == 2:
+            job_v, set_v = values
+            ok = job_v and not math.isnan(job_v) and not math.isnan(set_v)
+            cells.append(f"{set_v / job_v:.2f}×" if ok else "—")
+        t.add_row(label, *cells)
+    for kind, res in by_kind.items():
+        if "error" in res:
+            t.add_row(f"[red]{kind} error[/]", res["error"][:60])
+    return t
+
+
 def _fmt(v: float) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "—"
@@ -380,6 +450,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run", type=int, default=10, help="seconds each pod runs on KWOK")
     p.add_argument("--budget", default="50/100", help="client qps/burst for both (50/100)")
     p.add_argument("--only", choices=("atoll", "kueue"))
+    p.add_argument(
+        "--kind",
+        choices=("job", "jobset", "both"),
+        default="job",
+        help="submit Jobs (default), JobSets (atoll only) or both, one run each (atoll only)",
+    )
     p.add_argument("--background-load", type=count, default=0, metavar="N")
     p.add_argument("--timeout", type=float, default=900, help="seconds per controller")
     p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
@@ -394,9 +470,22 @@ def main() -> None:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     base = args.out or Path(tempfile.gettempdir()) / f"atoll-bench-jobs-{stamp}"
     base.mkdir(parents=True, exist_ok=True)
+    out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+    if args.kind != "job":
+        if args.only == "kueue":
+            raise SystemExit("--kind jobset|both: atoll only (Kueue's JobSet setup is not here)")
+        kinds = ["job", "jobset"] if args.kind == "both" else [args.kind]
+        by_kind = {
+            k: run_one("atoll", argparse.Namespace(**{**vars(args), "kind": k}), budget, base)
+            for k in kinds
+        }
+        out.print(kinds_table(args, budget, by_kind))
+        (base / "results.json").write_text(json.dumps(by_kind, indent=2, default=str))
+        if args.json:
+            print(json.dumps(by_kind, indent=2, default=str))
+        return
     systems = [args.only] if args.only else ["kueue", "atoll"]
     results = {s: run_one(s, args, budget, base) for s in systems}
-    out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
     out.print(table(args, budget, results))
     if "atoll" in results:
         print_profile(results["atoll"], out)

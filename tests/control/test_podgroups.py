@@ -1,8 +1,10 @@
 """Plain pods on fakes: a pod group waits, saying how many pods it misses, until all exist;
-then it is one Workload named after the group, admitted whole, and all its pods are ungated."""
+then it is one Workload named after the group, admitted whole, and all its pods are ungated;
+when its Workload is evicted, its running pods are deleted and its quota released."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +15,12 @@ from atoll.control import podgroups as pg
 from atoll.control.integrations import PodGroupIntegration
 from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from tests.control.builders import GPU, controller_for
 from tests.control.fakes import FakeCluster
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def pod(name: str, *, group: str | None = "g", total: int = 4, gpus: int = 1, **status: Any) -> Pod:
@@ -47,9 +52,13 @@ def pod(name: str, *, group: str | None = "g", total: int = 4, gpus: int = 1, **
 @dataclass
 class FakePods(FakeCluster):
     ungated: list[tuple[str, jf.TemplateStart]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
     async def start_pod(self, key: str, plan: jf.TemplateStart) -> None:
         self.ungated.append((key, plan))
+
+    async def delete_pod(self, key: str) -> None:
+        self.deleted.append(key)
 
 
 def _setup(gpus: int = 8) -> tuple[JobController, FakePods]:
@@ -147,3 +156,61 @@ def test_a_group_finishes_when_all_its_pods_end() -> None:
     failed = pg.group_of("ns/g", one_failed)
     assert failed is not None
     assert pg.finished(failed)[1] == "Failed"
+
+
+def _running(p: Pod) -> Pod:
+    """The pod as it is once ungated and running."""
+    spec = p.spec.model_copy(update={"scheduling_gates": None, "node_name": "n1"})
+    return p.model_copy(
+        update={"spec": spec, "status": p.status.model_copy(update={"phase": "Running"})}
+    )
+
+
+def _sync(ctl: JobController, fake: FakePods) -> None:
+    for wl in fake.workloads.values():
+        ctl.cache.set_workload(wl)
+
+
+async def test_an_evicted_group_has_its_running_pods_deleted_and_its_quota_released() -> None:
+    ctl, fake = _setup()
+    pods = [pod("a"), pod("b"), pod("c"), pod("d")]
+    _add(ctl, *pods)
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert wls.is_admitted(wl)
+    done = _running(pods[3]).model_copy(
+        update={"status": pods[3].status.model_copy(update={"phase": "Succeeded"})}
+    )
+    _add(ctl, *(_running(p) for p in pods[:3]), done)
+    key = wls.wl_key(wl)
+    fake.workloads[key] = lc.applied(wl, lc.evict("Preempted", "Preempted to fit x", NOW))
+    _sync(ctl, fake)
+    assert await ctl.reconcile("ns/g") == 1.0  # pods deleted; quota held until they go
+    assert sorted(fake.deleted) == ["ns/a", "ns/b", "ns/c"]  # not the one that ended
+    assert wls.has_quota(fake.workloads[key])
+    assert any(e[1] == "Stopped" and "Preempted to fit x" in e[2] for e in fake.events)
+    for p in pods[:3]:  # the API server marks them deleted
+        meta = p.metadata.model_copy(update={"deletion_timestamp": NOW})
+        _add(ctl, _running(p).model_copy(update={"metadata": meta}))
+    await ctl.reconcile("ns/g")
+    released = fake.workloads[key]
+    assert not wls.has_quota(released)
+    assert not wls.is_finished(released)
+    assert len(fake.deleted) == 3  # nothing deleted twice
+    for p in pods:  # all gone: the Workload ends with its owners
+        ctl.cache.delete_group_pod("ns/g", p.name)
+    await ctl.reconcile("ns/g")
+    assert wls.is_finished(fake.workloads[key])
+
+
+async def test_a_stopped_group_leaves_its_gated_pods_alone() -> None:
+    ctl, fake = _setup()
+    pods = [pod("a"), pod("b"), pod("c"), pod("d")]
+    _add(ctl, *pods)
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    _add(ctl, _running(pods[0]))  # only one was ungated so far
+    group = pg.group_of("ns/g", ctl.cache.pod_groups["ns/g"])
+    assert group is not None
+    await PodGroupIntegration(fake).stop(group, wl)
+    assert fake.deleted == ["ns/a"]

@@ -159,6 +159,8 @@ def pod_set(
     min_count: int | None = None,
     selector: dict[str, str] | None = None,
     tolerations: tuple[Toleration, ...] = (),
+    *,
+    group: str | None = None,
     **requests: int,
 ) -> PodSet:
     return PodSet(
@@ -168,6 +170,7 @@ def pod_set(
         min_count=min_count,
         node_selector=frozenset((selector or {}).items()),
         tolerations=tolerations,
+        group=group,
     )
 
 

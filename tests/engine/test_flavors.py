@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from atoll.engine.cycle import run_cycle
 from atoll.engine.decisions import Admit, Decision, Pending
@@ -11,6 +15,7 @@ from atoll.engine.model import (
     ClusterQueue,
     FungibilityPolicy,
     FungibilityPreference,
+    PodSet,
     ResourceFlavor,
     Taint,
     TaintEffect,
@@ -313,3 +318,78 @@ def test_pending_message_says_needed_free_and_borrowable() -> None:
         "2 more needed (needs 5, free 3 incl. 1 borrowable from the cohort)"
     )
     assert [(s.needed, s.available, s.maximum) for s in d.shortfalls] == [(5, 3, 8)]
+
+
+def _grouped(ps: PodSet, name: str | None) -> PodSet:
+    return dataclasses.replace(ps, group=name)
+
+
+def test_the_pod_sets_of_a_podset_group_get_one_flavor_for_their_summed_requests() -> None:
+    leader, workers = pod_set(name="leader", gpu=3), pod_set(name="workers", gpu=3)
+    apart = decide([two_flavors(4, 8)], workload("w", "cq", leader, workers))
+    assert isinstance(apart, Admit)
+    assert [dict(ps.flavors)["gpu"] for ps in apart.pod_sets] == ["f1", "f2"]
+    together = workload("w", "cq", _grouped(leader, "g"), _grouped(workers, "g"))
+    d = decide([two_flavors(4, 8)], together)
+    assert isinstance(d, Admit)
+    assert [dict(ps.flavors)["gpu"] for ps in d.pod_sets] == ["f2", "f2"]
+
+
+def test_a_podset_group_that_fits_no_single_flavor_waits() -> None:
+    together = workload(
+        "w", "cq", pod_set(name="a", gpu=3, group="g"), pod_set(name="b", gpu=3, group="g")
+    )
+    d = decide([two_flavors(4, 4)], together)
+    assert isinstance(d, Pending)
+    assert "insufficient quota for gpu in flavor f1" in d.message
+
+
+def test_a_flavor_must_suit_every_pod_set_of_the_group() -> None:
+    labelled = [flavor("f1", {"pool": "a"}), flavor("f2", {"pool": "b"})]
+    picky = pod_set(name="picky", gpu=1, selector={"pool": "b"}, group="g")
+    d = decide(
+        [two_flavors(8, 8)],
+        workload("w", "cq", pod_set(name="easy", gpu=1, group="g"), picky),
+        flavors=labelled,
+    )
+    assert isinstance(d, Admit)
+    assert [dict(ps.flavors)["gpu"] for ps in d.pod_sets] == ["f2", "f2"]
+
+
+@st.composite
+def _grouped_worlds(draw: st.DrawFn) -> tuple[ClusterQueue, list[ResourceFlavor], Workload]:
+    n_flavors = draw(st.integers(1, 3))
+    names = [f"f{i}" for i in range(n_flavors)]
+    pools = [draw(st.sampled_from(["a", "b"])) for _ in names]
+    quotas_ = [quotas(n, gpu=draw(st.integers(0, 12))) for n in names]
+    cq = cluster_queue("cq", group(*quotas_))
+    flavors_ = [flavor(n, {"pool": p}) for n, p in zip(names, pools, strict=True)]
+    sets = []
+    for i in range(draw(st.integers(1, 5))):
+        selector = draw(st.sampled_from([None, {"pool": "a"}, {"pool": "b"}]))
+        sets.append(
+            pod_set(
+                name=f"ps{i}",
+                count=draw(st.integers(1, 3)),
+                gpu=draw(st.integers(0, 3)),
+                selector=selector,
+                group=draw(st.sampled_from([None, "g1", "g2"])),
+            )
+        )
+    return cq, flavors_, workload("w", "cq", *sets)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_grouped_worlds())
+def test_pod_sets_of_one_podset_group_always_share_their_flavors(
+    world: tuple[ClusterQueue, list[ResourceFlavor], Workload],
+) -> None:
+    cq, flavors_, w = world
+    d = decide([cq], w, flavors=flavors_)
+    if not isinstance(d, Admit):
+        return
+    by_group: dict[str, set[str]] = {}
+    for ps, given_ps in zip(w.pod_sets, d.pod_sets, strict=True):
+        if ps.group is not None and dict(ps.requests).get("gpu"):
+            by_group.setdefault(ps.group, set()).add(dict(given_ps.flavors)["gpu"])
+    assert all(len(f) == 1 for f in by_group.values()), by_group

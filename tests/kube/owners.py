@@ -1,17 +1,28 @@
 """The custom owner kinds on the sandbox (JobSet, MPIJob) as the cluster tests read them: an
 owner's Workload, its pods and whether it is suspended; and the checks every kind shares
 (admitted whole with no pod before the admission and a second one waiting whole; preempted,
-suspended and its templates restored; left alone without a queue label)."""
+suspended and its templates restored; left alone without a queue label); and the operator that
+manages a kind (`operator_for`, one fixture factory for every kind)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import apply, condition, create, get_json, is_true
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    condition,
+    create,
+    get_json,
+    is_true,
+    replacing_operator,
+)
 
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
@@ -100,6 +111,71 @@ def owned_workloads(cluster: KubeCluster, kind: str) -> list[str]:
         for wl in get_json(cluster, "get", "workloads", "-A")["items"]
         if any(r["kind"] == kind for r in wl["metadata"].get("ownerReferences") or [])
     ]
+
+
+FRAMEWORKS: dict[str, tuple[str, ...]] = {
+    "Pod": ("pod",),
+    "JobSet": ("jobset.x-k8s.io/jobset",),
+    "MPIJob": ("kubeflow.org/mpijob",),
+    "TrainJob": ("jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"),
+    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/leaderworkerset",),
+}
+"""The `integrations.frameworks` (besides `batch/job`) an operator needs to manage a kind."""
+
+
+def operator_for(
+    name: str, kind: str, *, needs: tuple[str, ...] = (), wait_gone: bool = True
+) -> Any:
+    """A module fixture `name`: `atoll run` with the frameworks of `kind` enabled, in place of the
+    session's operator, started once the fixtures named in `needs` (the kind's controller,
+    which installs its CRDs; the nodes) are up. Before it stops, unless not `wait_gone`, the
+    Workloads owned by a `kind` must be gone (their namespaces deleted): the session's
+    operator does not manage the kind, and those Workloads hold quota and topology domains
+    while admitted."""
+    frameworks = ", ".join(f'"{f}"' for f in ("batch/job", *FRAMEWORKS[kind]))
+
+    @pytest.fixture(scope="module", name=name)
+    def fixture(
+        cluster: KubeCluster,
+        operator: OperatorProcess,
+        request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[OperatorProcess]:
+        for needed in needs:
+            request.getfixturevalue(needed)
+        log_dir = tmp_path_factory.mktemp(f"{kind.lower()}-operator")
+        setting = f"integrations.frameworks=[{frameworks}]"
+        with replacing_operator(cluster, operator, log_dir, "--set", setting) as op:
+            yield op
+            if not wait_gone:
+                return
+            try:
+                cluster.wait_for(
+                    f"the {kind}s' Workloads to be gone",
+                    lambda: not owned_workloads(cluster, kind),
+                    timeout=180,
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {_left(cluster, kind)}") from None
+
+    return fixture
+
+
+def _left(cluster: KubeCluster, kind: str) -> str:
+    """The Workloads of `kind` still there: namespace, name, finalizers, deletion, conditions."""
+    out = []
+    for wl in get_json(cluster, "get", "workloads", "-A")["items"]:
+        meta = wl["metadata"]
+        if any(r["kind"] == kind for r in meta.get("ownerReferences") or []):
+            conds = [
+                f"{c['type']}={c['status']}({c.get('reason', '')})"
+                for c in (wl.get("status") or {}).get("conditions") or []
+            ]
+            out.append(
+                f"{meta['namespace']}/{meta['name']} finalizers={meta.get('finalizers')} "
+                f"deleting={meta.get('deletionTimestamp')} {' '.join(conds)}"
+            )
+    return "; ".join(out)
 
 
 def queue(

@@ -5,12 +5,10 @@ with its own flavor), started by unsuspending it, and suspended again when preem
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from atoll.sandbox.processes import Proc
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import (
@@ -20,44 +18,23 @@ from tests.kube.conftest import (
     create,
     get_json,
     is_true,
-    replacing_operator,
 )
 from tests.kube.owners import (
     JOBSET,
     check_first_admitted_whole_second_waits,
     check_left_alone,
     check_preempted_and_restored,
-    owned_workloads,
+    operator_for,
     queue,
 )
 from tests.sandbox.test_integrations import jobset_controller
 
 pytestmark = pytest.mark.cluster
 __all__ = ["jobset_controller"]
-FRAMEWORKS = 'integrations.frameworks=["batch/job", "jobset.x-k8s.io/jobset"]'
 
 
-@pytest.fixture(scope="module")
-def jobset_operator(
-    cluster: KubeCluster,
-    operator: OperatorProcess,
-    jobset_controller: Proc | None,
-    tmp_path_factory: pytest.TempPathFactory,
-    dgx: list[str],
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the JobSet integration enabled, started once the JobSet CRD is
-    installed (the session's operator is started again afterwards)."""
-    del jobset_controller, dgx
-    log_dir = tmp_path_factory.mktemp("jobset-operator")
-    with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
-        yield op
-        # The session's operator does not manage JobSets: their Workloads (which hold quota
-        # and topology domains while admitted) must be gone before this operator stops.
-        cluster.wait_for(
-            "the JobSets' Workloads to be gone",
-            lambda: not owned_workloads(cluster, "JobSet"),
-            timeout=180,
-        )
+jobset_operator = operator_for("jobset_operator", "JobSet", needs=("jobset_controller", "dgx"))
+"""`atoll run` with the JobSet integration, once the JobSet CRD is installed."""
 
 
 def jobset(

@@ -8,12 +8,10 @@ gated) and the waiting group is admitted. An unlabelled LeaderWorkerSet is left 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from atoll.sandbox.processes import Proc
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import (
@@ -23,9 +21,8 @@ from tests.kube.conftest import (
     get_json,
     is_true,
     one_queue,
-    replacing_operator,
 )
-from tests.kube.test_jobset_cluster import owned_workloads
+from tests.kube.owners import operator_for
 from tests.sandbox.test_integrations import lws_controller
 
 pytestmark = pytest.mark.cluster
@@ -33,30 +30,10 @@ __all__ = ["lws_controller"]
 GATE = "kueue.x-k8s.io/admission"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-FRAMEWORKS = 'integrations.frameworks=["batch/job", "leaderworkerset.x-k8s.io/leaderworkerset"]'
 
 
-@pytest.fixture(scope="module")
-def lws_operator(
-    cluster: KubeCluster,
-    operator: OperatorProcess,
-    lws_controller: Proc | None,
-    tmp_path_factory: pytest.TempPathFactory,
-    dgx: list[str],
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the LeaderWorkerSet integration enabled, started once the LWS CRD is
-    installed (the session's operator is started again afterwards)."""
-    del lws_controller, dgx
-    log_dir = tmp_path_factory.mktemp("lws-operator")
-    with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
-        yield op
-        # The session's operator does not manage LeaderWorkerSets: their Workloads must be
-        # gone (their namespaces deleted) before this operator stops.
-        cluster.wait_for(
-            "the LeaderWorkerSets' Workloads to be gone",
-            lambda: not owned_workloads(cluster, "LeaderWorkerSet"),
-            timeout=180,
-        )
+lws_operator = operator_for("lws_operator", "LeaderWorkerSet", needs=("lws_controller", "dgx"))
+"""`atoll run` with the LeaderWorkerSet integration, once the LWS CRD is installed."""
 
 
 def leaderworkerset(

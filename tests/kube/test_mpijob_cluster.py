@@ -6,27 +6,25 @@ unlabelled MPIJob is left alone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from atoll.sandbox.processes import Proc
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, create, get_json, is_true, replacing_operator
+from tests.kube.conftest import OperatorProcess, create, get_json, is_true
 from tests.kube.owners import (
     MPIJOB,
     check_first_admitted_whole_second_waits,
     check_left_alone,
     check_preempted_and_restored,
+    operator_for,
     queue,
 )
 from tests.sandbox.test_integrations import mpi_controller
 
 pytestmark = pytest.mark.cluster
 __all__ = ["mpi_controller"]
-FRAMEWORKS = 'integrations.frameworks=["batch/job", "kubeflow.org/mpijob"]'
 PRODUCT = "nvidia.com/gpu.product"
 H100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3"}
 """The flavor's node labels in the first test: every dgx node has them, so they constrain
@@ -34,20 +32,13 @@ nothing there, but atoll must inject them into both replica types and mpi-operat
 them into the launcher's Job as well as the worker pods."""
 
 
-@pytest.fixture(scope="module")
-def mpi_operator(
-    cluster: KubeCluster,
-    operator: OperatorProcess,
-    mpi_controller: Proc | None,
-    tmp_path_factory: pytest.TempPathFactory,
-    dgx: list[str],
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the MPIJob integration enabled, started once the MPIJob CRD is
-    installed (the session's operator is started again afterwards)."""
-    del mpi_controller, dgx
-    log_dir = tmp_path_factory.mktemp("mpi-operator")
-    with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
-        yield op
+mpi_operator = operator_for(
+    "mpi_operator", "MPIJob", needs=("mpi_controller", "dgx"), wait_gone=False
+)
+"""`atoll run` with the MPIJob integration, once the MPIJob CRD is installed. It does not wait
+for the MPIJobs' Workloads to go: their namespaces are still not being emptied minutes after
+their deletion (the Workloads not even marked deleted after 180 s), and each test's queues
+are its own namespace's."""
 
 
 def mpijob(

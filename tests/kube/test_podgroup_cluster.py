@@ -1,11 +1,11 @@
 """Plain pods end to end (integrations.frameworks `pod`): a labelled pod is gated at creation;
 a pod group is admitted whole once all its pods exist and its pods are ungated together; an
-incomplete group waits, saying how many pods it misses; unlabelled pods are left alone."""
+incomplete group waits, saying how many pods it misses; a preempted group's pods are deleted,
+which releases its quota to the preemptor; unlabelled pods are left alone."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,40 +14,35 @@ from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
+    apply,
     create,
     get_json,
     is_true,
     one_queue,
-    replacing_operator,
 )
-from tests.kube.owners import owned_workloads
+from tests.kube.owners import operator_for
+from tests.kube.owners import queue as ready_queue
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
 
 
-@pytest.fixture(scope="module")
-def pod_operator(
-    cluster: KubeCluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the plain-pod integration enabled."""
-    log_dir = tmp_path_factory.mktemp("pod-operator")
-    frameworks = 'integrations.frameworks=["batch/job", "pod"]'
-    with replacing_operator(cluster, operator, log_dir, "--set", frameworks) as op:
-        yield op
-        # The session's operator does not manage plain pods: their Workloads must be gone
-        # (their namespaces deleted) before this operator stops.
-        cluster.wait_for(
-            "the pods' Workloads to be gone",
-            lambda: not owned_workloads(cluster, "Pod"),
-            timeout=180,
-        )
+pod_operator = operator_for("pod_operator", "Pod")
+"""`atoll run` with the plain-pod integration enabled."""
 
 
 def pod(
-    name: str, namespace: str, *, group: str | None = None, total: int = 4, queue: bool = True
+    name: str,
+    namespace: str,
+    *,
+    group: str | None = None,
+    total: int = 4,
+    queue: bool = True,
+    priority: str | None = None,
 ) -> dict[str, Any]:
     labels = {b.QUEUE_LABEL: "q"} if queue else {}
+    if priority is not None:
+        labels["kueue.x-k8s.io/priority-class"] = priority
     annotations = {"atoll.dev/run-duration": "600s"}
     if group is not None:
         labels["kueue.x-k8s.io/pod-group-name"] = group
@@ -157,3 +152,47 @@ def test_a_single_labelled_pod_is_a_gang_of_one_and_unlabelled_pods_are_left_alo
         ),
     )
     assert _workload(cluster, namespace, "pod-plain-") is None
+
+
+def test_a_preempted_group_has_its_pods_deleted_and_its_quota_goes_to_the_preemptor(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    del pod_operator
+    ready_queue(cluster, namespace, gpus=4, preemption={"withinClusterQueue": "LowerPriority"})
+    apply(
+        cluster, b.priority_class(f"low-{namespace}", 1), b.priority_class(f"high-{namespace}", 100)
+    )
+    names = [f"r{i}" for i in range(4)]
+    create(cluster, *(pod(n, namespace, group="ring", priority=f"low-{namespace}") for n in names))
+    cluster.wait_for(
+        "the group's 4 pods to be ungated and bound",
+        lambda: (
+            all(
+                not _gates(p) and p["spec"].get("nodeName")
+                for p in _pods(cluster, namespace).values()
+            )
+            and len(_pods(cluster, namespace)) == 4
+        ),
+    )
+    ring = _workload(cluster, namespace, "ring")
+    assert ring is not None
+    assert is_true(ring, "Admitted")
+    create(cluster, b.job("urgent", namespace, queue="q", pods=4, priority=f"high-{namespace}"))
+    cluster.wait_for(
+        "the group's pods to be deleted and the urgent Job admitted",
+        lambda: (
+            not any(n in _pods(cluster, namespace) for n in names)
+            and is_true(_workload(cluster, namespace, "job-urgent-"), "Admitted")
+        ),
+        timeout=120,
+    )
+    events = get_json(cluster, "get", "events", "-n", namespace)["items"]
+    stopped = [
+        e for e in events if e.get("reason") == "Stopped" and e["involvedObject"]["kind"] == "Pod"
+    ]
+    assert stopped, "no Stopped event on the group's pod"
+    assert any(e["message"].startswith("Preempted to accommodate") for e in stopped)
+    # Its pods gone, the group's Workload ends with its owners (atoll puts no finalizer on
+    # pods): it is finished or already garbage-collected, and holds no quota.
+    left = _workload(cluster, namespace, "ring")
+    assert left is None or not is_true(left, "QuotaReserved")

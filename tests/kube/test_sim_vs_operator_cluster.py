@@ -29,7 +29,8 @@ from tests.kube.conftest import (
     replacing_operator,
     workload_of,
 )
-from tests.kube.test_jobset_cluster import jobset, owned_workloads
+from tests.kube.owners import owned_workloads
+from tests.kube.test_jobset_cluster import jobset
 from tests.kube.test_podgroup_cluster import pod
 from tests.sandbox.test_integrations import jobset_controller
 

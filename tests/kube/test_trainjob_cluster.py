@@ -7,12 +7,10 @@ whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Work
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from atoll.sandbox.processes import Proc
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
 from tests.kube.conftest import (
@@ -21,17 +19,12 @@ from tests.kube.conftest import (
     create,
     get_json,
     is_true,
-    replacing_operator,
 )
-from tests.kube.owners import OwnerKind, queue
+from tests.kube.owners import OwnerKind, operator_for, queue
 from tests.sandbox.test_integrations import jobset_controller, trainer_controller
 
 pytestmark = pytest.mark.cluster
 __all__ = ["jobset_controller", "trainer_controller"]
-FRAMEWORKS = (
-    'integrations.frameworks=["batch/job", "jobset.x-k8s.io/jobset", '
-    '"trainer.kubeflow.org/trainjob"]'
-)
 POOL = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 """The flavor's node labels: every dgx node has them, so they constrain nothing, but atoll
 must carry them through the TrainJob's override into the JobSet's pods."""
@@ -39,19 +32,10 @@ NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 OVERRIDE_IDX = "kueue.x-k8s.io/trainjob-override-idx"
 
 
-@pytest.fixture(scope="module")
-def trainjob_operator(
-    cluster: KubeCluster,
-    operator: OperatorProcess,
-    trainer_controller: Proc | None,
-    tmp_path_factory: pytest.TempPathFactory,
-    dgx: list[str],
-) -> Iterator[OperatorProcess]:
-    """`atoll run` with the TrainJob integration, started once Trainer's CRDs are installed."""
-    del trainer_controller, dgx
-    log_dir = tmp_path_factory.mktemp("trainjob-operator")
-    with replacing_operator(cluster, operator, log_dir, "--set", FRAMEWORKS) as op:
-        yield op
+trainjob_operator = operator_for(
+    "trainjob_operator", "TrainJob", needs=("trainer_controller", "dgx")
+)
+"""`atoll run` with the TrainJob integration, once Trainer's CRDs are installed."""
 
 
 def runtime(name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from atoll.api.workload import PodSet
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 from atoll.engine.inventory import TopologyMode
-from atoll.state import tas
+from atoll.state import convert, tas
 from atoll.state.gangs import topology_request
 
 RACK = "cloud.provider.com/topology-rack"
@@ -157,6 +157,8 @@ def test_a_jobset_leader_and_workers_carry_the_group_into_the_workload() -> None
         for ps in wl.spec.pod_sets
     ]
     assert groups == ["g", "g"]
+    engine = convert.workload(wl, namespace_labels={}, queued_at=0.0)
+    assert [ps.group for ps in engine.pod_sets] == ["g", "g"]  # one flavor for both
 
 
 def test_a_jobset_with_a_lone_group_member_gets_no_workload() -> None:

@@ -478,9 +478,10 @@ class TrainJobIntegration(Integration[TrainJob]):
 
 class PodGroupIntegration(Integration[pg.PodGroup]):
     """Plain pods (Kueue's `pod` framework): pod groups and single pods, gated at creation
-    and ungated together once admitted. Stopping does nothing: a pod cannot be suspended,
-    and atoll never deletes pods (Kueue does), so an evicted group's quota is released only
-    once its pods end."""
+    and ungated together once admitted. A pod cannot be suspended: a group is stopped (its
+    Workload evicted, preempted, deactivated or deleted) by deleting its running pods, as
+    Kueue does, so that its quota is released at once; whoever made the pods makes them
+    again (gated) to queue the group once more."""
 
     framework = POD
     model = pg.PodGroup
@@ -591,12 +592,18 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         return pg.template_of(pod)
 
     async def stop(self, obj: pg.PodGroup, wl: Workload) -> None:
-        """A running pod can be neither suspended nor gated again, and atoll deletes no pod
-        (Kueue deletes them): its gang keeps its quota until its pods end."""
-        del obj, wl
+        """Delete the group's running pods (Kueue's Stop of a pod group): a running pod can
+        be neither suspended nor gated again. Pods still gated, ended or already being
+        deleted are left as they are."""
+        del wl
+        await self.delete_running(obj)
 
     async def suspend(self, obj: pg.PodGroup) -> None:
         del obj  # a running pod cannot be gated again; it runs unadmitted until it ends
+
+    async def delete_running(self, obj: pg.PodGroup) -> None:
+        for pod in pg.running_pods(obj):
+            await self.store.delete_pod(_key(pod))
 
 
 class LeaderWorkerSetIntegration(PodGroupIntegration):
@@ -696,9 +703,7 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
 
     async def suspend(self, obj: pg.PodGroup) -> None:
         """Delete the group's running pods (the LWS controller recreates them gated)."""
-        for pod in obj.pods:
-            if pg.live(pod) and not pg.gated(pod):
-                await self.store.delete_pod(_key(pod))
+        await self.delete_running(obj)
 
 
 class Stores(JobStore, JobSetStore, MPIJobStore, TrainJobStore, PodGroupStore, Protocol):

@@ -9,9 +9,20 @@ when it is admitted. A group that is not complete waits, and says how many pods 
 A pod without a group is a gang of one (`pod-<name>-<hash>`). Pure functions over
 `atoll.api` models.
 
-Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (not: fast admission, serving
-groups, replacement of failed pods, the pods' `kueue.x-k8s.io/managed` finalizer, and the
-deletion of an evicted group's running pods: atoll deletes no pod).
+A group whose Workload is evicted (preempted, deactivated, timed out) or deleted is stopped
+as Kueue stops it: its running pods are deleted (gated, ended and terminating pods are left),
+and its quota is released once none runs. atoll puts no `kueue.x-k8s.io/managed` finalizer on
+pods, so the deleted pods are gone at once rather than kept as Failed: once the last pod of
+the group is gone its Workload is finished (`OwnerNotFound`) and garbage-collected with its
+owners, and a group made again under the same name gets a new Workload, queued afresh.
+
+Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (`Stop`: delete every pod that is
+neither gated, ended nor being deleted). Not mirrored: fast admission, serving groups, the
+pods' `kueue.x-k8s.io/managed` finalizer (so neither the `TerminationTarget` pod condition
+Kueue sets before the deletion nor the `WaitingForReplacementPods` Workload condition of a
+group whose failed pods wait for replacements; the quota is released when the deletion
+begins, as Kueue's `FastQuotaReleaseInPodIntegration` gate does, rather than when the pods
+stop running).
 """
 
 from __future__ import annotations
@@ -209,9 +220,13 @@ def finished(group: PodGroup) -> tuple[bool, str, str]:
     return True, "Succeeded", "Pods succeeded"
 
 
+def running_pods(group: PodGroup) -> list[Pod]:
+    """Ungated pods that have not ended and are not being deleted (they hold their nodes)."""
+    return [p for p in group.pods if live(p) and not gated(p)]
+
+
 def active_pods(group: PodGroup) -> int:
-    """Ungated pods that have not ended (they hold their nodes)."""
-    return sum(1 for p in group.pods if live(p) and not gated(p))
+    return len(running_pods(group))
 
 
 def ready(group: PodGroup) -> bool:

@@ -16,7 +16,10 @@ ClusterQueue's flavors are tried in order:
 A flavor whose topology already refused the pod set in this cycle (`refused`, from
 `engine.topologyflavors`) is skipped with that reason (TopologyPlacementFailed).
 
-Earlier pod sets' usage counts when later pod sets are assigned the same flavor.
+Earlier pod sets' usage counts when later pod sets are assigned the same flavor. The pod
+sets of one podset group (`kueue.x-k8s.io/podset-group-name`, which TAS places in one domain)
+are assigned together, as Kueue's assignFlavors does: their requests summed, each resource
+group's flavor one that suits every one of them, so they all get the same flavor.
 The scan always starts at the first flavor: Kueue's resume-from-last-tried-flavor across
 cycles is state the queue would have to carry, and is not modelled; where it matters most
 (a flavor with quota whose topology cannot place the gang), the cycle refuses the flavor
@@ -25,7 +28,7 @@ and assigns again within one attempt (`engine.topologyflavors`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -278,23 +281,30 @@ def _fits_quota(
 
 def _choose_flavor(
     ctx: _Ctx,
-    pod_set: PodSet,
+    pod_sets: Sequence[PodSet],
     rg: ResourceGroup,
     requests: Mapping[ResourceName, int],
     usage: Mapping[FlavorResource, int],
 ) -> _Group:
-    """Kueue's findFlavorForPodSets for one resource group."""
+    """Kueue's findFlavorForPodSets for one resource group: a flavor must suit every pod set
+    of `pod_sets` (one, or one podset group), and `requests` are their summed totals."""
     group = _Group(flavors={}, reasons=[], no_fit={}, shortfalls=[])
     wanted = sorted(r for r in requests if r in rg.covered_resources)
     best: dict[ResourceName, FlavorChoice] = {}
     best_mode = _WORST
     for fq in rg.flavors:
-        mismatch = flavor_mismatch(ctx.ov.snapshot.flavors[fq.flavor], pod_set)
+        flavor = ctx.ov.snapshot.flavors[fq.flavor]
+        mismatch = next(
+            (why for ps in pod_sets if (why := flavor_mismatch(flavor, ps)) is not None), None
+        )
         if mismatch is not None:
             group.reasons.append(mismatch)
             group.no_fit[fq.flavor] = PendingReason.NO_MATCHING_FLAVOR
             continue
-        refusal = ctx.refused.get((pod_set.name, fq.flavor))
+        refusal = next(  # a flavor refused for one pod set of a group is refused for all
+            (r for ps in pod_sets if (r := ctx.refused.get((ps.name, fq.flavor))) is not None),
+            None,
+        )
         if refusal is not None:
             group.reasons.append(refusal)
             group.no_fit[fq.flavor] = PendingReason.TOPOLOGY_PLACEMENT_FAILED
@@ -345,47 +355,60 @@ def _pod_set_reason(groups: list[_Group], unavailable: bool) -> PendingReason | 
     return reason if reason is not None else PendingReason.NO_MATCHING_FLAVOR
 
 
-def _assign_pod_set(
-    ctx: _Ctx, pod_set: PodSet, count: int, usage: Mapping[FlavorResource, int]
-) -> tuple[PodSetResult, list[_Group], PendingReason | None]:
+def _assign_pod_sets(
+    ctx: _Ctx, members: Sequence[tuple[PodSet, int]], usage: Mapping[FlavorResource, int]
+) -> tuple[list[PodSetResult], list[_Group], PendingReason | None]:
+    """Flavors for one pod set, or for the pod sets of one podset group together (Kueue's
+    assignFlavors over `groupedRequests`): their requests are summed, each resource group
+    gets one flavor that suits all of them, and each pod set gets the flavors of the
+    resources it requests, with the group's reasons."""
     groups_of = ctx.ov.snapshot.group_of[ctx.cq.name]
-    requests = pod_set_requests(PODS in groups_of, pod_set, count)
+    each = [pod_set_requests(PODS in groups_of, ps, count) for ps, count in members]
+    requests: dict[ResourceName, int] = {}
+    for own in each:
+        for resource, value in own.items():
+            requests[resource] = requests.get(resource, 0) + value
+    pod_sets = [ps for ps, _ in members]
     flavors: dict[ResourceName, FlavorChoice] = {}
     reasons: list[str] = []
     groups: list[_Group] = []
+    failure: PendingReason | None = None
     for resource in sorted(requests):
         if resource in flavors:
             continue
         rg = groups_of.get(resource)
         if rg is None:
             reasons.append(f"resource {resource} unavailable in ClusterQueue")
-            result = PodSetResult(
-                name=pod_set.name,
-                count=count,
-                requests=requests,
-                flavors={},
-                reasons=tuple(reasons),
-                failed=True,
-            )
-            return result, groups, PendingReason.NO_MATCHING_FLAVOR
-        group = _choose_flavor(ctx, pod_set, rg, requests, usage)
+            failure = PendingReason.NO_MATCHING_FLAVOR
+            break
+        group = _choose_flavor(ctx, pod_sets, rg, requests, usage)
         groups.append(group)
         reasons += group.reasons
         if not group.flavors:
-            result = PodSetResult(
-                name=pod_set.name,
-                count=count,
-                requests=requests,
-                flavors={},
-                reasons=tuple(reasons),
-                failed=True,
-            )
-            return result, groups, _pod_set_reason(groups, False)
+            failure = _pod_set_reason(groups, False)
+            break
         flavors.update(group.flavors)
-    result = PodSetResult(
-        name=pod_set.name, count=count, requests=requests, flavors=flavors, reasons=tuple(reasons)
-    )
-    return result, groups, None
+    results = [
+        PodSetResult(
+            name=ps.name,
+            count=count,
+            requests=own,
+            flavors={} if failure else {r: c for r, c in flavors.items() if r in own},
+            reasons=tuple(reasons),
+            failed=failure is not None,
+        )
+        for (ps, count), own in zip(members, each, strict=True)
+    ]
+    return results, groups, failure
+
+
+def podset_groups(workload: Workload) -> list[tuple[int, ...]]:
+    """The indices of the pod sets assigned together, in order of their first pod set: one
+    podset group's (Kueue's podSetGroupName), or a pod set alone."""
+    order: dict[object, list[int]] = {}
+    for i, ps in enumerate(workload.pod_sets):
+        order.setdefault(i if ps.group is None else ("group", ps.group), []).append(i)
+    return [tuple(v) for v in order.values()]
 
 
 def assign_flavors(
@@ -399,34 +422,43 @@ def assign_flavors(
     of them a flavor `refused` for its pod set."""
     ctx = _Ctx(ov, workload, cq, ov.node(cq.name), refused or {})
     usage: dict[FlavorResource, int] = {}
-    results: list[PodSetResult] = []
+    results: list[tuple[int, PodSetResult]] = []
     shortfalls: list[Shortfall] = []
     borrowing = 0
-    for i, pod_set in enumerate(workload.pod_sets):
-        count = pod_set.count if counts is None else counts[i]
-        result, groups, failure = _assign_pod_set(ctx, pod_set, count, usage)
-        results.append(result)
+    for indices in podset_groups(workload):
+        members = [
+            (workload.pod_sets[i], workload.pod_sets[i].count if counts is None else counts[i])
+            for i in indices
+        ]
+        got, groups, failure = _assign_pod_sets(ctx, members, usage)
+        results.extend(zip(indices, got, strict=True))
         for g in groups:
             shortfalls += g.shortfalls
         if failure is not None:
             return Assignment(
-                pod_sets=tuple(results),
+                pod_sets=_in_order(results),
                 usage=usage,
                 borrowing=borrowing,
                 mode=FitMode.NO_FIT,
                 no_fit_reason=failure,
                 shortfalls=tuple(shortfalls),
             )
-        for resource, choice in result.flavors.items():
-            fr = (choice.flavor, resource)
-            usage[fr] = usage.get(fr, 0) + result.requests[resource]
-            borrowing = max(borrowing, choice.borrow)
-    mode = min((r.mode for r in results), key=lambda m: m.value, default=FitMode.NO_FIT)
+        for result in got:
+            for resource, choice in result.flavors.items():
+                fr = (choice.flavor, resource)
+                usage[fr] = usage.get(fr, 0) + result.requests[resource]
+                borrowing = max(borrowing, choice.borrow)
+    mode = min((r.mode for _, r in results), key=lambda m: m.value, default=FitMode.NO_FIT)
     return Assignment(
-        pod_sets=tuple(results),
+        pod_sets=_in_order(results),
         usage=usage,
         borrowing=borrowing,
         mode=mode,
         no_fit_reason=None if mode is not FitMode.NO_FIT else PendingReason.NO_MATCHING_FLAVOR,
         shortfalls=tuple(shortfalls) if mode is not FitMode.FIT else (),
     )
+
+
+def _in_order(results: list[tuple[int, PodSetResult]]) -> tuple[PodSetResult, ...]:
+    """The results by pod set index (a podset group's pod sets are assigned together)."""
+    return tuple(r for _, r in sorted(results, key=lambda pair: pair[0]))

@@ -260,6 +260,9 @@ class PodSet:
     """What placement reads from the pod set beyond the fields above (its topology request,
     atoll's NVLink-island annotation, its resource claims), in a canonical form: two pod sets
     with equal fields are placed alike on one inventory. Empty when it reads nothing more."""
+    group: str | None = None
+    """Kueue's podset group (`podSetGroupName`): pod sets of one group get the same flavors
+    (engine/flavors.py) and are placed in one topology domain."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

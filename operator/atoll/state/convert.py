@@ -322,6 +322,7 @@ def workload(
                 required_affinity=required_node_terms(spec.affinity),
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
                 placement=placement_inputs(ps),
+                group=ps.topology_request.pod_set_group_name if ps.topology_request else None,
             )
         )
     limit, hint = run_bounds(wl, job)
