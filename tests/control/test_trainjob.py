@@ -63,6 +63,7 @@ def trainjob(
     gpus: int | None = 8,
     runtime: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
+    overrides: list[dict[str, Any]] | None = None,
 ) -> TrainJob:
     trainer: dict[str, Any] = {}
     if num_nodes is not None:
@@ -84,6 +85,7 @@ def trainjob(
                 "suspend": True,
                 "runtimeRef": runtime or {"name": "torch"},
                 "trainer": trainer,
+                "podSpecOverrides": overrides or [],
             },
         }
     )
@@ -104,6 +106,79 @@ def test_pod_sets_follow_the_runtimes_replicated_jobs() -> None:
     _, node, _ = tj.pod_sets(trainjob(num_nodes=None, gpus=None), runtime)
     assert node.count == 3
     assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "1"  # type: ignore[union-attr]
+
+
+SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_the_trainjobs_own_overrides_change_the_pod_sets_they_target() -> None:
+    overrides = [
+        {
+            "targetJobs": [{"name": "node"}, {"name": "helpers"}],
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [SPOT],
+            "schedulingGates": [{"name": "mine"}],
+            "containers": [{"name": "node", "env": [{"name": "X", "value": "1"}]}],
+        },
+        {"targetJobs": [{"name": "helpers"}], "nodeSelector": {"zone": "b", "disk": "ssd"}},
+    ]
+    init, node, helpers = tj.pod_sets(trainjob(overrides=overrides), cluster_runtime().spec)
+    assert init.template.spec.node_selector is None  # not a target
+    assert node.template.spec.node_selector == {"zone": "a"}
+    assert [t.to_dict() for t in node.template.spec.tolerations or ()] == [SPOT]
+    assert [g.name for g in node.template.spec.scheduling_gates or ()] == ["mine"]
+    assert node.template.spec.to_dict()["containers"][0]["env"] == [{"name": "X", "value": "1"}]
+    assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "8"  # type: ignore[union-attr]
+    # later overrides win key by key, in order
+    assert helpers.template.spec.node_selector == {"zone": "b", "disk": "ssd"}
+
+
+def test_the_admissions_own_overrides_are_not_read_back_into_the_pod_sets() -> None:
+    users = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"zone": "a"}}]
+    ours = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "a"}}]
+    started = trainjob(
+        overrides=[*users, *ours], annotations={"kueue.x-k8s.io/trainjob-override-idx": "1"}
+    )
+    runtime = cluster_runtime().spec
+    _, node, _ = tj.pod_sets(started, runtime)
+    assert node.template.spec.node_selector == {"zone": "a"}
+    wl = tj.build_workload(trainjob(overrides=users), runtime, {}, {})
+    assert tj.workload_mismatch(started, runtime, wl) is None
+
+
+async def test_start_keeps_the_users_node_selector_and_tolerations_beside_the_flavors() -> None:
+    fake = FakeOwners()
+    cache = cache_with_queue()
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    integration = TrainJobIntegration(fake, cache)
+    users = [
+        {"targetJobs": [{"name": "node"}], "nodeSelector": {"zone": "a"}, "tolerations": [SPOT]}
+    ]
+    obj = trainjob(overrides=users)
+    wl = integration.compose(obj, cache)
+    pool = ResourceFlavor.from_dict(
+        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}
+    )
+    admission = Admission(
+        cluster_queue="cq",
+        pod_set_assignments=tuple(
+            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
+            for ps in wl.spec.pod_sets
+        ),
+    )
+    wl = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+    await integration.start(obj, wl, {"pool-a": pool})
+    ((_, _, overrides),) = fake.trainjob_writes
+    node = next(o for o in overrides if o["targetJobs"] == [{"name": "node"}])
+    # the admission's override replaces the tolerations list: the user's must stay in it
+    assert node["nodeSelector"] == {"zone": "a", "pool": "a"}
+    assert node["tolerations"] == [SPOT]
+    # a flavor that contradicts the user's node selector cannot start it
+    other = ResourceFlavor.from_dict(
+        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"zone": "b"}}}
+    )
+    with pytest.raises(jf.StartConflictError, match="zone"):
+        await integration.start(obj, wl, {"pool-a": other})
 
 
 def test_the_workload_is_named_and_owned_as_kueue_does() -> None:

@@ -7,7 +7,11 @@ the runtime's template (a TrainingRuntime in the TrainJob's namespace or a
 ClusterTrainingRuntime, by `spec.runtimeRef`). The trainer step's job (labelled
 `trainer.kubeflow.org/trainjob-ancestor-step: trainer`) counts `spec.trainer.numNodes`, else
 the runtime's `mlPolicy.numNodes`, and `spec.trainer.resourcesPerNode` replaces the resources
-of its `node` container; any other job counts replicas × parallelism. Starting appends one
+of its `node` container; any other job counts replicas × parallelism. The TrainJob's own
+`spec.podSpecOverrides` (those before the admission's) change the pod templates first, as
+Trainer v2.0 builds the JobSet (pkg/runtime/core/trainingruntime.go, mergePodSpecOverrides):
+each override, in order, is merged into the pod spec of every replicated job its `targetJobs`
+names. Starting appends one
 `spec.podSpecOverrides` entry per pod set (node selector, tolerations, scheduling gates) and
 records the index of the first in `kueue.x-k8s.io/trainjob-override-idx`; stopping cuts the
 list back there.
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from atoll.api.core import PodTemplateSpec, PriorityClass
+from atoll.api.core import PodSpec, PodTemplateSpec, PriorityClass
 from atoll.api.jobset import ReplicatedJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.trainjob import (
@@ -67,11 +71,87 @@ def _trainer_template(trainjob: TrainJob, template: PodTemplateSpec) -> PodTempl
     )
 
 
+_MERGE_KEYS = {"volumes": "name", "schedulingGates": "name"}
+"""Override lists merged into the pod spec's by key (the pod spec's strategic merge keys);
+`tolerations` replaces the list, as a strategic merge of a PodSpec does."""
+_CONTAINER_MERGE_KEYS = {"env": "name", "volumeMounts": "mountPath"}
+
+
+def _merged_list(
+    current: Sequence[Mapping[str, Any]], patch: Sequence[Mapping[str, Any]], key: str
+) -> list[dict[str, Any]]:
+    out = [dict(item) for item in current]
+    for item in patch:
+        at = next((i for i, old in enumerate(out) if old.get(key) == item.get(key)), None)
+        if at is None:
+            out.append(dict(item))
+        else:
+            out[at] = {**out[at], **item}
+    return out
+
+
+def _merged_containers(
+    current: Sequence[Mapping[str, Any]], patch: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The containers with each override's env and volume mounts merged in (by name; an
+    override of a container the runtime lacks is refused by Trainer's webhook)."""
+    out = [dict(c) for c in current]
+    for over in patch:
+        for container in out:
+            if container.get("name") != over.get("name"):
+                continue
+            for field, key in _CONTAINER_MERGE_KEYS.items():
+                if over.get(field):
+                    container[field] = _merged_list(container.get(field) or (), over[field], key)
+    return out
+
+
+def user_overrides(trainjob: TrainJob) -> tuple[Mapping[str, Any], ...]:
+    """The TrainJob's own pod spec overrides: all of them, but the admission's (from the
+    recorded index on) once it is started."""
+    current = trainjob.spec.pod_spec_overrides or ()
+    index = override_index(trainjob)
+    return tuple(current[:index] if index is not None else current)
+
+
+def overridden(
+    template: PodTemplateSpec, job: str, overrides: Sequence[Mapping[str, Any]]
+) -> PodTemplateSpec:
+    """The pod template of replicated job `job` with every override targeting it merged in,
+    in order: `nodeSelector` merged by key, `tolerations` and `serviceAccountName` replaced,
+    `volumes` and `schedulingGates` merged by name, and each named container's (and init
+    container's) `env` and `volumeMounts` merged (Trainer v2.0's `PodSpecOverride` fields;
+    it has no metadata and no resources)."""
+    spec = template.spec.to_dict()
+    changed = False
+    for over in overrides:
+        if not any(t.get("name") == job for t in over.get("targetJobs") or ()):
+            continue
+        changed = True
+        if over.get("serviceAccountName") is not None:
+            spec["serviceAccountName"] = over["serviceAccountName"]
+        if over.get("nodeSelector"):
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **over["nodeSelector"]}
+        if over.get("tolerations"):
+            spec["tolerations"] = list(over["tolerations"])
+        for field, key in _MERGE_KEYS.items():
+            if over.get(field):
+                spec[field] = _merged_list(spec.get(field) or (), over[field], key)
+        for field in ("containers", "initContainers"):
+            if over.get(field):
+                spec[field] = _merged_containers(spec.get(field) or (), over[field])
+    if not changed:
+        return template
+    return template.model_copy(update={"spec": PodSpec.model_validate(spec)})
+
+
 def pod_sets(trainjob: TrainJob, runtime: TrainingRuntimeSpec) -> tuple[PodSet, ...]:
-    """One pod set per replicated job of the runtime's JobSet template, named after it."""
+    """One pod set per replicated job of the runtime's JobSet template, named after it, with
+    the TrainJob's own overrides applied."""
     out = []
+    overrides = user_overrides(trainjob)
     for rj in runtime.template.spec.replicated_jobs:
-        template = rj.template.spec.template
+        template = overridden(rj.template.spec.template, rj.name, overrides)
         count = js.pod_count(rj)
         if _is_trainer(rj):
             template = _trainer_template(trainjob, template)
