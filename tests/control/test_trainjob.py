@@ -4,6 +4,7 @@ start and cut back at stop, a missing runtime named, and the TrainJob's JobSet l
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -118,7 +119,7 @@ def test_the_trainjobs_own_overrides_change_the_pod_sets_they_target() -> None:
             "nodeSelector": {"zone": "a"},
             "tolerations": [SPOT],
             "schedulingGates": [{"name": "mine"}],
-            "containers": [{"name": "node", "env": [{"name": "X", "value": "1"}]}],
+            "containers": [{"name": "node", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}],
         },
         {"targetJobs": [{"name": "helpers"}], "nodeSelector": {"zone": "b", "disk": "ssd"}},
     ]
@@ -127,7 +128,8 @@ def test_the_trainjobs_own_overrides_change_the_pod_sets_they_target() -> None:
     assert node.template.spec.node_selector == {"zone": "a"}
     assert [t.to_dict() for t in node.template.spec.tolerations or ()] == [SPOT]
     assert [g.name for g in node.template.spec.scheduling_gates or ()] == ["mine"]
-    assert node.template.spec.to_dict()["containers"][0]["env"] == [{"name": "X", "value": "1"}]
+    mounts = node.template.spec.to_dict()["containers"][0]["volumeMounts"]
+    assert mounts == [{"name": "d", "mountPath": "/d"}]
     assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "8"  # type: ignore[union-attr]
     # later overrides win key by key, in order
     assert helpers.template.spec.node_selector == {"zone": "b", "disk": "ssd"}
@@ -227,15 +229,67 @@ def test_a_changed_node_count_no_longer_matches_its_workload() -> None:
 
 
 def test_start_appends_one_override_per_pod_set_and_stop_cuts_them() -> None:
-    users = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"mine": "yes"}}]
+    users = [{"targetJobs": [{"name": "helpers"}], "nodeSelector": {"mine": "yes"}}]
     added = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "a"}}]
-    merged, index = tj.started_overrides(users, None, added)
-    assert (merged, index) == ([*users, *added], 1)
+    merged, index, recorded = tj.started_overrides(users, None, added)
+    assert (merged, index, recorded) == ([*users, *added], 1, None)
     assert tj.stopped_overrides(merged, index) == users
     # A start after a start not cut (a stale index) replaces the admission's overrides.
-    again, index = tj.started_overrides(merged, 1, added)
+    again, index, _ = tj.started_overrides(merged, 1, added)
     assert (again, index) == ([*users, *added], 1)
     assert tj.stopped_overrides(users, None) == users
+
+
+def _targeted(overrides: list[dict[str, Any]]) -> list[str]:
+    return [t["name"] for o in overrides for t in o["targetJobs"]]
+
+
+def test_a_job_the_user_targets_is_named_by_one_override_only() -> None:
+    # Trainer v2.0 refuses a job in the targetJobs of two overrides: the user's override of
+    # `node` gives `node` up to the admission's, which carries the user's fields for it.
+    users = [
+        {
+            "targetJobs": [{"name": "node"}, {"name": "helpers"}],
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [SPOT],
+            "serviceAccountName": "trainer",
+            "schedulingGates": [{"name": "mine"}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+        {"targetJobs": [{"name": "node"}], "nodeSelector": {"disk": "ssd"}},
+    ]
+    added = [
+        {
+            "targetJobs": [{"name": "node"}],
+            "nodeSelector": {"zone": "a", "disk": "ssd", "pool": "a"},
+            "tolerations": [SPOT],
+            "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+        }
+    ]
+    merged, index, recorded = tj.started_overrides(users, None, added)
+    assert sorted(_targeted(merged)) == ["helpers", "node"]  # each once
+    assert recorded == users
+    assert index == 1
+    assert merged[0] == {**users[0], "targetJobs": [{"name": "helpers"}]}
+    ours = merged[1]
+    assert ours["nodeSelector"] == {"zone": "a", "disk": "ssd", "pool": "a"}
+    assert ours["serviceAccountName"] == "trainer"
+    assert ours["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert [g["name"] for g in ours["schedulingGates"]] == ["mine", "kueue.x-k8s.io/topology"]
+    # stop puts the user's list back as it was; a second start reads the recorded list
+    assert tj.stopped_overrides(merged, index, recorded) == users
+    assert tj.started_overrides(merged, index, added, recorded) == (merged, index, recorded)
+    # the pod sets of a started TrainJob read the user's overrides as recorded
+    started = trainjob(
+        overrides=merged,
+        annotations={
+            "kueue.x-k8s.io/trainjob-override-idx": str(index),
+            "atoll.dev/trainjob-user-overrides": json.dumps(recorded),
+        },
+    )
+    _, node, helpers = tj.pod_sets(started, cluster_runtime().spec)
+    assert node.template.spec.node_selector == {"zone": "a", "disk": "ssd"}
+    assert helpers.template.spec.node_selector == {"zone": "a"}
 
 
 async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
