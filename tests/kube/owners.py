@@ -1,7 +1,7 @@
-"""The custom owner kinds on the sandbox (JobSet, MPIJob) as the cluster tests read them: an
-owner's Workload, its pods and whether it is suspended; and the checks every kind shares
-(admitted whole with no pod before the admission and a second one waiting whole; preempted,
-suspended and its templates restored; left alone without a queue label)."""
+"""The custom owner kinds on the sandbox (JobSet, MPIJob; TrainJob in its test) as the cluster
+tests read them: an owner's Workload, its pods and whether it is suspended; and the checks
+every kind shares (admitted whole with no pod before the admission and a second one waiting
+whole; preempted, suspended and its templates restored; left alone without a queue label)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ from tests.kube.conftest import apply, condition, create, get_json, is_true
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 Obj = dict[str, Any]
+
+
+def _templates_carry(obj: Obj, templates: Iterable[Obj]) -> bool:
+    del obj
+    return any(
+        WORKLOAD_ANNOTATION in (t.get("metadata", {}).get("annotations") or {}) for t in templates
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +40,12 @@ class OwnerKind:
     """The pod templates of an object."""
     finished: str
     """Condition the owner's controller sets when it succeeded."""
+    carries: Callable[[Obj, Iterable[Obj]], bool] = _templates_carry
+    """Whether the object (with its pod templates) still carries what starting it wrote
+    (default: a template's workload annotation; a TrainJob: its override index)."""
+
+    def carries_admission(self, obj: Obj) -> bool:
+        return self.carries(obj, list(self.templates(obj)))
 
     def get(self, cluster: KubeCluster, ns: str, name: str) -> Obj:
         got: Obj = get_json(cluster, "get", self.resource, name, "-n", ns)
@@ -190,8 +203,10 @@ def check_preempted_and_restored(
     *,
     low: Obj,
     roles: dict[str, int],
+    started: Callable[[], None] | None = None,
 ) -> None:
-    """`low` (a priority `low-NS` object of these bound roles) runs; a high-priority Job
+    """`low` (a priority `low-NS` object of these bound roles) runs (and passes `started`); a
+    high-priority Job
     preempts it: it is suspended, its pods go, its Workload says Preempted and its pod
     templates are restored as they were created."""
     name = low["metadata"]["name"]
@@ -201,8 +216,9 @@ def check_preempted_and_restored(
         f"the low {kind.kind}'s pods to be bound",
         lambda: kind.bound(cluster, ns, name) == roles,
     )
-    started = list(kind.templates(kind.get(cluster, ns, name)))
-    assert any(WORKLOAD_ANNOTATION in (t["metadata"].get("annotations") or {}) for t in started)
+    assert kind.carries_admission(kind.get(cluster, ns, name))
+    if started is not None:
+        started()  # the kind's own checks of the running object
     create(cluster, b.job("urgent", ns, queue="q", pods=2, gpus=8, priority=f"high-{ns}"))
     cluster.wait_for(
         f"the low {kind.kind} to be suspended and its pods to go",
@@ -212,6 +228,10 @@ def check_preempted_and_restored(
     evicted = condition(kind.workload_of(cluster, ns, name), "Evicted")
     assert evicted is not None
     assert evicted["reason"] == "Preempted"
+    cluster.wait_for(
+        f"the low {kind.kind} to be restored",
+        lambda: not kind.carries_admission(kind.get(cluster, ns, name)),
+    )
     for tmpl in kind.templates(kind.get(cluster, ns, name)):
         assert WORKLOAD_ANNOTATION not in (tmpl["metadata"].get("annotations") or {})
         assert PODSET_LABEL not in (tmpl["metadata"].get("labels") or {})

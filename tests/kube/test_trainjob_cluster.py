@@ -2,7 +2,10 @@
 JobSet: a labelled TrainJob of 2 nodes × 8 GPUs on a ClusterTrainingRuntime is suspended at
 creation, its Workload admitted whole, and started through a pod spec override per pod set, so
 that the pods of the JobSet Trainer makes carry the flavor's node selector; a second one waits
-whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Workload."""
+whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Workload. A TrainJob
+with its own pod spec override is admitted with it (its pods carry both node selectors) and,
+when preempted or when its Workload is deactivated, is suspended, its pods go and its
+overrides are cut back to its own."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from tests.kube.conftest import (
     is_true,
     replacing_operator,
 )
-from tests.kube.owners import OwnerKind, queue
+from tests.kube.owners import Obj, OwnerKind, check_preempted_and_restored, queue
 from tests.sandbox.test_integrations import jobset_controller, trainer_controller
 
 pytestmark = pytest.mark.cluster
@@ -82,22 +85,45 @@ def runtime(name: str) -> dict[str, Any]:
     }
 
 
-def trainjob(name: str, namespace: str, runtime_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": {b.QUEUE_LABEL: "q"}},
-        "spec": {
-            "runtimeRef": {"name": runtime_name, "kind": "ClusterTrainingRuntime"},
-            "trainer": {
-                "numNodes": 2,
-                "resourcesPerNode": {
-                    "requests": {"cpu": "1", b.GPU: "8"},
-                    "limits": {b.GPU: "8"},
-                },
+def trainjob(
+    name: str,
+    namespace: str,
+    runtime_name: str,
+    *,
+    overrides: list[dict[str, Any]] | None = None,
+    priority: str | None = None,
+) -> dict[str, Any]:
+    labels = {b.QUEUE_LABEL: "q"}
+    if priority is not None:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    spec: dict[str, Any] = {
+        "runtimeRef": {"name": runtime_name, "kind": "ClusterTrainingRuntime"},
+        "trainer": {
+            "numNodes": 2,
+            "resourcesPerNode": {
+                "requests": {"cpu": "1", b.GPU: "8"},
+                "limits": {b.GPU: "8"},
             },
         },
     }
+    if overrides is not None:
+        spec["podSpecOverrides"] = overrides
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+BLOCK = {"topology.atoll.dev/block": "block-1"}
+"""The user's own override: a node selector of half the dgx nodes."""
+USERS = [{"targetJobs": [{"name": "node"}], "nodeSelector": BLOCK}]
+
+
+def _override_index(obj: Obj, templates: object) -> bool:
+    del templates
+    return OVERRIDE_IDX in (obj["metadata"].get("annotations") or {})
 
 
 TRAINJOB = OwnerKind(
@@ -108,6 +134,7 @@ TRAINJOB = OwnerKind(
     suspend_path=("suspend",),
     templates=lambda obj: [],  # its pod templates live in its runtime
     finished="Complete",
+    carries=_override_index,
 )
 
 
@@ -172,4 +199,89 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
     finally:
         for name in ("first", "second"):
             cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)
+        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+
+
+def _started_with_both_selectors(cluster: KubeCluster, ns: str, name: str) -> None:
+    """The TrainJob runs with the user's override first, then atoll's (the flavor's labels
+    beside the user's, which the Workload's pod set carries), and its pods have both."""
+    started = TRAINJOB.get(cluster, ns, name)
+    assert started["metadata"]["annotations"][OVERRIDE_IDX] == "1"
+    users, ours = started["spec"]["podSpecOverrides"]
+    assert users == USERS[0]
+    assert ours["nodeSelector"] == {**BLOCK, **POOL}
+    wl = workload_of(cluster, ns, name)
+    assert wl is not None
+    assert wl["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] == BLOCK
+    for pod in TRAINJOB.pods_of(cluster, ns, name):
+        assert pod["spec"].get("nodeSelector") == {**BLOCK, **POOL}
+
+
+def test_a_preempted_trainjob_is_suspended_its_pods_go_and_its_overrides_are_cut_back(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    del trainjob_operator
+    queue(
+        cluster,
+        namespace,
+        gpus=16,
+        node_labels=POOL,
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )
+    rt = f"train-{namespace}"
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
+    try:
+        low = trainjob("low", namespace, rt, overrides=USERS, priority=f"low-{namespace}")
+        check_preempted_and_restored(
+            cluster,
+            TRAINJOB,
+            namespace,
+            low=low,
+            roles={"node": 2},
+            started=lambda: _started_with_both_selectors(cluster, namespace, "low"),
+        )
+        stopped = TRAINJOB.get(cluster, namespace, "low")
+        assert stopped["spec"]["podSpecOverrides"] == USERS
+    finally:
+        cluster.kubectl("delete", "trainjob", "low", "-n", namespace, check=False)
+        cluster.kubectl("delete", "job", "urgent", "-n", namespace, check=False)
+        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+
+
+def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    del trainjob_operator
+    queue(cluster, namespace, gpus=16, node_labels=POOL)
+    rt = f"train-{namespace}"
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
+    try:
+        assert create(cluster, trainjob("paused", namespace, rt, overrides=USERS)).returncode == 0
+        cluster.wait_for(
+            "the TrainJob's 2 pods to be bound",
+            lambda: TRAINJOB.bound(cluster, namespace, "paused") == {"node": 2},
+        )
+        _started_with_both_selectors(cluster, namespace, "paused")
+        wl = workload_of(cluster, namespace, "paused")
+        assert wl is not None
+        cluster.kubectl(
+            "patch", "workload", wl["metadata"]["name"], "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"active": False}}),
+        )  # fmt: skip
+        cluster.wait_for(
+            "the TrainJob to be suspended, its pods gone and its overrides cut back",
+            lambda: (
+                TRAINJOB.suspended(cluster, namespace, "paused")
+                and TRAINJOB.pods_of(cluster, namespace, "paused") == []
+                and not TRAINJOB.carries_admission(TRAINJOB.get(cluster, namespace, "paused"))
+            ),
+            timeout=90,
+        )
+        assert TRAINJOB.get(cluster, namespace, "paused")["spec"]["podSpecOverrides"] == USERS
+        evicted = condition(workload_of(cluster, namespace, "paused"), "Evicted")
+        assert evicted is not None
+        assert evicted["reason"] == "InactiveWorkload"
+        assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
+    finally:
+        cluster.kubectl("delete", "trainjob", "paused", "-n", namespace, check=False)
         cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)

@@ -4,6 +4,7 @@ LeaderWorkerSet as one gang per replica group."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from atoll.sim.scenario import ScenarioError
 from atoll.sim.whatif import what_ifs
 from tests.sim import builders as b
 from tests.sim.test_kinds import _config, _container, _records, _timing, load_job_doc
+from tests.sim.test_output import EXAMPLES, _simulate
 
 FRAMEWORKS = [
     "batch/job",
@@ -209,3 +211,19 @@ def test_greedy_runs_trainjobs_and_each_leaderworkerset_group() -> None:
     assert recs["TrainJob default/llm"].pods == 3
     assert recs["LeaderWorkerSet default/serve group 1"].gpus == 1
     assert all(r.state == JobState.FINISHED for r in recs.values())
+
+
+def test_the_kinds_example_runs_every_kind_whole_and_compares(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _simulate(str(EXAMPLES / "kinds.yaml"), "--compare", "--json") == 0
+    gang, greedy = json.loads(capsys.readouterr().out)["runs"]
+    jobs = {j["name"]: j for j in gang["jobs"]}
+    finetune = jobs["TrainJob default/finetune"]
+    assert (finetune["pods"], finetune["gpus"], finetune["state"]) == (2, 16, "Finished")
+    for i in (0, 1):  # each replica group: a leader and a 4-GPU worker, a gang of its own
+        group = jobs[f"LeaderWorkerSet default/serve group {i}"]
+        assert (group["pods"], group["gpus"], group["state"]) == (2, 4, "Finished")
+    assert jobs["JobSet default/too-big"]["state"] == "Pending"
+    assert gang["summary"]["finished"] == len(jobs) - 1
+    assert {j["name"] for j in greedy["jobs"]} == set(jobs)
