@@ -12,7 +12,7 @@ import pytest
 from atoll.api.jobset import JobSet
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from atoll.api.workload import Admission, PodSetAssignment
+from atoll.api.workload import Admission, PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import trainjob as tj
 from atoll.control.integrations import TrainJobIntegration, enabled
@@ -109,6 +109,24 @@ def test_pod_sets_follow_the_runtimes_replicated_jobs() -> None:
     assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "1"  # type: ignore[union-attr]
 
 
+def flavor_pool_a(node_labels: dict[str, str]) -> ResourceFlavor:
+    return ResourceFlavor.from_dict(
+        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": node_labels}}
+    )
+
+
+def admitted_to_pool_a(wl: Workload) -> Workload:
+    """`wl` admitted whole to ClusterQueue `cq`, every pod set on flavor `pool-a`."""
+    admission = Admission(
+        cluster_queue="cq",
+        pod_set_assignments=tuple(
+            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
+            for ps in wl.spec.pod_sets
+        ),
+    )
+    return wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+
+
 SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -157,18 +175,8 @@ async def test_start_keeps_the_users_node_selector_and_tolerations_beside_the_fl
         {"targetJobs": [{"name": "node"}], "nodeSelector": {"zone": "a"}, "tolerations": [SPOT]}
     ]
     obj = trainjob(overrides=users)
-    wl = integration.compose(obj, cache)
-    pool = ResourceFlavor.from_dict(
-        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}
-    )
-    admission = Admission(
-        cluster_queue="cq",
-        pod_set_assignments=tuple(
-            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
-            for ps in wl.spec.pod_sets
-        ),
-    )
-    wl = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+    wl = admitted_to_pool_a(integration.compose(obj, cache))
+    pool = flavor_pool_a({"pool": "a"})
     await integration.start(obj, wl, {"pool-a": pool})
     ((_, _, overrides),) = fake.trainjob_writes
     node = next(o for o in overrides if o["targetJobs"] == [{"name": "node"}])
@@ -176,9 +184,7 @@ async def test_start_keeps_the_users_node_selector_and_tolerations_beside_the_fl
     assert node["nodeSelector"] == {"zone": "a", "pool": "a"}
     assert node["tolerations"] == [SPOT]
     # a flavor that contradicts the user's node selector cannot start it
-    other = ResourceFlavor.from_dict(
-        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"zone": "b"}}}
-    )
+    other = flavor_pool_a({"zone": "b"})
     with pytest.raises(jf.StartConflictError, match="zone"):
         await integration.start(obj, wl, {"pool-a": other})
 
@@ -298,18 +304,8 @@ async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
     cache.cluster_training_runtimes["torch"] = cluster_runtime()
     integration = TrainJobIntegration(fake, cache)
     obj = trainjob()
-    wl = integration.compose(obj, cache)
-    pool = ResourceFlavor.from_dict(
-        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}
-    )
-    admission = Admission(
-        cluster_queue="cq",
-        pod_set_assignments=tuple(
-            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
-            for ps in wl.spec.pod_sets
-        ),
-    )
-    wl = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+    wl = admitted_to_pool_a(integration.compose(obj, cache))
+    pool = flavor_pool_a({"pool": "a"})
     await integration.start(obj, wl, {"pool-a": pool})
     ((key, what, overrides),) = fake.trainjob_writes
     assert (key, what) == ("ns/llm", "start")

@@ -5,7 +5,7 @@ that the pods of the JobSet Trainer makes carry the flavor's node selector; a se
 whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Workload. A TrainJob
 with its own pod spec override is admitted with it (its pods carry both node selectors) and,
 when preempted or when its Workload is deactivated, is suspended, its pods go and its
-overrides are cut back to its own."""
+overrides are put back as the user wrote them."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ POOL = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 must carry them through the TrainJob's override into the JobSet's pods."""
 NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 OVERRIDE_IDX = "kueue.x-k8s.io/trainjob-override-idx"
+USER_OVERRIDES = "atoll.dev/trainjob-user-overrides"
 
 
 @pytest.fixture(scope="module")
@@ -203,12 +204,15 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
 
 
 def _started_with_both_selectors(cluster: KubeCluster, ns: str, name: str) -> None:
-    """The TrainJob runs with the user's override first, then atoll's (the flavor's labels
-    beside the user's, which the Workload's pod set carries), and its pods have both."""
+    """The TrainJob runs with atoll's override of `node` only (Trainer refuses a job named by
+    two overrides): the user's node selector, which the Workload's pod set carries, and the
+    flavor's labels; the user's list is recorded; its pods have both selectors."""
     started = TRAINJOB.get(cluster, ns, name)
-    assert started["metadata"]["annotations"][OVERRIDE_IDX] == "1"
-    users, ours = started["spec"]["podSpecOverrides"]
-    assert users == USERS[0]
+    annotations = started["metadata"]["annotations"]
+    assert annotations[OVERRIDE_IDX] == "0"
+    assert json.loads(annotations[USER_OVERRIDES]) == USERS
+    (ours,) = started["spec"]["podSpecOverrides"]
+    assert ours["targetJobs"] == [{"name": "node"}]
     assert ours["nodeSelector"] == {**BLOCK, **POOL}
     wl = workload_of(cluster, ns, name)
     assert wl is not None
