@@ -4,19 +4,21 @@ start and cut back at stop, a missing runtime named, and the TrainJob's JobSet l
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 import pytest
 
-from atoll.api.jobset import JobSet
+from atoll.api.jobset import JobSet, ReplicatedJobStatus
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from atoll.api.workload import Admission, PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import trainjob as tj
 from atoll.control.integrations import TrainJobIntegration, enabled
-from tests.control.builders import GPU, cache_with_queue, controller_for
+from atoll.state import workloads as wls
+from tests.control.builders import GPU, cache_with_queue, controller_for, preempted
 from tests.control.fakes import FakeOwners
 
 
@@ -320,6 +322,42 @@ async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
     admitted = trainjob(annotations={"kueue.x-k8s.io/trainjob-override-idx": "0"})
     assert integration.carries_admission(admitted)
     assert not integration.carries_admission(obj)
+
+
+async def test_an_evicted_trainjob_still_carrying_its_overrides_is_restored_once_idle() -> None:
+    # Suspended, but its overrides were not cut (Trainer refused while its jobs were active).
+    fake = FakeOwners()
+    integration = TrainJobIntegration(fake)
+    ctl = controller_for(integration, fake, gpus=16)  # type: ignore[arg-type]
+    ctl.cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    started = trainjob(annotations={"kueue.x-k8s.io/trainjob-override-idx": "0"})
+    wl = admitted_to_pool_a(integration.compose(started, ctl.cache))
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    conditions = wls.with_condition(
+        (), wls.QUOTA_RESERVED, status=True, reason="QuotaReserved", message="", now=now
+    )
+    conditions = wls.with_condition(
+        conditions, wls.ADMITTED, status=True, reason="Admitted", message="", now=now
+    )
+    wl = preempted(wl.model_copy(update={"status": wls.status_with(wl, conditions=conditions)}))
+    raw = wl.to_dict()
+    raw["metadata"] |= {"creationTimestamp": "2026-12-01T00:00:00Z", "resourceVersion": "1"}
+    wl = Workload.from_dict(raw)
+    fake.workloads[wls.wl_key(wl)] = wl
+    ctl.cache.set_workload(wl)
+    busy = started.model_copy(
+        update={
+            "status": started.status.model_copy(
+                update={"jobs_status": (ReplicatedJobStatus(name="node", active=1),)}
+            )
+        }
+    )
+    ctl.cache.trainjobs["ns/llm"] = busy
+    assert await ctl.reconcile("ns/llm") == 1.0  # its jobs still run: it waits for them
+    assert fake.trainjob_writes == []
+    ctl.cache.trainjobs["ns/llm"] = started
+    await ctl.reconcile("ns/llm")
+    assert fake.trainjob_writes[0] == ("ns/llm", "stop", ())
 
 
 async def test_a_trainjob_without_its_runtime_waits_with_a_warning() -> None:
