@@ -245,15 +245,9 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
 def _replica_groups(sj: SimJob, seq: int) -> list[SimJob]:
     """A LeaderWorkerSet as its replica groups, each its own gang (the operator's one
     Workload per group), all arriving and running as the LeaderWorkerSet says."""
-    assert isinstance(sj.job, LeaderWorkerSet)
     return [
-        SimJob(
-            job=lws.group_of(sj.job, index, {}),
-            arrival=sj.arrival,
-            duration=sj.duration,
-            seq=seq + index,
-        )
-        for index in range(lws.replicas(sj.job))
+        SimJob(job=group, arrival=sj.arrival, duration=sj.duration, seq=seq + index)
+        for index, group in enumerate(gangs_of(sj.job))
     ]
 
 
