@@ -284,7 +284,7 @@ def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
         assert TRAINJOB.get(cluster, namespace, "paused")["spec"]["podSpecOverrides"] == USERS
         evicted = condition(workload_of(cluster, namespace, "paused"), "Evicted")
         assert evicted is not None
-        assert evicted["reason"] == "InactiveWorkload"
+        assert evicted["reason"] == "Deactivated"  # Kueue's reason for spec.active: false
         assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
     finally:
         cluster.kubectl("delete", "trainjob", "paused", "-n", namespace, check=False)
