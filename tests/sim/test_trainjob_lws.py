@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from atoll.engine import decisions as d
 from atoll.sim.gang import GangSimulator, Settings
@@ -18,7 +19,7 @@ from atoll.sim.scenario import ScenarioError
 from atoll.sim.whatif import what_ifs
 from tests.sim import builders as b
 from tests.sim.test_kinds import _config, _container, _records, _timing, load_job_doc
-from tests.sim.test_output import EXAMPLES, _simulate
+from tests.sim.test_output import EXAMPLES, _cli, _simulate
 
 FRAMEWORKS = [
     "batch/job",
@@ -227,3 +228,17 @@ def test_the_kinds_example_runs_every_kind_whole_and_compares(
     assert jobs["JobSet default/too-big"]["state"] == "Pending"
     assert gang["summary"]["finished"] == len(jobs) - 1
     assert {j["name"] for j in greedy["jobs"]} == set(jobs)
+
+
+def test_what_if_prints_one_answer_per_replica_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "serve.yaml"
+    serve = lws("probe", replicas=3, size=2)
+    serve["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
+    manifest.write_text(yaml.safe_dump(serve))
+    scenario = str(EXAMPLES / "kinds.yaml")
+    assert _cli("what-if", str(manifest), "--scenario", scenario, "--json") == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [a["job"].rsplit("-", 2)[1] for a in answers] == ["0", "1", "2"]
+    assert {a["clusterQueue"] for a in answers} == {"training"}

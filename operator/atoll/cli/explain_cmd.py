@@ -170,6 +170,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--kubeconfig", metavar="FILE", help="cluster to read (default: $KUBECONFIG)")
-    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the explanation as JSON (one line per Workload)",
+    )
     add_configuration_options(p)
     p.set_defaults(func=_explain)

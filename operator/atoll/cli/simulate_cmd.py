@@ -275,7 +275,11 @@ def _register_what_if(sub: Any) -> None:
     p.add_argument(
         "--kubeconfig", metavar="FILE", help="live cluster to ask (default: $KUBECONFIG)"
     )
-    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the answer as JSON (one line per Workload)",
+    )
     add_configuration_options(p)
     p.set_defaults(func=_what_if)
 
