@@ -2,7 +2,9 @@
 JobSet: a labelled TrainJob of 2 nodes × 8 GPUs on a ClusterTrainingRuntime is suspended at
 creation, its Workload admitted whole, and started through a pod spec override per pod set, so
 that the pods of the JobSet Trainer makes carry the flavor's node selector; a second one waits
-whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Workload. A TrainJob
+whole, suspended, with Kueue's quota message, which `atoll explain trainjob` finds, and `atoll
+what-if` composes a third from the runtime in the cluster. The TrainJob's JobSet gets no
+Workload. A TrainJob
 with its own pod spec override is admitted with it (its pods carry both node selectors) and,
 when preempted or when its Workload is deactivated, is suspended, its pods go and its
 overrides are put back as the user wrote them."""
@@ -10,7 +12,10 @@ overrides are put back as the user wrote them."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,8 +148,42 @@ def workload_of(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | No
     return TRAINJOB.workload_of(cluster, ns, name)
 
 
+def _atoll(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atoll", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _explain_and_what_if(cluster: KubeCluster, ns: str, rt: str, tmp: Path) -> None:
+    """`atoll explain trainjob` finds the waiting TrainJob's Workload; `atoll what-if` of a
+    third composes its Workload from the runtime in the cluster (and names a missing one)."""
+    ex = _atoll(cluster, "explain", "trainjob", f"{ns}/second", "--json")
+    assert ex.returncode == 0, ex.stderr
+    answer = json.loads(ex.stdout)
+    assert answer["workload"].startswith(f"{ns}/trainjob-second-")
+    assert answer["state"] == "Pending"
+    manifest = tmp / "third.yaml"
+    manifest.write_text(json.dumps(trainjob("third", ns, rt)))
+    wi = _atoll(cluster, "what-if", str(manifest), "--json")
+    assert wi.returncode == 0, wi.stderr
+    (line,) = wi.stdout.splitlines()
+    third = json.loads(line)
+    assert third["ahead"] == [answer["workload"]]  # the second waits ahead of it
+    assert third["atHead"]["kind"] == "Pending"  # the first holds the GPUs it would need
+    assert "nvidia.com/gpu" in third["atHead"]["message"]
+    lost = tmp / "lost.yaml"
+    lost.write_text(json.dumps(trainjob("lost", ns, "no-such-runtime")))
+    refused = _atoll(cluster, "what-if", str(lost))
+    assert refused.returncode == 2
+    assert "spec.runtimeRef: ClusterTrainingRuntime 'no-such-runtime' not found" in refused.stderr
+
+
 def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
-    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     del trainjob_operator
     cq = queue(cluster, namespace, gpus=24, node_labels=POOL)
@@ -197,6 +236,7 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         assert b.GPU in waiting["message"]
         assert TRAINJOB.suspended(cluster, namespace, "second")
         assert TRAINJOB.pods_of(cluster, namespace, "second") == []
+        _explain_and_what_if(cluster, namespace, rt, tmp_path)
     finally:
         for name in ("first", "second"):
             cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)

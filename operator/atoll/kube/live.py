@@ -66,11 +66,17 @@ async def _inventory(api: client.ApiClient, cache: Cache) -> None:
 
 async def _read_kinds(api: client.ApiClient, cache: Cache) -> None:
     """One LIST of each kind read for a managed kind (`CustomKind.reads`: TrainingRuntimes,
-    ClusterTrainingRuntimes); none when the cluster does not serve it."""
+    ClusterTrainingRuntimes); none when the cluster does not serve it or the reader may not
+    list it (a TrainJob's what-if then says its runtime is missing)."""
     custom = client.CustomObjectsApi(api)
     for kind in CUSTOM_KINDS.values():
         for read in kind.reads:
-            items = await _optional(custom, read.group, read.version, read.plural)
+            try:
+                items = await _optional(custom, read.group, read.version, read.plural)
+            except ApiException as e:
+                if e.status != 403:
+                    raise
+                items = []
             bootstrap.each(read.model, items, functools.partial(_store, read, read.objects(cache)))
 
 
