@@ -160,7 +160,8 @@ def _atoll(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]
 
 def _explain_and_what_if(cluster: KubeCluster, ns: str, rt: str, tmp: Path) -> None:
     """`atoll explain trainjob` finds the waiting TrainJob's Workload; `atoll what-if` of a
-    third composes its Workload from the runtime in the cluster (and names a missing one)."""
+    third, given the operator's frameworks, composes its Workload from the runtime in the
+    cluster (and names a missing one)."""
     ex = _atoll(cluster, "explain", "trainjob", f"{ns}/second", "--json")
     assert ex.returncode == 0, ex.stderr
     answer = json.loads(ex.stdout)
@@ -168,7 +169,7 @@ def _explain_and_what_if(cluster: KubeCluster, ns: str, rt: str, tmp: Path) -> N
     assert answer["state"] == "Pending"
     manifest = tmp / "third.yaml"
     manifest.write_text(json.dumps(trainjob("third", ns, rt)))
-    wi = _atoll(cluster, "what-if", str(manifest), "--json")
+    wi = _atoll(cluster, "what-if", str(manifest), "--set", FRAMEWORKS, "--json")
     assert wi.returncode == 0, wi.stderr
     (line,) = wi.stdout.splitlines()
     third = json.loads(line)
@@ -177,7 +178,7 @@ def _explain_and_what_if(cluster: KubeCluster, ns: str, rt: str, tmp: Path) -> N
     assert "nvidia.com/gpu" in third["atHead"]["message"]
     lost = tmp / "lost.yaml"
     lost.write_text(json.dumps(trainjob("lost", ns, "no-such-runtime")))
-    refused = _atoll(cluster, "what-if", str(lost))
+    refused = _atoll(cluster, "what-if", str(lost), "--set", FRAMEWORKS)
     assert refused.returncode == 2
     assert "spec.runtimeRef: ClusterTrainingRuntime 'no-such-runtime' not found" in refused.stderr
 
