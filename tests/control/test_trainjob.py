@@ -4,18 +4,21 @@ start and cut back at stop, a missing runtime named, and the TrainJob's JobSet l
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from typing import Any
 
 import pytest
 
-from atoll.api.jobset import JobSet
+from atoll.api.jobset import JobSet, ReplicatedJobStatus
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from atoll.api.workload import Admission, PodSetAssignment
+from atoll.api.workload import Admission, PodSetAssignment, Workload
 from atoll.control import jobframework as jf
 from atoll.control import trainjob as tj
 from atoll.control.integrations import TrainJobIntegration, enabled
-from tests.control.builders import GPU, cache_with_queue, controller_for
+from atoll.state import workloads as wls
+from tests.control.builders import GPU, cache_with_queue, controller_for, preempted
 from tests.control.fakes import FakeOwners
 
 
@@ -63,6 +66,7 @@ def trainjob(
     gpus: int | None = 8,
     runtime: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
+    overrides: list[dict[str, Any]] | None = None,
 ) -> TrainJob:
     trainer: dict[str, Any] = {}
     if num_nodes is not None:
@@ -84,6 +88,7 @@ def trainjob(
                 "suspend": True,
                 "runtimeRef": runtime or {"name": "torch"},
                 "trainer": trainer,
+                "podSpecOverrides": overrides or [],
             },
         }
     )
@@ -104,6 +109,86 @@ def test_pod_sets_follow_the_runtimes_replicated_jobs() -> None:
     _, node, _ = tj.pod_sets(trainjob(num_nodes=None, gpus=None), runtime)
     assert node.count == 3
     assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "1"  # type: ignore[union-attr]
+
+
+def flavor_pool_a(node_labels: dict[str, str]) -> ResourceFlavor:
+    return ResourceFlavor.from_dict(
+        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": node_labels}}
+    )
+
+
+def admitted_to_pool_a(wl: Workload) -> Workload:
+    """`wl` admitted whole to ClusterQueue `cq`, every pod set on flavor `pool-a`."""
+    admission = Admission(
+        cluster_queue="cq",
+        pod_set_assignments=tuple(
+            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
+            for ps in wl.spec.pod_sets
+        ),
+    )
+    return wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+
+
+SPOT = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_the_trainjobs_own_overrides_change_the_pod_sets_they_target() -> None:
+    overrides = [
+        {
+            "targetJobs": [{"name": "node"}, {"name": "helpers"}],
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [SPOT],
+            "schedulingGates": [{"name": "mine"}],
+            "containers": [{"name": "node", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}],
+        },
+        {"targetJobs": [{"name": "helpers"}], "nodeSelector": {"zone": "b", "disk": "ssd"}},
+    ]
+    init, node, helpers = tj.pod_sets(trainjob(overrides=overrides), cluster_runtime().spec)
+    assert init.template.spec.node_selector is None  # not a target
+    assert node.template.spec.node_selector == {"zone": "a"}
+    assert [t.to_dict() for t in node.template.spec.tolerations or ()] == [SPOT]
+    assert [g.name for g in node.template.spec.scheduling_gates or ()] == ["mine"]
+    mounts = node.template.spec.to_dict()["containers"][0]["volumeMounts"]
+    assert mounts == [{"name": "d", "mountPath": "/d"}]
+    assert str((node.template.spec.containers[0].resources.requests or {})[GPU]) == "8"  # type: ignore[union-attr]
+    # later overrides win key by key, in order
+    assert helpers.template.spec.node_selector == {"zone": "b", "disk": "ssd"}
+
+
+def test_the_admissions_own_overrides_are_not_read_back_into_the_pod_sets() -> None:
+    users = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"zone": "a"}}]
+    ours = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "a"}}]
+    started = trainjob(
+        overrides=[*users, *ours], annotations={"kueue.x-k8s.io/trainjob-override-idx": "1"}
+    )
+    runtime = cluster_runtime().spec
+    _, node, _ = tj.pod_sets(started, runtime)
+    assert node.template.spec.node_selector == {"zone": "a"}
+    wl = tj.build_workload(trainjob(overrides=users), runtime, {}, {})
+    assert tj.workload_mismatch(started, runtime, wl) is None
+
+
+async def test_start_keeps_the_users_node_selector_and_tolerations_beside_the_flavors() -> None:
+    fake = FakeOwners()
+    cache = cache_with_queue()
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    integration = TrainJobIntegration(fake, cache)
+    users = [
+        {"targetJobs": [{"name": "node"}], "nodeSelector": {"zone": "a"}, "tolerations": [SPOT]}
+    ]
+    obj = trainjob(overrides=users)
+    wl = admitted_to_pool_a(integration.compose(obj, cache))
+    pool = flavor_pool_a({"pool": "a"})
+    await integration.start(obj, wl, {"pool-a": pool})
+    ((_, _, overrides),) = fake.trainjob_writes
+    node = next(o for o in overrides if o["targetJobs"] == [{"name": "node"}])
+    # the admission's override replaces the tolerations list: the user's must stay in it
+    assert node["nodeSelector"] == {"zone": "a", "pool": "a"}
+    assert node["tolerations"] == [SPOT]
+    # a flavor that contradicts the user's node selector cannot start it
+    other = flavor_pool_a({"zone": "b"})
+    with pytest.raises(jf.StartConflictError, match="zone"):
+        await integration.start(obj, wl, {"pool-a": other})
 
 
 def test_the_workload_is_named_and_owned_as_kueue_does() -> None:
@@ -152,15 +237,67 @@ def test_a_changed_node_count_no_longer_matches_its_workload() -> None:
 
 
 def test_start_appends_one_override_per_pod_set_and_stop_cuts_them() -> None:
-    users = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"mine": "yes"}}]
+    users = [{"targetJobs": [{"name": "helpers"}], "nodeSelector": {"mine": "yes"}}]
     added = [{"targetJobs": [{"name": "node"}], "nodeSelector": {"pool": "a"}}]
-    merged, index = tj.started_overrides(users, None, added)
-    assert (merged, index) == ([*users, *added], 1)
+    merged, index, recorded = tj.started_overrides(users, None, added)
+    assert (merged, index, recorded) == ([*users, *added], 1, None)
     assert tj.stopped_overrides(merged, index) == users
     # A start after a start not cut (a stale index) replaces the admission's overrides.
-    again, index = tj.started_overrides(merged, 1, added)
+    again, index, _ = tj.started_overrides(merged, 1, added)
     assert (again, index) == ([*users, *added], 1)
     assert tj.stopped_overrides(users, None) == users
+
+
+def _targeted(overrides: list[dict[str, Any]]) -> list[str]:
+    return [t["name"] for o in overrides for t in o["targetJobs"]]
+
+
+def test_a_job_the_user_targets_is_named_by_one_override_only() -> None:
+    # Trainer v2.0 refuses a job in the targetJobs of two overrides: the user's override of
+    # `node` gives `node` up to the admission's, which carries the user's fields for it.
+    users = [
+        {
+            "targetJobs": [{"name": "node"}, {"name": "helpers"}],
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [SPOT],
+            "serviceAccountName": "trainer",
+            "schedulingGates": [{"name": "mine"}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+        {"targetJobs": [{"name": "node"}], "nodeSelector": {"disk": "ssd"}},
+    ]
+    added = [
+        {
+            "targetJobs": [{"name": "node"}],
+            "nodeSelector": {"zone": "a", "disk": "ssd", "pool": "a"},
+            "tolerations": [SPOT],
+            "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+        }
+    ]
+    merged, index, recorded = tj.started_overrides(users, None, added)
+    assert sorted(_targeted(merged)) == ["helpers", "node"]  # each once
+    assert recorded == users
+    assert index == 1
+    assert merged[0] == {**users[0], "targetJobs": [{"name": "helpers"}]}
+    ours = merged[1]
+    assert ours["nodeSelector"] == {"zone": "a", "disk": "ssd", "pool": "a"}
+    assert ours["serviceAccountName"] == "trainer"
+    assert ours["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert [g["name"] for g in ours["schedulingGates"]] == ["mine", "kueue.x-k8s.io/topology"]
+    # stop puts the user's list back as it was; a second start reads the recorded list
+    assert tj.stopped_overrides(merged, index, recorded) == users
+    assert tj.started_overrides(merged, index, added, recorded) == (merged, index, recorded)
+    # the pod sets of a started TrainJob read the user's overrides as recorded
+    started = trainjob(
+        overrides=merged,
+        annotations={
+            "kueue.x-k8s.io/trainjob-override-idx": str(index),
+            "atoll.dev/trainjob-user-overrides": json.dumps(recorded),
+        },
+    )
+    _, node, helpers = tj.pod_sets(started, cluster_runtime().spec)
+    assert node.template.spec.node_selector == {"zone": "a", "disk": "ssd"}
+    assert helpers.template.spec.node_selector == {"zone": "a"}
 
 
 async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
@@ -169,18 +306,8 @@ async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
     cache.cluster_training_runtimes["torch"] = cluster_runtime()
     integration = TrainJobIntegration(fake, cache)
     obj = trainjob()
-    wl = integration.compose(obj, cache)
-    pool = ResourceFlavor.from_dict(
-        {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}
-    )
-    admission = Admission(
-        cluster_queue="cq",
-        pod_set_assignments=tuple(
-            PodSetAssignment(name=ps.name, flavors={GPU: "pool-a"}, count=ps.count)
-            for ps in wl.spec.pod_sets
-        ),
-    )
-    wl = wl.model_copy(update={"status": wl.status.model_copy(update={"admission": admission})})
+    wl = admitted_to_pool_a(integration.compose(obj, cache))
+    pool = flavor_pool_a({"pool": "a"})
     await integration.start(obj, wl, {"pool-a": pool})
     ((key, what, overrides),) = fake.trainjob_writes
     assert (key, what) == ("ns/llm", "start")
@@ -195,6 +322,42 @@ async def test_start_carries_each_pod_sets_flavor_and_stop_is_written() -> None:
     admitted = trainjob(annotations={"kueue.x-k8s.io/trainjob-override-idx": "0"})
     assert integration.carries_admission(admitted)
     assert not integration.carries_admission(obj)
+
+
+async def test_an_evicted_trainjob_still_carrying_its_overrides_is_restored_once_idle() -> None:
+    # Suspended, but its overrides were not cut (Trainer refused while its jobs were active).
+    fake = FakeOwners()
+    integration = TrainJobIntegration(fake)
+    ctl = controller_for(integration, fake, gpus=16)  # type: ignore[arg-type]
+    ctl.cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    started = trainjob(annotations={"kueue.x-k8s.io/trainjob-override-idx": "0"})
+    wl = admitted_to_pool_a(integration.compose(started, ctl.cache))
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    conditions = wls.with_condition(
+        (), wls.QUOTA_RESERVED, status=True, reason="QuotaReserved", message="", now=now
+    )
+    conditions = wls.with_condition(
+        conditions, wls.ADMITTED, status=True, reason="Admitted", message="", now=now
+    )
+    wl = preempted(wl.model_copy(update={"status": wls.status_with(wl, conditions=conditions)}))
+    raw = wl.to_dict()
+    raw["metadata"] |= {"creationTimestamp": "2026-12-01T00:00:00Z", "resourceVersion": "1"}
+    wl = Workload.from_dict(raw)
+    fake.workloads[wls.wl_key(wl)] = wl
+    ctl.cache.set_workload(wl)
+    busy = started.model_copy(
+        update={
+            "status": started.status.model_copy(
+                update={"jobs_status": (ReplicatedJobStatus(name="node", active=1),)}
+            )
+        }
+    )
+    ctl.cache.trainjobs["ns/llm"] = busy
+    assert await ctl.reconcile("ns/llm") == 1.0  # its jobs still run: it waits for them
+    assert fake.trainjob_writes == []
+    ctl.cache.trainjobs["ns/llm"] = started
+    await ctl.reconcile("ns/llm")
+    assert fake.trainjob_writes[0] == ("ns/llm", "stop", ())
 
 
 async def test_a_trainjob_without_its_runtime_waits_with_a_warning() -> None:

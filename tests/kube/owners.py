@@ -1,8 +1,9 @@
-"""The custom owner kinds on the sandbox (JobSet, MPIJob) as the cluster tests read them: an
-owner's Workload, its pods and whether it is suspended; and the checks every kind shares
-(admitted whole with no pod before the admission and a second one waiting whole; preempted,
-suspended and its templates restored; left alone without a queue label); and the operator that
-manages a kind (`operator_for`, one fixture factory for every kind)."""
+"""The custom owner kinds on the sandbox (JobSet, MPIJob; TrainJob in its test) as the
+cluster tests read them: an owner's Workload, its pods and whether it is suspended; and the
+checks every kind shares (admitted whole with no pod before the admission and a second one
+waiting whole; preempted, suspended and its templates restored; left alone without a queue
+label); and the operator that manages a kind (`operator_for`, one fixture factory for every
+kind)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 Obj = dict[str, Any]
 
 
+def _templates_carry(obj: Obj, templates: Iterable[Obj]) -> bool:
+    del obj
+    return any(
+        WORKLOAD_ANNOTATION in (t.get("metadata", {}).get("annotations") or {}) for t in templates
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OwnerKind:
     kind: str
@@ -44,6 +52,12 @@ class OwnerKind:
     """The pod templates of an object."""
     finished: str
     """Condition the owner's controller sets when it succeeded."""
+    carries: Callable[[Obj, Iterable[Obj]], bool] = _templates_carry
+    """Whether the object (with its pod templates) still carries what starting it wrote
+    (default: a template's workload annotation; a TrainJob: its override index)."""
+
+    def carries_admission(self, obj: Obj) -> bool:
+        return self.carries(obj, list(self.templates(obj)))
 
     def get(self, cluster: KubeCluster, ns: str, name: str) -> Obj:
         got: Obj = get_json(cluster, "get", self.resource, name, "-n", ns)
@@ -123,6 +137,12 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
 """The `integrations.frameworks` (besides `batch/job`) an operator needs to manage a kind."""
 
 
+def frameworks_setting(kind: str) -> str:
+    """The `--set` value that enables the frameworks a `kind` needs (and `batch/job`)."""
+    frameworks = ", ".join(f'"{f}"' for f in ("batch/job", *FRAMEWORKS[kind]))
+    return f"integrations.frameworks=[{frameworks}]"
+
+
 def operator_for(
     name: str, kind: str, *, needs: tuple[str, ...] = (), wait_gone: bool = True
 ) -> Any:
@@ -132,7 +152,7 @@ def operator_for(
     Workloads owned by a `kind` must be gone (their namespaces deleted): the session's
     operator does not manage the kind, and those Workloads hold quota and topology domains
     while admitted."""
-    frameworks = ", ".join(f'"{f}"' for f in ("batch/job", *FRAMEWORKS[kind]))
+    setting = frameworks_setting(kind)
 
     @pytest.fixture(scope="module", name=name)
     def fixture(
@@ -144,7 +164,6 @@ def operator_for(
         for needed in needs:
             request.getfixturevalue(needed)
         log_dir = tmp_path_factory.mktemp(f"{kind.lower()}-operator")
-        setting = f"integrations.frameworks=[{frameworks}]"
         with replacing_operator(cluster, operator, log_dir, "--set", setting) as op:
             yield op
             if not wait_gone:
@@ -266,8 +285,10 @@ def check_preempted_and_restored(
     *,
     low: Obj,
     roles: dict[str, int],
+    started: Callable[[], None] | None = None,
 ) -> None:
-    """`low` (a priority `low-NS` object of these bound roles) runs; a high-priority Job
+    """`low` (a priority `low-NS` object of these bound roles) runs (and passes `started`); a
+    high-priority Job
     preempts it: it is suspended, its pods go, its Workload says Preempted and its pod
     templates are restored as they were created."""
     name = low["metadata"]["name"]
@@ -277,8 +298,9 @@ def check_preempted_and_restored(
         f"the low {kind.kind}'s pods to be bound",
         lambda: kind.bound(cluster, ns, name) == roles,
     )
-    started = list(kind.templates(kind.get(cluster, ns, name)))
-    assert any(WORKLOAD_ANNOTATION in (t["metadata"].get("annotations") or {}) for t in started)
+    assert kind.carries_admission(kind.get(cluster, ns, name))
+    if started is not None:
+        started()  # the kind's own checks of the running object
     create(cluster, b.job("urgent", ns, queue="q", pods=2, gpus=8, priority=f"high-{ns}"))
     cluster.wait_for(
         f"the low {kind.kind} to be suspended and its pods to go",
@@ -288,6 +310,10 @@ def check_preempted_and_restored(
     evicted = condition(kind.workload_of(cluster, ns, name), "Evicted")
     assert evicted is not None
     assert evicted["reason"] == "Preempted"
+    cluster.wait_for(
+        f"the low {kind.kind} to be restored",
+        lambda: not kind.carries_admission(kind.get(cluster, ns, name)),
+    )
     for tmpl in kind.templates(kind.get(cluster, ns, name)):
         assert WORKLOAD_ANNOTATION not in (tmpl["metadata"].get("annotations") or {})
         assert PODSET_LABEL not in (tmpl["metadata"].get("labels") or {})

@@ -2,11 +2,19 @@
 JobSet: a labelled TrainJob of 2 nodes × 8 GPUs on a ClusterTrainingRuntime is suspended at
 creation, its Workload admitted whole, and started through a pod spec override per pod set, so
 that the pods of the JobSet Trainer makes carry the flavor's node selector; a second one waits
-whole, suspended, with Kueue's quota message. The TrainJob's JobSet gets no Workload."""
+whole, suspended, with Kueue's quota message, which `atoll explain trainjob` finds, and `atoll
+what-if` composes a third from the runtime in the cluster. The TrainJob's JobSet gets no
+Workload. A TrainJob
+with its own pod spec override is admitted with it (its pods carry both node selectors) and,
+when preempted or when its Workload is deactivated, is suspended, its pods go and its
+overrides are put back as the user wrote them."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +28,14 @@ from tests.kube.conftest import (
     get_json,
     is_true,
 )
-from tests.kube.owners import OwnerKind, operator_for, queue
+from tests.kube.owners import (
+    Obj,
+    OwnerKind,
+    check_preempted_and_restored,
+    frameworks_setting,
+    operator_for,
+    queue,
+)
 from tests.sandbox.test_integrations import jobset_controller, trainer_controller
 
 pytestmark = pytest.mark.cluster
@@ -30,6 +45,7 @@ POOL = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 must carry them through the TrainJob's override into the JobSet's pods."""
 NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 OVERRIDE_IDX = "kueue.x-k8s.io/trainjob-override-idx"
+USER_OVERRIDES = "atoll.dev/trainjob-user-overrides"
 
 
 trainjob_operator = operator_for(
@@ -66,22 +82,45 @@ def runtime(name: str) -> dict[str, Any]:
     }
 
 
-def trainjob(name: str, namespace: str, runtime_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": {b.QUEUE_LABEL: "q"}},
-        "spec": {
-            "runtimeRef": {"name": runtime_name, "kind": "ClusterTrainingRuntime"},
-            "trainer": {
-                "numNodes": 2,
-                "resourcesPerNode": {
-                    "requests": {"cpu": "1", b.GPU: "8"},
-                    "limits": {b.GPU: "8"},
-                },
+def trainjob(
+    name: str,
+    namespace: str,
+    runtime_name: str,
+    *,
+    overrides: list[dict[str, Any]] | None = None,
+    priority: str | None = None,
+) -> dict[str, Any]:
+    labels = {b.QUEUE_LABEL: "q"}
+    if priority is not None:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    spec: dict[str, Any] = {
+        "runtimeRef": {"name": runtime_name, "kind": "ClusterTrainingRuntime"},
+        "trainer": {
+            "numNodes": 2,
+            "resourcesPerNode": {
+                "requests": {"cpu": "1", b.GPU: "8"},
+                "limits": {b.GPU: "8"},
             },
         },
     }
+    if overrides is not None:
+        spec["podSpecOverrides"] = overrides
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+BLOCK = {"topology.atoll.dev/block": "block-1"}
+"""The user's own override: a node selector of half the dgx nodes."""
+USERS = [{"targetJobs": [{"name": "node"}], "nodeSelector": BLOCK}]
+
+
+def _override_index(obj: Obj, templates: object) -> bool:
+    del templates
+    return OVERRIDE_IDX in (obj["metadata"].get("annotations") or {})
 
 
 TRAINJOB = OwnerKind(
@@ -92,6 +131,7 @@ TRAINJOB = OwnerKind(
     suspend_path=("suspend",),
     templates=lambda obj: [],  # its pod templates live in its runtime
     finished="Complete",
+    carries=_override_index,
 )
 
 
@@ -99,8 +139,45 @@ def workload_of(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any] | No
     return TRAINJOB.workload_of(cluster, ns, name)
 
 
+def _atoll(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atoll", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _explain_and_what_if(cluster: KubeCluster, ns: str, rt: str, tmp: Path) -> None:
+    """`atoll explain trainjob` finds the waiting TrainJob's Workload; `atoll what-if` of a
+    third, given the operator's frameworks, composes its Workload from the runtime in the
+    cluster (and names a missing one)."""
+    ex = _atoll(cluster, "explain", "trainjob", f"{ns}/second", "--json")
+    assert ex.returncode == 0, ex.stderr
+    answer = json.loads(ex.stdout)
+    assert answer["workload"].startswith(f"{ns}/trainjob-second-")
+    assert answer["state"] == "Pending"
+    manifest = tmp / "third.yaml"
+    manifest.write_text(json.dumps(trainjob("third", ns, rt)))
+    wi = _atoll(
+        cluster, "what-if", str(manifest), "--set", frameworks_setting("TrainJob"), "--json"
+    )
+    assert wi.returncode == 0, wi.stderr
+    (line,) = wi.stdout.splitlines()
+    third = json.loads(line)
+    assert third["ahead"] == [answer["workload"]]  # the second waits ahead of it
+    assert third["atHead"]["kind"] == "Pending"  # the first holds the GPUs it would need
+    assert "nvidia.com/gpu" in third["atHead"]["message"]
+    lost = tmp / "lost.yaml"
+    lost.write_text(json.dumps(trainjob("lost", ns, "no-such-runtime")))
+    refused = _atoll(cluster, "what-if", str(lost), "--set", frameworks_setting("TrainJob"))
+    assert refused.returncode == 2
+    assert "spec.runtimeRef: ClusterTrainingRuntime 'no-such-runtime' not found" in refused.stderr
+
+
 def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
-    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     del trainjob_operator
     cq = queue(cluster, namespace, gpus=24, node_labels=POOL)
@@ -153,7 +230,96 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         assert b.GPU in waiting["message"]
         assert TRAINJOB.suspended(cluster, namespace, "second")
         assert TRAINJOB.pods_of(cluster, namespace, "second") == []
+        _explain_and_what_if(cluster, namespace, rt, tmp_path)
     finally:
         for name in ("first", "second"):
             cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)
+        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+
+
+def _started_with_both_selectors(cluster: KubeCluster, ns: str, name: str) -> None:
+    """The TrainJob runs with atoll's override of `node` only (Trainer refuses a job named by
+    two overrides): the user's node selector, which the Workload's pod set carries, and the
+    flavor's labels; the user's list is recorded; its pods have both selectors."""
+    started = TRAINJOB.get(cluster, ns, name)
+    annotations = started["metadata"]["annotations"]
+    assert annotations[OVERRIDE_IDX] == "0"
+    assert json.loads(annotations[USER_OVERRIDES]) == USERS
+    (ours,) = started["spec"]["podSpecOverrides"]
+    assert ours["targetJobs"] == [{"name": "node"}]
+    assert ours["nodeSelector"] == {**BLOCK, **POOL}
+    wl = workload_of(cluster, ns, name)
+    assert wl is not None
+    assert wl["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] == BLOCK
+    for pod in TRAINJOB.pods_of(cluster, ns, name):
+        assert pod["spec"].get("nodeSelector") == {**BLOCK, **POOL}
+
+
+def test_a_preempted_trainjob_is_suspended_its_pods_go_and_its_overrides_are_cut_back(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    del trainjob_operator
+    queue(
+        cluster,
+        namespace,
+        gpus=16,
+        node_labels=POOL,
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )
+    rt = f"train-{namespace}"
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
+    try:
+        low = trainjob("low", namespace, rt, overrides=USERS, priority=f"low-{namespace}")
+        check_preempted_and_restored(
+            cluster,
+            TRAINJOB,
+            namespace,
+            low=low,
+            roles={"node": 2},
+            started=lambda: _started_with_both_selectors(cluster, namespace, "low"),
+        )
+        stopped = TRAINJOB.get(cluster, namespace, "low")
+        assert stopped["spec"]["podSpecOverrides"] == USERS
+    finally:
+        cluster.kubectl("delete", "trainjob", "low", "-n", namespace, check=False)
+        cluster.kubectl("delete", "job", "urgent", "-n", namespace, check=False)
+        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+
+
+def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    del trainjob_operator
+    queue(cluster, namespace, gpus=16, node_labels=POOL)
+    rt = f"train-{namespace}"
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
+    try:
+        assert create(cluster, trainjob("paused", namespace, rt, overrides=USERS)).returncode == 0
+        cluster.wait_for(
+            "the TrainJob's 2 pods to be bound",
+            lambda: TRAINJOB.bound(cluster, namespace, "paused") == {"node": 2},
+        )
+        _started_with_both_selectors(cluster, namespace, "paused")
+        wl = workload_of(cluster, namespace, "paused")
+        assert wl is not None
+        cluster.kubectl(
+            "patch", "workload", wl["metadata"]["name"], "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"active": False}}),
+        )  # fmt: skip
+        cluster.wait_for(
+            "the TrainJob to be suspended, its pods gone and its overrides cut back",
+            lambda: (
+                TRAINJOB.suspended(cluster, namespace, "paused")
+                and TRAINJOB.pods_of(cluster, namespace, "paused") == []
+                and not TRAINJOB.carries_admission(TRAINJOB.get(cluster, namespace, "paused"))
+            ),
+            timeout=90,
+        )
+        assert TRAINJOB.get(cluster, namespace, "paused")["spec"]["podSpecOverrides"] == USERS
+        evicted = condition(workload_of(cluster, namespace, "paused"), "Evicted")
+        assert evicted is not None
+        assert evicted["reason"] == "Deactivated"  # Kueue's reason for spec.active: false
+        assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
+    finally:
+        cluster.kubectl("delete", "trainjob", "paused", "-n", namespace, check=False)
         cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)

@@ -27,6 +27,11 @@ NODE_CONTAINER: Final = "node"
 """The trainer container whose resources `spec.trainer.resourcesPerNode` replaces."""
 OVERRIDE_IDX_ANNOTATION: Final = "kueue.x-k8s.io/trainjob-override-idx"
 """Index of the first pod spec override the admission appended (cut back there at stop)."""
+USER_OVERRIDES_ANNOTATION: Final = "atoll.dev/trainjob-user-overrides"
+"""The TrainJob's own pod spec overrides as they were before the admission's start took the
+admitted jobs out of their `targetJobs` (JSON; restored at stop). Trainer v2.0 refuses a job
+named by two overrides, so the admission's override of a job the user also targets carries
+the user's fields for it."""
 
 
 class RuntimeRef(ApiModel):

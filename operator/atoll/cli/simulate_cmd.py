@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from atoll.sim.scenario import (
     load_scenario,
     parse_duration,
 )
-from atoll.sim.whatif import WhatIf, what_if
+from atoll.sim.whatif import WhatIf, what_ifs
 
 JSON_SCHEMA_VERSION = 1
 
@@ -212,8 +212,8 @@ def print_policies(doc: Mapping[str, Any], console: Console) -> None:
         console.print(f"  Backfill {name}: {goal['value']} (bound {goal['bound']}): {mark}")
 
 
-def _live_what_if(job: KubeObject, args: argparse.Namespace) -> JobWhatIf | int:
-    """The live cluster's answer, or the exit code after saying what went wrong."""
+def _live_what_if(job: KubeObject, args: argparse.Namespace) -> list[JobWhatIf] | int:
+    """The live cluster's answers, or the exit code after saying what went wrong."""
     try:
         return live_what_if(job, args)
     except (KubeconfigError, ConfigurationError, NotQueuedError, ComposeError) as e:
@@ -231,47 +231,55 @@ def _what_if(args: argparse.Namespace) -> int:
         job = load_job(Path(args.job))
     except ScenarioError as e:
         return complain("what-if", e)
-    answer: WhatIf | JobWhatIf
+    answers: Sequence[WhatIf | JobWhatIf]
     if args.scenario:
         try:
             scn = read_scenario(Path(args.scenario))
             at = parse_duration(args.at) if args.at else 0.0
-            answer = what_if(scn, job, at=at)
+            answers = what_ifs(scn, job, at=at)
         except (ScenarioError, ValueError) as e:
             return complain("what-if", e)
     else:
         live = _live_what_if(job, args)
         if isinstance(live, int):
             return live
-        answer = live
-    print_answer(answer, as_json=args.json)
+        answers = live
+    for answer in answers:  # one per Workload: a LeaderWorkerSet's replica groups
+        print_answer(answer, as_json=args.json)
     return 0
 
 
 def _register_what_if(sub: Any) -> None:
     p = sub.add_parser(
         "what-if",
-        help="would this Job (JobSet, MPIJob, pod group) be admitted now, to which flavor, "
-        "whom would it preempt",
+        help="would this Job (JobSet, MPIJob, TrainJob, LeaderWorkerSet, pod group) be "
+        "admitted now, to which flavor, whom would it preempt",
         description=(
             "Adds the Job's Workload to a copy of the state and runs the operator's "
             "scheduling step on it once (quota, topology placement, preemption) without "
             "creating or changing anything: with --scenario, the scenario simulated "
             "up to --at; otherwise the live cluster of --kubeconfig (default $KUBECONFIG), "
-            "read-only, including topology and device placement."
+            "read-only, including topology and device placement. A TrainJob's pod sets "
+            "come from the TrainingRuntime or ClusterTrainingRuntime its spec.runtimeRef "
+            "names (in the scenario, or in the cluster); a LeaderWorkerSet gets one answer "
+            "per replica group (each group is one Workload, all added before any is asked)."
         ),
     )
     p.add_argument(
         "job",
-        help="a manifest of one batch/v1 Job, JobSet or MPIJob, or of the Pods of one pod "
-        "group (with kueue.x-k8s.io/queue-name)",
+        help="a manifest of one batch/v1 Job, JobSet, MPIJob, TrainJob or LeaderWorkerSet, "
+        "or of the Pods of one pod group (with kueue.x-k8s.io/queue-name)",
     )
     p.add_argument("--scenario", metavar="FILE", help="the cluster, queues and workload")
     p.add_argument("--at", metavar="DURATION", help="point of the scenario to ask at (0s)")
     p.add_argument(
         "--kubeconfig", metavar="FILE", help="live cluster to ask (default: $KUBECONFIG)"
     )
-    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the answer as JSON (one line per Workload)",
+    )
     add_configuration_options(p)
     p.set_defaults(func=_what_if)
 
@@ -285,14 +293,19 @@ def register(sub: Any) -> None:
         help="simulate a scenario offline with atoll's engine (and compare with greedy)",
         description=(
             "Discrete-event simulation of a scenario file (Kueue objects, a ClusterShape or "
-            "Nodes, batch/v1 Jobs, JobSets, MPIJobs and pod groups, each turned into its "
-            "Workload by the operator's adapter of its kind, among the kinds the scenario's "
-            "Configuration enables in integrations.frameworks) with the same cache, queues, "
-            "engine and Workload lifecycle as the operator. "
+            "Nodes, batch/v1 Jobs, JobSets, MPIJobs, TrainJobs with the TrainingRuntimes "
+            "and ClusterTrainingRuntimes they name, LeaderWorkerSets (one Workload per "
+            "replica group) and pod groups, each turned into its Workload by the "
+            "operator's adapter of its kind, among the kinds the scenario's Configuration "
+            "enables in integrations.frameworks) with the same cache, queues, engine and "
+            "Workload lifecycle as the operator. A TrainJob whose runtime is missing gets "
+            "no Workload and a note naming spec.runtimeRef, as the operator's event says. "
             "Kueue objects are checked as the API server checks them (schema, CEL rules, "
             "unknown fields; v1beta1 is refused with what to change); a wrong object or "
             "option ends the command with one line naming it and exit code 2. "
-            f"Annotations (on a Job, JobSet, MPIJob, or a pod group's first Pod): {annotations}."
+            "Annotations (on a Job, JobSet, MPIJob, TrainJob or LeaderWorkerSet, whose "
+            "every replica group then runs that long, or on a pod group's first Pod): "
+            f"{annotations}."
         ),
     )
     p.add_argument("scenario", help="scenario YAML (see examples/scenarios/)")

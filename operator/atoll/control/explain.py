@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -713,11 +713,20 @@ def _domains(placed: Placement | None) -> tuple[str, ...]:
 
 
 def what_if_workload(
-    cache: Cache, wl: Workload, now: float, fair_sharing: m.FairSharing | None = None
+    cache: Cache,
+    wl: Workload,
+    now: float,
+    fair_sharing: m.FairSharing | None = None,
+    *,
+    also: Sequence[Workload] = (),
 ) -> JobWhatIf:
-    """The next step's decision for `wl` were it created now (on a fork: the cache is unchanged)."""
+    """The next step's decision for `wl` were it created now, with `also` (the other
+    Workloads of its object: a LeaderWorkerSet's groups) created with it (on a fork: the
+    cache is unchanged)."""
     trial = Decider(fork(cache), fair_sharing)
     key = wls.wl_key(wl)
+    for other in also:
+        trial.cache.set_workload(other)
     trial.cache.set_workload(wl)
     answer = ask(trial, key, now)
     return JobWhatIf(

@@ -402,6 +402,10 @@ class JobController:
         evicted = wls.condition(wl, wls.EVICTED)
         if not self.kind.suspended(job):
             await self._stop(job, wl, evicted.message if evicted else "Not admitted")
+        elif self.kind.carries_admission(job) and self.kind.active_pods(job) == 0:
+            # a stop cut short after its suspend (Trainer refuses a TrainJob's override
+            # changes while its JobSet's jobs are active): restore it now that none is
+            await self.kind.stop(job, wl)
         if self.kind.active_pods(job) > 0:
             return 1.0  # quota is released only when no pod of the gang is active
         if not wls.has_quota(wl):

@@ -7,18 +7,26 @@ the runtime's template (a TrainingRuntime in the TrainJob's namespace or a
 ClusterTrainingRuntime, by `spec.runtimeRef`). The trainer step's job (labelled
 `trainer.kubeflow.org/trainjob-ancestor-step: trainer`) counts `spec.trainer.numNodes`, else
 the runtime's `mlPolicy.numNodes`, and `spec.trainer.resourcesPerNode` replaces the resources
-of its `node` container; any other job counts replicas × parallelism. Starting appends one
+of its `node` container; any other job counts replicas × parallelism. The TrainJob's own
+`spec.podSpecOverrides` (those before the admission's) change the pod templates first, as
+Trainer v2.0 builds the JobSet (pkg/runtime/core/trainingruntime.go, mergePodSpecOverrides):
+each override, in order, is merged into the pod spec of every replicated job its `targetJobs`
+names. Starting appends one
 `spec.podSpecOverrides` entry per pod set (node selector, tolerations, scheduling gates) and
 records the index of the first in `kueue.x-k8s.io/trainjob-override-idx`; stopping cuts the
-list back there.
+list back there. Trainer v2.0's webhook refuses a job named in the `targetJobs` of two
+overrides, so a job the user's own overrides target is taken out of them and its admission
+override carries the user's fields for it too; the user's list as it was is then recorded in
+`atoll.dev/trainjob-user-overrides` and put back at stop.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from atoll.api.core import PodTemplateSpec, PriorityClass
+from atoll.api.core import PodSpec, PodTemplateSpec, PriorityClass
 from atoll.api.jobset import ReplicatedJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.trainjob import (
@@ -29,6 +37,7 @@ from atoll.api.trainjob import (
     OVERRIDE_IDX_ANNOTATION,
     RUNTIME_KIND,
     TRAINER_STEP,
+    USER_OVERRIDES_ANNOTATION,
     TrainingRuntimeSpec,
     TrainJob,
 )
@@ -67,11 +76,119 @@ def _trainer_template(trainjob: TrainJob, template: PodTemplateSpec) -> PodTempl
     )
 
 
+_MERGE_KEYS = {"volumes": "name", "schedulingGates": "name"}
+"""Override lists merged into the pod spec's by key (the pod spec's strategic merge keys);
+`tolerations` replaces the list, as a strategic merge of a PodSpec does."""
+_CONTAINER_MERGE_KEYS = {"env": "name", "volumeMounts": "mountPath"}
+
+
+def _merged_list(
+    current: Sequence[Mapping[str, Any]], patch: Sequence[Mapping[str, Any]], key: str
+) -> list[dict[str, Any]]:
+    out = [dict(item) for item in current]
+    for item in patch:
+        at = next((i for i, old in enumerate(out) if old.get(key) == item.get(key)), None)
+        if at is None:
+            out.append(dict(item))
+        else:
+            out[at] = {**out[at], **item}
+    return out
+
+
+def _merged_containers(
+    current: Sequence[Mapping[str, Any]], patch: Sequence[Mapping[str, Any]], *, add: bool
+) -> list[dict[str, Any]]:
+    """The containers with each override's env and volume mounts merged in, by name; one
+    not there yet is added with `add` (merging overrides), else skipped (an override of a
+    container the runtime lacks is refused by Trainer's webhook)."""
+    out = [dict(c) for c in current]
+    for over in patch:
+        container = next((c for c in out if c.get("name") == over.get("name")), None)
+        if container is None:
+            if add:
+                out.append(dict(over))
+            continue
+        for field, key in _CONTAINER_MERGE_KEYS.items():
+            if over.get(field):
+                container[field] = _merged_list(container.get(field) or (), over[field], key)
+    return out
+
+
+def _targets(override: Mapping[str, Any], job: str) -> bool:
+    return any(t.get("name") == job for t in override.get("targetJobs") or ())
+
+
+def _merge(
+    spec: dict[str, Any], overrides: Sequence[Mapping[str, Any]], job: str, *, add: bool
+) -> bool:
+    """Merge every override targeting `job` into `spec` (a pod spec or an override, in JSON
+    form), in order; whether one did."""
+    changed = False
+    for over in overrides:
+        if not _targets(over, job):
+            continue
+        changed = True
+        if over.get("serviceAccountName") is not None:
+            spec["serviceAccountName"] = over["serviceAccountName"]
+        if over.get("nodeSelector"):
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **over["nodeSelector"]}
+        if over.get("tolerations"):
+            spec["tolerations"] = list(over["tolerations"])
+        for field, key in _MERGE_KEYS.items():
+            if over.get(field):
+                spec[field] = _merged_list(spec.get(field) or (), over[field], key)
+        for field in ("containers", "initContainers"):
+            if over.get(field):
+                spec[field] = _merged_containers(spec.get(field) or (), over[field], add=add)
+    return changed
+
+
+def recorded_user_overrides(annotations: Mapping[str, str] | None) -> list[dict[str, Any]] | None:
+    """The user's overrides recorded at start (None: none recorded, or unreadable)."""
+    raw = (annotations or {}).get(USER_OVERRIDES_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(o, dict) for o in value):
+        return None
+    return value
+
+
+def user_overrides(trainjob: TrainJob) -> tuple[Mapping[str, Any], ...]:
+    """The TrainJob's own pod spec overrides: as recorded at start, else all of them but the
+    admission's (from the recorded index on)."""
+    recorded = recorded_user_overrides(trainjob.metadata.annotations)
+    if recorded is not None:
+        return tuple(recorded)
+    current = trainjob.spec.pod_spec_overrides or ()
+    index = override_index(trainjob)
+    return tuple(current[:index] if index is not None else current)
+
+
+def overridden(
+    template: PodTemplateSpec, job: str, overrides: Sequence[Mapping[str, Any]]
+) -> PodTemplateSpec:
+    """The pod template of replicated job `job` with every override targeting it merged in,
+    in order: `nodeSelector` merged by key, `tolerations` and `serviceAccountName` replaced,
+    `volumes` and `schedulingGates` merged by name, and each named container's (and init
+    container's) `env` and `volumeMounts` merged (Trainer v2.0's `PodSpecOverride` fields;
+    it has no metadata, so no labels, and no resources)."""
+    spec = template.spec.to_dict()
+    if not _merge(spec, overrides, job, add=False):
+        return template
+    return template.model_copy(update={"spec": PodSpec.model_validate(spec)})
+
+
 def pod_sets(trainjob: TrainJob, runtime: TrainingRuntimeSpec) -> tuple[PodSet, ...]:
-    """One pod set per replicated job of the runtime's JobSet template, named after it."""
+    """One pod set per replicated job of the runtime's JobSet template, named after it, with
+    the TrainJob's own overrides applied."""
     out = []
+    overrides = user_overrides(trainjob)
     for rj in runtime.template.spec.replicated_jobs:
-        template = rj.template.spec.template
+        template = overridden(rj.template.spec.template, rj.name, overrides)
         count = js.pod_count(rj)
         if _is_trainer(rj):
             template = _trainer_template(trainjob, template)
@@ -174,16 +291,57 @@ def admission_overrides(plans: Mapping[str, jf.TemplateStart]) -> list[dict[str,
 
 
 def started_overrides(
-    current: Sequence[Mapping[str, Any]], index: int | None, added: Sequence[Mapping[str, Any]]
-) -> tuple[list[dict[str, Any]], int]:
-    """(the overrides after a start, the index to record): the user's own overrides (those
-    before a stale recorded index) followed by the admission's."""
-    kept = [dict(o) for o in (current[:index] if index is not None else current)]
-    return [*kept, *(dict(o) for o in added)], len(kept)
+    current: Sequence[Mapping[str, Any]],
+    index: int | None,
+    added: Sequence[Mapping[str, Any]],
+    recorded: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]] | None]:
+    """(the overrides after a start, the index to record, the user's overrides to record):
+    the user's own overrides (`recorded` at an earlier start, else those before a stale
+    recorded index) without the admitted jobs in their `targetJobs`, followed by the
+    admission's, each carrying first the user's fields for its job (Trainer v2.0 refuses a
+    job named by two overrides). The user's list is to be recorded when it was changed."""
+    if recorded is None:
+        recorded = current[:index] if index is not None else current
+    users = [dict(o) for o in recorded]
+    admitted = {t.get("name") for o in added for t in o.get("targetJobs") or ()}
+    kept = []
+    for over in users:
+        targets = [t for t in over.get("targetJobs") or () if t.get("name") not in admitted]
+        if len(targets) == len(over.get("targetJobs") or ()):
+            kept.append(over)
+        elif targets:
+            kept.append({**over, "targetJobs": targets})
+    ours = []
+    for admission in added:
+        job = str((admission.get("targetJobs") or [{}])[0].get("name", ""))
+        carried: dict[str, Any] = {}
+        _merge(carried, users, job, add=True)
+        ours.append(_with_admission(carried, admission))
+    return [*kept, *ours], len(kept), users if kept != users else None
+
+
+def _with_admission(users: dict[str, Any], admission: Mapping[str, Any]) -> dict[str, Any]:
+    """One override of a job: the user's fields for it, then the admission's (its node
+    selector merged in, its tolerations (the user's among them) and gates in their place)."""
+    out = {"targetJobs": admission["targetJobs"], **users}
+    if admission.get("nodeSelector"):
+        out["nodeSelector"] = {**(users.get("nodeSelector") or {}), **admission["nodeSelector"]}
+    if admission.get("tolerations"):
+        out["tolerations"] = admission["tolerations"]
+    if admission.get("schedulingGates"):
+        gates = users.get("schedulingGates") or ()
+        out["schedulingGates"] = _merged_list(gates, admission["schedulingGates"], "name")
+    return out
 
 
 def stopped_overrides(
-    current: Sequence[Mapping[str, Any]], index: int | None
+    current: Sequence[Mapping[str, Any]],
+    index: int | None,
+    recorded: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The overrides after a stop: cut back to the recorded index (none recorded: as is)."""
+    """The overrides after a stop: the user's as recorded at start, else cut back to the
+    recorded index (none recorded: as is)."""
+    if recorded is not None:
+        return [dict(o) for o in recorded]
     return [dict(o) for o in (current[:index] if index is not None else current)]

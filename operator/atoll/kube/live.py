@@ -2,12 +2,14 @@
 
 The same LISTs the operator makes at start (`bootstrap.load`: queue objects, Workloads,
 Jobs, priority classes, namespaces) plus what placement reads (Nodes, Pods, Topologies and
-the DRA objects), each parsed by the `atoll.api` models and stored through the same cache
-setters as the watch handlers. Read-only: nothing is written to the cluster.
+the DRA objects) and the kinds read for a managed kind (a TrainJob's training runtimes, so a
+TrainJob's Workload can be composed), each parsed by the `atoll.api` models and stored
+through the same cache setters as the watch handlers. Read-only: nothing is written to the cluster.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,9 +18,11 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from atoll.api.meta import KubeObject
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
+from atoll.kube.kinds import CUSTOM_KINDS, ReadKind
 from atoll.state.cache import Cache
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -60,6 +64,26 @@ async def _inventory(api: client.ApiClient, cache: Cache) -> None:
         bootstrap.each(kind.model, items, kind.upsert)
 
 
+async def _read_kinds(api: client.ApiClient, cache: Cache) -> None:
+    """One LIST of each kind read for a managed kind (`CustomKind.reads`: TrainingRuntimes,
+    ClusterTrainingRuntimes); none when the cluster does not serve it or the reader may not
+    list it (a TrainJob's what-if then says its runtime is missing)."""
+    custom = client.CustomObjectsApi(api)
+    for kind in CUSTOM_KINDS.values():
+        for read in kind.reads:
+            try:
+                items = await _optional(custom, read.group, read.version, read.plural)
+            except ApiException as e:
+                if e.status != 403:
+                    raise
+                items = []
+            bootstrap.each(read.model, items, functools.partial(_store, read, read.objects(cache)))
+
+
+def _store(read: ReadKind, objects: dict[str, Any], obj: KubeObject) -> None:
+    objects[read.key(obj)] = obj
+
+
 async def load_config(kubeconfig: Path | None, *, in_cluster: bool = False) -> None:
     """Client configuration from `kubeconfig`, else (with `in_cluster`, inside a pod) the
     pod's service account, else $KUBECONFIG or ~/.kube/config; raises ClusterReadError."""
@@ -79,6 +103,7 @@ async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cac
         async with client.ApiClient() as api:
             await bootstrap.load(api, cache, attempts=3)
             await _inventory(api, cache)
+            await _read_kinds(api, cache)
     except ApiException as e:
         raise ClusterReadError(f"cannot read the cluster: {e.status} {e.reason}") from e
     except (TimeoutError, OSError) as e:

@@ -103,6 +103,10 @@ def _override_index(raw: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
+def _recorded_overrides(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    return trainer_rules.recorded_user_overrides((raw.get("metadata") or {}).get("annotations"))
+
+
 def _mpijob_suspended(raw: dict[str, Any]) -> bool:
     return bool(((raw.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
@@ -712,15 +716,17 @@ class KubeWriter:
             if not raw["spec"].get("suspend"):
                 return None
             current = raw["spec"].get("podSpecOverrides") or []
-            merged, first = trainer_rules.started_overrides(
-                current, _override_index(raw), overrides
+            recorded = _recorded_overrides(raw)
+            merged, first, users = trainer_rules.started_overrides(
+                current, _override_index(raw), overrides, recorded
             )
-            if merged == current and _override_index(raw) == first:
+            if merged == current and _override_index(raw) == first and users == recorded:
                 return None
-            return {
-                "metadata": {"annotations": {trainjob.OVERRIDE_IDX_ANNOTATION: str(first)}},
-                "spec": {"podSpecOverrides": merged},
+            annotations = {
+                trainjob.OVERRIDE_IDX_ANNOTATION: str(first),
+                trainjob.USER_OVERRIDES_ANNOTATION: None if users is None else json.dumps(users),
             }
+            return {"metadata": {"annotations": annotations}, "spec": {"podSpecOverrides": merged}}
 
         def unsuspend(raw: dict[str, Any]) -> dict[str, Any] | None:
             if not raw["spec"].get("suspend") or _override_index(raw) is None:
@@ -738,9 +744,14 @@ class KubeWriter:
             if index is None:
                 return None
             current = raw["spec"].get("podSpecOverrides") or []
+            restored = trainer_rules.stopped_overrides(current, index, _recorded_overrides(raw))
+            annotations = {
+                trainjob.OVERRIDE_IDX_ANNOTATION: None,
+                trainjob.USER_OVERRIDES_ANNOTATION: None,
+            }
             return {
-                "metadata": {"annotations": {trainjob.OVERRIDE_IDX_ANNOTATION: None}},
-                "spec": {"podSpecOverrides": trainer_rules.stopped_overrides(current, index)},
+                "metadata": {"annotations": annotations},
+                "spec": {"podSpecOverrides": restored},
             }
 
         await self._patch_custom_retrying(_TRAINJOBS, key, build)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from atoll.api import labels as keys
 from atoll.api.configuration import Configuration
 from atoll.api.core import Job
+from atoll.api.trainjob import TrainingRuntime
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.inventory import Placement
@@ -142,6 +143,11 @@ def fill_cache(scn: Scenario) -> Cache:
         cache.set_priority_class(pc)
     for ns, ns_labels in scn.namespaces.items():
         cache.set_namespace(ns, ns_labels)
+    for rt in scn.training_runtimes:  # read by the TrainJob adapter, as the operator's watch
+        if isinstance(rt, TrainingRuntime):
+            cache.training_runtimes[wls.key_of(rt.namespace, rt.name)] = rt
+        else:
+            cache.cluster_training_runtimes[rt.name] = rt
     return cache
 
 

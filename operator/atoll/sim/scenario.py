@@ -4,10 +4,14 @@ A scenario file holds, in any order, Kueue's objects (ResourceFlavor, ClusterQue
 LocalQueue, WorkloadPriorityClass), PriorityClasses, Namespaces, the cluster (Nodes, or an
 `atoll.dev/v1alpha1` ClusterShape, inline or by reference), an optional Kueue
 `Configuration` (waitForPodsReady, fairSharing, integrations.frameworks) and the workloads:
-batch/v1 Jobs, JobSets (`jobset.x-k8s.io/v1alpha2`), MPIJobs (`kubeflow.org/v2beta1`) and
-plain Pods, which form pod groups by their `kueue.x-k8s.io/pod-group-name` label (a Pod
-without one is a group of itself). Each says when it arrives and how long it runs with
-annotations (`SCENARIO_ANNOTATIONS`; a pod group reads them from its first pod by name).
+batch/v1 Jobs, JobSets (`jobset.x-k8s.io/v1alpha2`), MPIJobs (`kubeflow.org/v2beta1`),
+TrainJobs (`trainer.kubeflow.org/v1alpha1`, with the TrainingRuntimes and
+ClusterTrainingRuntimes they name), LeaderWorkerSets (`leaderworkerset.x-k8s.io/v1`, one
+workload per replica group, as the operator makes one Workload per group) and plain Pods,
+which form pod groups by their `kueue.x-k8s.io/pod-group-name` label (a Pod without one is a
+group of itself). Each says when it arrives and how long it runs with annotations
+(`SCENARIO_ANNOTATIONS`; a pod group reads them from its first pod by name, each group of a
+LeaderWorkerSet from the LeaderWorkerSet: a serving group runs that long, then is gone).
 
 The sim layer cannot import the sandbox, so a ClusterShape is turned into Nodes by a
 `ShapeExpander` the caller passes (the CLI passes `atoll.sandbox.shapes`).
@@ -30,12 +34,15 @@ from atoll.api.configuration import Configuration
 from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.kinds import KUEUE_KINDS, MODELS
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
+from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from atoll.control import leaderworkerset as lws
 from atoll.control import podgroups as pg
 from atoll.state import tas
 from atoll.state.apivalidation import Problem, check_object, model_problems
@@ -106,8 +113,8 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimJob:
-    """A workload of the scenario (a Job, JobSet, MPIJob or pod group) with its arrival and
-    run time (seconds)."""
+    """A workload of the scenario (a Job, JobSet, MPIJob, TrainJob, pod group or a
+    LeaderWorkerSet's replica group) with its arrival and run time (seconds)."""
 
     job: KubeObject
     arrival: float
@@ -118,10 +125,14 @@ class SimJob:
     @property
     def key(self) -> str:
         """`namespace/name` of a Job; of another kind, prefixed with the kind
-        (`JobSet ns/name`, `pod group ns/name`)."""
+        (`JobSet ns/name`, `pod group ns/name`, `LeaderWorkerSet ns/name group 0`)."""
         name = f"{self.job.namespace or 'default'}/{self.job.name}"
         if isinstance(self.job, Job):
             return name
+        if isinstance(self.job, lws.ReplicaGroup):
+            owner = self.job.lws
+            where = f"{owner.namespace or 'default'}/{owner.name}"
+            return f"{owner.KIND} {where} group {self.job.index}"
         if isinstance(self.job, pg.PodGroup):
             return f"{'pod group' if self.job.grouped else 'Pod'} {name}"
         return f"{self.job.KIND} {name}"
@@ -139,6 +150,8 @@ class Scenario:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
+    training_runtimes: list[TrainingRuntime | ClusterTrainingRuntime] = field(default_factory=list)
+    """The TrainingRuntimes and ClusterTrainingRuntimes TrainJobs name (`spec.runtimeRef`)."""
     jobs: list[SimJob] = field(default_factory=list)
     config: Configuration = field(default_factory=Configuration)
     ignored: list[str] = field(default_factory=list)
@@ -165,7 +178,7 @@ def _job_copies(job: KubeObject, where: str, seq: int) -> list[SimJob]:
         else:
             raise ValueError(f"needs the annotation {RUN_DURATION} (or activeDeadlineSeconds)")
         if isinstance(job, pg.PodGroup) and REPEAT in ann:
-            raise ValueError(f"{REPEAT} is for Jobs, JobSets and MPIJobs, not for Pods")
+            raise ValueError(f"{REPEAT} is for Jobs and other owner kinds, not for Pods")
         repeat = int(ann.get(REPEAT, "1"))
         every = parse_duration(ann.get(REPEAT_EVERY, "0s"))
     except ValueError as e:
@@ -207,8 +220,15 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.nodes.append(obj)
         case Topology():
             scn.topologies.append(obj)
-        case Job() | JobSet() | MPIJob():
+        case Job() | JobSet() | MPIJob() | TrainJob():
             scn.jobs.extend(_job_copies(_namespaced(obj), where, len(scn.jobs)))
+        case LeaderWorkerSet():
+            for copy in _job_copies(_namespaced(obj), where, len(scn.jobs)):
+                scn.jobs.extend(_replica_groups(copy, len(scn.jobs)))
+        case TrainingRuntime():
+            scn.training_runtimes.append(_namespaced(obj))
+        case ClusterTrainingRuntime():
+            scn.training_runtimes.append(obj)
         case Pod():
             pod = _namespaced(obj)
             error = pg.total_count_error(pod)
@@ -220,6 +240,15 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
         case _:
             scn.ignored.append(f"{obj.KIND}/{obj.name}")
             scn.warnings.append(f"{where}: the simulator does not use {obj.KIND} objects; ignored")
+
+
+def _replica_groups(sj: SimJob, seq: int) -> list[SimJob]:
+    """A LeaderWorkerSet as its replica groups, each its own gang (the operator's one
+    Workload per group), all arriving and running as the LeaderWorkerSet says."""
+    return [
+        SimJob(job=group, arrival=sj.arrival, duration=sj.duration, seq=seq + index)
+        for index, group in enumerate(gangs_of(sj.job))
+    ]
 
 
 def _namespaced(obj: K) -> K:
@@ -336,15 +365,21 @@ def _duplicates(scn: Scenario, source: str) -> None:
     seen: set[tuple[str, str, str]] = set()
     groups: list[Iterable[KubeObject]] = [
         scn.flavors, scn.cluster_queues, scn.cohorts, scn.local_queues, scn.workload_classes,
-        scn.priority_classes, scn.nodes, scn.topologies, [j.job for j in scn.jobs],
+        scn.priority_classes, scn.nodes, scn.topologies, scn.training_runtimes,
+        [j.job for j in scn.jobs],
     ]  # fmt: skip
     for objects in groups:
         for obj in objects:
-            key = (obj.KIND, obj.metadata.namespace or "", obj.name)
+            kind, name = obj.KIND, obj.name
+            if isinstance(obj, lws.ReplicaGroup):
+                if obj.index:
+                    continue  # its LeaderWorkerSet is checked once, by its first group
+                kind, name = obj.lws.KIND, obj.lws.name
+            key = (kind, obj.metadata.namespace or "", name)
             if key in seen:
                 where = f"{key[1]}/{key[2]}" if key[1] else key[2]
                 raise ScenarioError(
-                    f"{source}: two {obj.KIND} objects named {where}: names must be unique"
+                    f"{source}: two {kind} objects named {where}: names must be unique"
                 )
             seen.add(key)
 
@@ -401,9 +436,21 @@ def load_scenario(path: Path, expand: ShapeExpander | None = None) -> Scenario:
     return from_documents(docs, name=path.stem, base=path.parent, expand=expand, source=str(path))
 
 
+def gangs_of(obj: KubeObject) -> list[KubeObject]:
+    """The objects the operator makes one Workload each for: a LeaderWorkerSet's replica
+    groups, else the object itself."""
+    if isinstance(obj, LeaderWorkerSet):
+        return [lws.group_of(obj, i, {}) for i in range(lws.replicas(obj))]
+    return [obj]
+
+
+WHAT_IF_KINDS = "batch/v1 Job, JobSet, MPIJob, TrainJob or LeaderWorkerSet"
+
+
 def load_job(path: Path) -> KubeObject:
     """The one workload of a manifest file (for what-if), checked like a scenario's: a
-    batch/v1 Job, a JobSet or an MPIJob, or the Pods of one pod group."""
+    batch/v1 Job, a JobSet, an MPIJob, a TrainJob or a LeaderWorkerSet, or the Pods of one
+    pod group."""
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except (OSError, yaml.YAMLError) as e:
@@ -415,8 +462,13 @@ def load_job(path: Path) -> KubeObject:
             raise not_an_object(raw, where)
         where = f"{where} ({_describe(raw)})"
         obj = parse_document(raw, where)
-        if not isinstance(obj, Job | JobSet | MPIJob | Pod):
-            raise ScenarioError(f"{where}: not a batch/v1 Job, JobSet, MPIJob or Pod")
+        if isinstance(obj, TrainingRuntime | ClusterTrainingRuntime):
+            raise ScenarioError(
+                f"{where}: a TrainJob's runtime is read from the scenario (--scenario) or the "
+                "cluster, not from the manifest"
+            )
+        if not isinstance(obj, Job | JobSet | MPIJob | TrainJob | LeaderWorkerSet | Pod):
+            raise ScenarioError(f"{where}: not a {WHAT_IF_KINDS}, or a Pod")
         objects.append(_namespaced(obj))
     pods = [o for o in objects if isinstance(o, Pod)]
     if len(objects) == 1 and not pods:
@@ -424,7 +476,7 @@ def load_job(path: Path) -> KubeObject:
     keys = {pg.group_key(p) for p in pods}
     if len(pods) != len(objects) or len(keys) != 1:
         raise ScenarioError(
-            f"{path}: expected one Job, JobSet or MPIJob, or the Pods of one pod group; found "
+            f"{path}: expected one {WHAT_IF_KINDS}, or the Pods of one pod group; found "
             f"{len(objects)} documents"
         )
     group = pg.group_of(keys.pop(), {p.name: p for p in pods})

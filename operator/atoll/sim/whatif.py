@@ -1,5 +1,5 @@
-"""What-if: would this Job (or JobSet, MPIJob, pod group) be admitted now, to which flavor,
-and whom would it preempt?
+"""What-if: would this Job (or JobSet, MPIJob, TrainJob, LeaderWorkerSet, pod group) be
+admitted now, to which flavor, and whom would it preempt?
 
 "Now" is a point in a scenario: the simulator runs the scenario up to `at` seconds, the
 object's Workload (composed by the operator's adapter of its kind) is added to that cache as
@@ -9,7 +9,8 @@ is run once on a fork (`state.whatif.ask`), without assuming anything. The answe
 step's decision for the Job; when another workload is ahead of it in its ClusterQueue, the
 answer also says what the decision would be were the Job at the head.
 If the quota admits it, its pods are tried on the nodes as they are then (bound, then
-released), to say whether they could all start.
+released), to say whether they could all start. A LeaderWorkerSet has one Workload per replica
+group (`scenario.gangs_of`): all are added, and the step is asked for each in turn.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.pods import Gang, Part, request, signature
-from atoll.sim.scenario import Scenario, ScenarioError
+from atoll.sim.scenario import Scenario, ScenarioError, gangs_of
 from atoll.state import convert
 from atoll.state import workloads as wls
 from atoll.state.whatif import ask, decision_json, describe
@@ -114,18 +115,33 @@ def add_job(sim: GangSimulator, job: KubeObject, at: float) -> str:
 def what_if(
     scn: Scenario, job: KubeObject, *, at: float = 0.0, settings: Settings | None = None
 ) -> WhatIf:
-    """The step's answer for `job` at time `at` of the scenario (nothing is assumed)."""
+    """The step's answer for `job` at time `at` of the scenario (nothing is assumed); for a
+    LeaderWorkerSet, its first group's (`what_ifs` answers for each)."""
+    return what_ifs(scn, job, at=at, settings=settings)[0]
+
+
+def what_ifs(
+    scn: Scenario, job: KubeObject, *, at: float = 0.0, settings: Settings | None = None
+) -> list[WhatIf]:
+    """The step's answer at time `at` of the scenario for each Workload the operator would
+    create for `job` (one; a LeaderWorkerSet's: one per replica group, all added before
+    any is asked), nothing assumed."""
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
-    key = add_job(sim, job, at)
-    answer = ask(sim.decider, key, sw.EPOCH + at)
-    return WhatIf(
-        job=wls.owner_job_key(sim.cache.workloads[key]) or key,
-        at=at,
-        cluster_queue=answer.cluster_queue,
-        ahead=answer.ahead,
-        decision=answer.decision,
-        at_head=answer.at_head,
-        pods_fit=_pods_fit(sim, key, answer.at_head),
-    )
+    added = [add_job(sim, gang, at) for gang in gangs_of(job)]
+    out = []
+    for key in added:
+        answer = ask(sim.decider, key, sw.EPOCH + at)
+        out.append(
+            WhatIf(
+                job=wls.owner_job_key(sim.cache.workloads[key]) or key,
+                at=at,
+                cluster_queue=answer.cluster_queue,
+                ahead=answer.ahead,
+                decision=answer.decision,
+                at_head=answer.at_head,
+                pods_fit=_pods_fit(sim, key, answer.at_head),
+            )
+        )
+    return out

@@ -1,7 +1,8 @@
 """The simulator's Workloads: composed from a scenario's objects by the operator's own
 adapters, and changed by the operator's own lifecycle rules.
 
-A scenario's Job, JobSet, MPIJob or pod group becomes the Workload the operator would create
+A scenario's Job, JobSet, MPIJob, TrainJob, pod group or LeaderWorkerSet replica group
+becomes the Workload the operator would create
 for it through the same `control/integrations.py` adapter (`Integration.compose`: its pod
 sets, priority, Kueue's `<kind>-<name>-<hash>` name, or the group's name), among the kinds the
 scenario's Configuration enables (`integrations.frameworks`, as the operator does). Its
@@ -23,6 +24,7 @@ from atoll.api.core import Job
 from atoll.api.meta import KubeObject
 from atoll.api.workload import Workload
 from atoll.control import integrations as ig
+from atoll.control import leaderworkerset as lws
 from atoll.control.jobframework import ComposeError
 from atoll.control.podgroups import PodGroup
 from atoll.state import lifecycle as lc
@@ -76,7 +78,8 @@ class Kinds:
 
     def of(self, obj: KubeObject) -> ig.Integration[KubeObject] | None:
         """The adapter of `obj`'s kind, None when its framework is not enabled."""
-        return next((k for k in self.enabled if isinstance(obj, k.model)), None)
+        # exact: a LeaderWorkerSet's group is a pod group, but not of the `pod` framework
+        return next((k for k in self.enabled if type(obj) is k.model), None)
 
     def compose(self, obj: KubeObject, cache: Cache, *, created: float | dt.datetime) -> Workload:
         """The Workload the operator creates for `obj` at `created` (sim seconds, or a wall
@@ -100,16 +103,30 @@ class Kinds:
 
 def framework_of(obj: KubeObject) -> str:
     """Kueue's framework name of an object's kind."""
+    if isinstance(obj, lws.ReplicaGroup):
+        return ig.LEADERWORKERSET
+    if isinstance(obj, PodGroup):
+        return ig.POD
     return {
         "Job": ig.BATCH_JOB,
         "JobSet": ig.JOBSET,
         "MPIJob": ig.MPIJOB,
-        "PodGroup": ig.POD,
-    }.get(obj.KIND if not isinstance(obj, PodGroup) else "PodGroup", obj.KIND)
+        "TrainJob": ig.TRAINJOB,
+    }.get(obj.KIND, obj.KIND)
 
 
 def with_uid(obj: KubeObject, uid: str) -> KubeObject:
-    """`obj` with `metadata.uid` (and, for a pod group, each pod's) set when missing."""
+    """`obj` with `metadata.uid` (and, for a pod group, each pod's; for a LeaderWorkerSet's
+    group, its LeaderWorkerSet's, shared by all its groups) set when missing."""
+    if isinstance(obj, lws.ReplicaGroup):
+        owner = obj.lws
+        if not owner.metadata.uid:
+            owner_uid = uid_of(owner)
+            owner = owner.model_copy(
+                update={"metadata": owner.metadata.model_copy(update={"uid": owner_uid})}
+            )
+        meta = obj.metadata.model_copy(update={"uid": owner.metadata.uid})
+        return obj.model_copy(update={"lws": owner, "metadata": meta})
     if isinstance(obj, PodGroup):
         pods = tuple(
             p
