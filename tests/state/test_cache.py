@@ -210,7 +210,8 @@ def test_changes_within_one_period_wake_parked_workloads_once() -> None:
     assert cache.requeue_at == NOW + P
     cache.queue_heads(NOW + P)
     assert cache.epoch == epoch + 1
-    assert not cache.requeue_requested and cache.requeue_at is None
+    assert not cache.requeue_requested
+    assert cache.requeue_at is None
     cache.park(key)
     cache.queue_heads(NOW + 3 * P)  # no change since: it stays parked
     assert key in cache.parked_keys()
@@ -255,7 +256,8 @@ def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:
     decider = Decider(cache)
     assert [type(x) for x in decider.decide(NOW)] == [d.Admit]
     (pending,) = decider.decide(NOW)
-    assert isinstance(pending, d.Pending) and pending.requeue is d.Requeue.INADMISSIBLE
+    assert isinstance(pending, d.Pending)
+    assert pending.requeue is d.Requeue.INADMISSIBLE
     assert wls.wl_key(waiting) in cache.parked_keys()
     t = NOW + 60
     cache.delete_workload(wls.wl_key(holder))  # its quota is released
@@ -263,7 +265,8 @@ def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:
     assert cache.next_requeue(t) == t + P
     assert decider.decide(t + P / 2) == ()
     (admit,) = decider.decide(t + P)  # ...and is tried a period later
-    assert isinstance(admit, d.Admit) and admit.workload == wls.wl_key(waiting)
+    assert isinstance(admit, d.Admit)
+    assert admit.workload == wls.wl_key(waiting)
 
 
 Step = tuple[float, str]
@@ -306,7 +309,8 @@ def test_the_requeue_is_batched_and_nothing_stays_parked_after_a_change(
             if cache.epoch != epoch:
                 assert cache.epoch == epoch + 1
                 assert changed_since_wake
-                assert seen is not None and t >= seen + P
+                assert seen is not None
+                assert t >= seen + P
                 assert last_wake is None or t - last_wake >= P
                 assert key not in cache.parked_keys()
                 epoch, last_wake, changed_since_wake, seen = cache.epoch, t, False, None
@@ -314,7 +318,8 @@ def test_the_requeue_is_batched_and_nothing_stays_parked_after_a_change(
                 assert t < seen + P  # due: it would have woken
     if changed_since_wake:
         at = cache.next_requeue(t)
-        assert at is not None and at <= max(t, seen or t) + P
+        assert at is not None
+        assert at <= max(t, seen or t) + P
         cache.queue_heads(t)
         cache.queue_heads(max(t, seen or t) + P)
         assert key not in cache.parked_keys()

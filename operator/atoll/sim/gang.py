@@ -405,7 +405,7 @@ class GangSimulator:
             return True
         if kind is Kind.REQUEUE_PARKED:
             self._requeue_at = None
-            return True  # the step wakes the parked workloads (`Cache.requeue_due`)
+            return self.cache.any_parked()  # the step wakes them (`Cache.requeue_due`)
         run = self._runs[key]
         if gen != run.gen or (kind is Kind.TIMEOUT and run.running):
             return False  # the gang was evicted, readmitted or finished since, or runs
@@ -524,7 +524,9 @@ class GangSimulator:
             at = sw.EPOCH + t + cache.requeue_period  # requested after the last step
         if at is None or at <= sw.EPOCH + t or not cache.any_parked():
             return
-        due = at - sw.EPOCH  # exact: both are within a factor of two of each other
+        due = round(at - sw.EPOCH, 6)  # simulated seconds, without the clock's rounding
+        if sw.EPOCH + due < at:
+            due = at - sw.EPOCH  # the step at `due` must see the requeue due
         if self._requeue_at != due:
             self._requeue_at = due
             self.clock.at(due, Kind.REQUEUE_PARKED, "")
