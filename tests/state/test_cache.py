@@ -66,6 +66,7 @@ def test_assumed_admissions_count_in_the_snapshot_until_forgotten() -> None:
 
 def _settled(cache: Cache) -> Cache:
     """`cache` after the requeue its own set-up requested (each queue object is a change)."""
+    cache.requeue_period = REQUEUE_BATCH_PERIOD  # atoll.batchedRequeue: true
     cache.requeue_due(NOW - REQUEUE_BATCH_PERIOD)
     cache.requeue_due(NOW)
     assert not cache.requeue_requested
@@ -243,8 +244,9 @@ def test_a_zero_period_wakes_parked_workloads_at_the_next_step() -> None:
 
 
 def test_the_long_requeue_interval_gate_gives_kueues_ten_seconds() -> None:
-    assert requeue_period(long_interval=False) == 1.0
-    assert requeue_period(long_interval=True) == 10.0
+    assert requeue_period(batched=False, long_interval=True) == 0.0
+    assert requeue_period(batched=True, long_interval=False) == 1.0
+    assert requeue_period(batched=True, long_interval=True) == 10.0
 
 
 def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:

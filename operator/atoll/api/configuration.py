@@ -636,6 +636,10 @@ class AtollSettings(ApiModel):
     """Log format: `auto`, `json` or `console`."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest level written to the log."""
+    batched_requeue: bool = False
+    """Requeue the Workloads parked as inadmissible in batches, 1 s after a change that may
+    let them fit, as Kueue does (its `requeueBatchPeriod`; 10 s with the feature gate
+    `SchedulerLongRequeueInterval`). Off: they are tried again at the next step."""
 
 
 def _default_namespace_selector(data: dict[str, Any]) -> LabelSelector:
@@ -754,7 +758,7 @@ class Configuration(ApiModel):
 
     @property
     def long_requeue_interval(self) -> bool:
-        """Whether parked (inadmissible) workloads are requeued in batches of 10 s rather
+        """Whether batched requeues of parked (inadmissible) workloads are 10 s apart rather
         than 1 s (Kueue's `SchedulerLongRequeueInterval` gate; off by default)."""
         return self.feature_gates.get(LONG_REQUEUE_INTERVAL_GATE, False)
 

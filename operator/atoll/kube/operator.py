@@ -94,7 +94,9 @@ def new_cache(cfg: Configuration) -> Cache:
     """An empty cache set up as the Configuration says (DRA device classes → quota)."""
     return Cache(
         device_classes=class_resources(cfg.resources.device_class_mappings),
-        requeue_period=requeue_period(cfg.long_requeue_interval),
+        requeue_period=requeue_period(
+            batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
+        ),
     )
 
 

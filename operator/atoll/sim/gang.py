@@ -127,7 +127,11 @@ def gpu_quota(scn: Scenario) -> dict[str, tuple[int, int | None]]:
 
 def fill_cache(scn: Scenario) -> Cache:
     """A Cache holding the scenario's queue objects, as the operator's handlers fill it."""
-    cache = Cache(requeue_period=requeue_period(scn.config.long_requeue_interval))
+    cfg = scn.config
+    period = requeue_period(
+        batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
+    )
+    cache = Cache(requeue_period=period)
     for f in scn.flavors:
         cache.set_flavor(f)
     for co in scn.cohorts:

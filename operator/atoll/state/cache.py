@@ -57,9 +57,12 @@ ISLAND_ATTRIBUTE = "gpu.atoll.dev/island"
 """Device attribute reported as "island" in placement messages (the sandbox's fake GPUs)."""
 
 
-def requeue_period(long_interval: bool) -> float:
-    """The batch period of the requeue of parked workloads (`Cache.requeue_period`), with
-    or without Kueue's `SchedulerLongRequeueInterval` gate."""
+def requeue_period(*, batched: bool, long_interval: bool) -> float:
+    """The batch period of the requeue of parked workloads (`Cache.requeue_period`): 0
+    unless batched (`atoll.batchedRequeue`), else Kueue's, with or without its
+    `SchedulerLongRequeueInterval` gate."""
+    if not batched:
+        return 0.0
     return LONG_REQUEUE_BATCH_PERIOD if long_interval else REQUEUE_BATCH_PERIOD
 
 
@@ -121,9 +124,10 @@ class Cache:
     epoch: int = 0
     """Bumped by the requeue of the parked workloads (`requeue_due`): a workload parked at an
     older epoch is awake."""
-    requeue_period: float = REQUEUE_BATCH_PERIOD
+    requeue_period: float = 0.0
     """Seconds from a change that may make parked workloads admissible (`bump`) to their
-    requeue; 0 requeues them at the next step."""
+    requeue; 0 (the default) requeues them at the next step, REQUEUE_BATCH_PERIOD is
+    Kueue's batching (`requeue_period`)."""
     requeue_requested: bool = False
     """A change since the last requeue may make parked workloads admissible (`bump`)."""
     requeue_at: float | None = None
