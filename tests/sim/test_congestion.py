@@ -31,10 +31,12 @@ from tests.sim.builders import (
 class WakeEverything(Decider):
     """The step as it was before queues were kept and no-op cycles skipped: the heads from
     `pending_by_queue` + `select_heads`, every parked workload tried again after a capacity
-    change, one head per queue and cycle."""
+    change (in the cache's batched requeue, `Cache.requeue_due`, as the step has it), one
+    head per queue and cycle."""
 
     def decide(self, now: float) -> tuple[d.Decision, ...]:
         cache = self.cache
+        cache.requeue_due(now)
         snapshot = cache.snapshot(self.fair_sharing)
         heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         self.checker.prune()
@@ -66,6 +68,7 @@ class CheckedHeads(Decider):
 
     def decide(self, now: float) -> tuple[d.Decision, ...]:
         cache = self.cache
+        cache.requeue_due(now)  # what `queue_heads` does first
         expected = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         assert [w for _, w in cache.queue_heads(now)] == expected
         return super().decide(now)

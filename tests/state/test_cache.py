@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.ordering import select_heads
 from atoll.state import workloads as wls
-from atoll.state.cache import Cache
+from atoll.state.cache import REQUEUE_BATCH_PERIOD, Cache, requeue_period
+from atoll.state.decide import Decider
 from tests.control.builders import cache_with_queue, job, workload_for
 
 NOW = 1_796_000_000.0
@@ -55,18 +60,32 @@ def test_assumed_admissions_count_in_the_snapshot_until_forgotten() -> None:
     epoch = cache.epoch
     cache.forget(key)
     assert key not in cache.snapshot().admitted
-    assert cache.epoch > epoch  # freed quota wakes parked workloads
+    assert cache.epoch == epoch  # freed quota wakes parked workloads, batched:
+    assert cache.requeue_requested  # (see test_a_change_wakes_parked_workloads_...)
+
+
+def _settled(cache: Cache) -> Cache:
+    """`cache` after the requeue its own set-up requested (each queue object is a change)."""
+    cache.requeue_period = REQUEUE_BATCH_PERIOD  # atoll.batchedRequeue: true
+    cache.requeue_due(NOW - REQUEUE_BATCH_PERIOD)
+    cache.requeue_due(NOW)
+    assert not cache.requeue_requested
+    return cache
 
 
 def test_parked_workloads_are_released_by_any_change() -> None:
-    cache = cache_with_queue()
+    cache = _settled(cache_with_queue())
     wl = workload_for(job("a"))
     cache.set_workload(wl)
     cache.park(wls.wl_key(wl))
     assert cache.parked_keys() == {wls.wl_key(wl)}
     cache.set_cluster_queue(cache.cluster_queues["cq"].model_copy(deep=True))
-    assert cache.parked_keys() == {wls.wl_key(wl)}  # same spec: nothing changed
+    assert not cache.requeue_requested  # same spec: nothing changed
     cache.bump()
+    assert cache.requeue_requested
+    cache.requeue_due(NOW + REQUEUE_BATCH_PERIOD)
+    assert cache.parked_keys() == {wls.wl_key(wl)}  # batched: a period after the request
+    cache.requeue_due(NOW + 2 * REQUEUE_BATCH_PERIOD)
     assert cache.parked_keys() == frozenset()
 
 
@@ -122,7 +141,7 @@ def test_a_preemptor_stays_the_head_of_a_best_effort_queue_until_admitted() -> N
     cache.park(big_key)  # inadmissible: small is the head and preempts
     assert _heads(cache) == [small.name]
     cache.preempting(small_key, "cq")
-    cache.bump()  # its victims' quota is released: big is back in the queue...
+    cache.wake_parked()  # its victims' quota is released: big is back in the queue...
     cache.set_workload(urgent)
     assert _heads(cache) == [small.name]  # ...but small keeps its turn, even over urgent
     cache.assume(small_key, _admission(2))
@@ -139,7 +158,7 @@ def test_a_parked_or_deleted_preemptor_gives_up_the_head() -> None:
     cache.preempting(wls.wl_key(small), "cq")
     cache.park(wls.wl_key(small))
     assert _heads(cache) == [big.name]
-    cache.bump()
+    cache.wake_parked()
     assert _heads(cache) == [small.name]
     cache.delete_workload(wls.wl_key(small))
     assert cache.preemptors == {}
@@ -152,3 +171,157 @@ def test_a_strict_fifo_queue_has_no_sticky_preemptor() -> None:
     cache.set_workload(small)
     cache.preempting(wls.wl_key(small), "cq")
     assert cache.preemptors == {}
+
+
+# -- the batched requeue of parked workloads (Kueue's requeueBatchPeriod) -----------------
+P = REQUEUE_BATCH_PERIOD
+
+
+def _parked(cache: Cache, name: str) -> str:
+    wl = workload_for(job(name))
+    cache.set_workload(wl)
+    key = wls.wl_key(wl)
+    cache.park(key)
+    return key
+
+
+def test_a_change_wakes_parked_workloads_a_period_after_the_step_that_sees_it() -> None:
+    cache = _settled(cache_with_queue())
+    key = _parked(cache, "a")
+    cache.bump()
+    assert cache.next_requeue(NOW) == NOW + P  # the loop's timer, before any step
+    cache.queue_heads(NOW)
+    assert key in cache.parked_keys()
+    assert cache.next_requeue(NOW + P / 2) == NOW + P
+    assert cache.queue_heads(NOW + P / 2) == []
+    assert key in cache.parked_keys()
+    (head,) = cache.queue_heads(NOW + P)
+    assert head[1].key == key
+    assert cache.next_requeue(NOW + P) is None
+
+
+def test_changes_within_one_period_wake_parked_workloads_once() -> None:
+    cache = _settled(cache_with_queue())
+    key = _parked(cache, "a")
+    epoch = cache.epoch
+    cache.bump()
+    cache.queue_heads(NOW)
+    cache.bump()  # a second release before the requeue: it joins the batch
+    cache.queue_heads(NOW + P / 2)
+    assert cache.requeue_at == NOW + P
+    cache.queue_heads(NOW + P)
+    assert cache.epoch == epoch + 1
+    assert not cache.requeue_requested
+    assert cache.requeue_at is None
+    cache.park(key)
+    cache.queue_heads(NOW + 3 * P)  # no change since: it stays parked
+    assert key in cache.parked_keys()
+
+
+def test_a_change_after_the_requeue_starts_a_new_period() -> None:
+    cache = _settled(cache_with_queue())
+    key = _parked(cache, "a")
+    cache.bump()
+    cache.queue_heads(NOW)
+    cache.queue_heads(NOW + P)
+    cache.park(key)  # tried again, still does not fit
+    cache.bump()
+    cache.queue_heads(NOW + 1.5 * P)
+    assert key in cache.parked_keys()
+    assert cache.requeue_at == NOW + 2.5 * P
+    cache.queue_heads(NOW + 2.5 * P)
+    assert key not in cache.parked_keys()
+
+
+def test_a_zero_period_wakes_parked_workloads_at_the_next_step() -> None:
+    cache = _settled(cache_with_queue())
+    cache.requeue_period = 0.0
+    key = _parked(cache, "a")
+    cache.bump()
+    assert cache.next_requeue(NOW) == NOW
+    cache.queue_heads(NOW)
+    assert key not in cache.parked_keys()
+
+
+def test_the_long_requeue_interval_gate_gives_kueues_ten_seconds() -> None:
+    assert requeue_period(batched=False, long_interval=True) == 0.0
+    assert requeue_period(batched=True, long_interval=False) == 1.0
+    assert requeue_period(batched=True, long_interval=True) == 10.0
+
+
+def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:
+    cache = _settled(cache_with_queue(gpus=8))
+    holder = workload_for(job("holder", pods=8), created="2026-12-01T00:00:00Z")
+    waiting = workload_for(job("waiting", pods=4), created="2026-12-01T00:01:00Z")
+    cache.set_workload(holder)
+    cache.set_workload(waiting)
+    decider = Decider(cache)
+    assert [type(x) for x in decider.decide(NOW)] == [d.Admit]
+    (pending,) = decider.decide(NOW)
+    assert isinstance(pending, d.Pending)
+    assert pending.requeue is d.Requeue.INADMISSIBLE
+    assert wls.wl_key(waiting) in cache.parked_keys()
+    t = NOW + 60
+    cache.delete_workload(wls.wl_key(holder))  # its quota is released
+    assert decider.decide(t) == ()  # the parked workload waits for the batch...
+    assert cache.next_requeue(t) == t + P
+    assert decider.decide(t + P / 2) == ()
+    (admit,) = decider.decide(t + P)  # ...and is tried a period later
+    assert isinstance(admit, d.Admit)
+    assert admit.workload == wls.wl_key(waiting)
+
+
+Step = tuple[float, str]
+"""(seconds since the previous step, what happens: "bump", "park" or "step")"""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.5]),
+            st.sampled_from(["bump", "park", "step"]),
+        ),
+        max_size=30,
+    )
+)
+def test_the_requeue_is_batched_and_nothing_stays_parked_after_a_change(
+    steps: list[Step],
+) -> None:
+    """Wakes are a period apart at least, each follows a change, and a workload parked
+    before a change is awake at the first step a period after the step that saw it."""
+    cache = _settled(cache_with_queue())
+    key = _parked(cache, "a")
+    t, epoch = NOW, cache.epoch
+    last_wake: float | None = None
+    changed_since_wake = False
+    seen: float | None = None  # the first step after a change that is not served yet
+    for dt, what in steps:
+        t += dt
+        if what == "bump":
+            cache.bump()
+            changed_since_wake = True
+        elif what == "park":
+            if key not in cache.parked_keys():
+                cache.park(key)
+        else:
+            if changed_since_wake and seen is None:
+                seen = t
+            cache.queue_heads(t)
+            if cache.epoch != epoch:
+                assert cache.epoch == epoch + 1
+                assert changed_since_wake
+                assert seen is not None
+                assert t >= seen + P
+                assert last_wake is None or t - last_wake >= P
+                assert key not in cache.parked_keys()
+                epoch, last_wake, changed_since_wake, seen = cache.epoch, t, False, None
+            elif seen is not None:
+                assert t < seen + P  # due: it would have woken
+    if changed_since_wake:
+        at = cache.next_requeue(t)
+        assert at is not None
+        assert at <= max(t, seen or t) + P
+        cache.queue_heads(t)
+        cache.queue_heads(max(t, seen or t) + P)
+        assert key not in cache.parked_keys()

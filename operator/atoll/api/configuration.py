@@ -96,6 +96,8 @@ SERVICE_ACCOUNT_NAMESPACE_FILE: Final = Path(
 DEFAULT_NAMESPACE: Final = "kueue-system"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 DISABLE_WAIT_FOR_PODS_READY_GATE: Final = "DisableWaitForPodsReady"
+LONG_REQUEUE_INTERVAL_GATE: Final = "SchedulerLongRequeueInterval"
+"""Kueue's alpha gate: requeue inadmissible workloads in batches of 10 s instead of 1 s."""
 KNOWN_FRAMEWORKS: Final = frozenset(
     {
         "batch/job",
@@ -634,6 +636,10 @@ class AtollSettings(ApiModel):
     """Log format: `auto`, `json` or `console`."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest level written to the log."""
+    batched_requeue: bool = False
+    """Requeue the Workloads parked as inadmissible in batches, 1 s after a change that may
+    let them fit, as Kueue does (its `requeueBatchPeriod`; 10 s with the feature gate
+    `SchedulerLongRequeueInterval`). Off: they are tried again at the next step."""
 
 
 def _default_namespace_selector(data: dict[str, Any]) -> LabelSelector:
@@ -696,7 +702,8 @@ class Configuration(ApiModel):
     resources: Resources = Field(default_factory=Resources)
     """Quota resource handling (excluded prefixes, DRA device class mappings)."""
     feature_gates: dict[str, bool] = Field(default_factory=dict)
-    """Kueue feature gates; atoll reads `DisableWaitForPodsReady`."""
+    """Kueue feature gates; atoll reads `DisableWaitForPodsReady` and
+    `SchedulerLongRequeueInterval`."""
     webhook: ControllerWebhook = Field(default_factory=ControllerWebhook)
     """Admission webhook server."""
     leader_election: LeaderElection = Field(default_factory=LeaderElection)
@@ -748,6 +755,12 @@ class Configuration(ApiModel):
     def wait_for_pods_ready_enabled(self) -> bool:
         """Whether waitForPodsReady applies (it does unless `DisableWaitForPodsReady` is set)."""
         return not self.feature_gates.get(DISABLE_WAIT_FOR_PODS_READY_GATE, False)
+
+    @property
+    def long_requeue_interval(self) -> bool:
+        """Whether batched requeues of parked (inadmissible) workloads are 10 s apart rather
+        than 1 s (Kueue's `SchedulerLongRequeueInterval` gate; off by default)."""
+        return self.feature_gates.get(LONG_REQUEUE_INTERVAL_GATE, False)
 
     @property
     def fair_sharing_enabled(self) -> bool:

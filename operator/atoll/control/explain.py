@@ -483,10 +483,13 @@ def _requeued(wl: Workload, now: float) -> Workload:
 
 
 def finished(base: Decider, gone: Iterable[str]) -> Decider:
-    """A fork of `base` where the workloads `gone` finished: deleted, their pods gone."""
+    """A fork of `base` where the workloads `gone` finished: deleted, their pods gone, and
+    the parked workloads woken at once (the question is whether it would fit, not when the
+    batched requeue would try it)."""
     trial = base.fork()
     for key in gone:
         _finish(trial.cache, key)
+    trial.cache.wake_parked()
     return trial
 
 

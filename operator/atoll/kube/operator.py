@@ -43,7 +43,7 @@ from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
-from atoll.state.cache import Cache
+from atoll.state.cache import Cache, requeue_period
 from atoll.state.devicequota import class_resources
 
 LWS_KIND = leaderworkerset.LeaderWorkerSet.KIND
@@ -92,7 +92,12 @@ def job_settings(cfg: Configuration, framework: str = integrations.BATCH_JOB) ->
 
 def new_cache(cfg: Configuration) -> Cache:
     """An empty cache set up as the Configuration says (DRA device classes → quota)."""
-    return Cache(device_classes=class_resources(cfg.resources.device_class_mappings))
+    return Cache(
+        device_classes=class_resources(cfg.resources.device_class_mappings),
+        requeue_period=requeue_period(
+            batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
+        ),
+    )
 
 
 def fair_sharing(cfg: Configuration) -> m.FairSharing | None:

@@ -19,6 +19,9 @@ class Kind(IntEnum):
     ARRIVE = 4
     PODS = 5
     """Greedy mode: the Job controller creates the next batch of pods."""
+    REQUEUE_PARKED = 6
+    """The batched requeue of the parked (inadmissible) workloads is due
+    (`state.cache.Cache.requeue_due`): the step runs then."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -38,7 +38,7 @@ from atoll.sim.scenario import Scenario, SimJob
 from atoll.state import convert
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
-from atoll.state.cache import Cache
+from atoll.state.cache import Cache, requeue_period
 from atoll.state.decide import Decider
 from atoll.state.placing import assignments
 
@@ -128,7 +128,11 @@ def gpu_quota(scn: Scenario) -> dict[str, tuple[int, int | None]]:
 
 def fill_cache(scn: Scenario) -> Cache:
     """A Cache holding the scenario's queue objects, as the operator's handlers fill it."""
-    cache = Cache()
+    cfg = scn.config
+    period = requeue_period(
+        batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
+    )
+    cache = Cache(requeue_period=period)
     for f in scn.flavors:
         cache.set_flavor(f)
     for co in scn.cohorts:
@@ -198,6 +202,8 @@ class GangSimulator:
     _expired: set[str] = field(default_factory=set)
     """Deactivated for their maximum execution time, not evicted yet (a step is due)."""
     _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
+    _requeue_at: float | None = None
+    """When the scheduled REQUEUE_PARKED event is due."""
     _drains: bool = False
     _topology: bool = False
     """A flavor has a topologyName: atoll places gangs on the inventory (as the operator
@@ -407,6 +413,9 @@ class GangSimulator:
         if kind is Kind.ARRIVE:
             self._arrive(key, t)
             return True
+        if kind is Kind.REQUEUE_PARKED:
+            self._requeue_at = None
+            return self.cache.any_parked()  # the step wakes them (`Cache.requeue_due`)
         run = self._runs[key]
         if gen != run.gen or (kind is Kind.TIMEOUT and run.running):
             return False  # the gang was evicted, readmitted or finished since, or runs
@@ -516,6 +525,22 @@ class GangSimulator:
             seen.add((key, holding))
         self._place_waiting(t)
 
+    def _requeue_parked(self, t: float) -> None:
+        """An event for the batched requeue of the parked workloads, when one is due (as
+        the live loop's timer, `Cache.next_requeue`)."""
+        cache = self.cache
+        at = cache.requeue_at  # on the step's clock: sw.EPOCH + simulated seconds
+        if at is None and cache.requeue_requested:
+            at = sw.EPOCH + t + cache.requeue_period  # requested after the last step
+        if at is None or at <= sw.EPOCH + t or not cache.any_parked():
+            return
+        due = round(at - sw.EPOCH, 6)  # simulated seconds, without the clock's rounding
+        if sw.EPOCH + due < at:
+            due = at - sw.EPOCH  # the step at `due` must see the requeue due
+        if self._requeue_at != due:
+            self._requeue_at = due
+            self.clock.at(due, Kind.REQUEUE_PARKED, "")
+
     def _sample(self, t: float) -> None:
         values = {f"usage/{cq}": v for cq, v in self._usage.items()}
         values.update({f"pending/{cq}": v for cq, v in self._pending.items()})
@@ -553,6 +578,7 @@ class GangSimulator:
                 continue
             end = nxt
             self._settle(nxt)
+            self._requeue_parked(nxt)
             self._sample(nxt)
             if self.progress is not None:
                 self.progress(self._finished, len(self._all), nxt)

@@ -47,9 +47,23 @@ from atoll.state.queues import PendingQueues, QueueKey
 from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
+"""Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
+REQUEUE_BATCH_PERIOD = 1.0
+"""Seconds from a change that may make parked (inadmissible) workloads admissible to their
+requeue: Kueue v0.17's `requeueBatchPeriod` (pkg/cache/queue/inadmissible_workloads.go)."""
+LONG_REQUEUE_BATCH_PERIOD = 10.0
+"""The period with Kueue's alpha feature gate `SchedulerLongRequeueInterval`."""
 ISLAND_ATTRIBUTE = "gpu.atoll.dev/island"
 """Device attribute reported as "island" in placement messages (the sandbox's fake GPUs)."""
-"""Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
+
+
+def requeue_period(*, batched: bool, long_interval: bool) -> float:
+    """The batch period of the requeue of parked workloads (`Cache.requeue_period`): 0
+    unless batched (`atoll.batchedRequeue`), else Kueue's, with or without its
+    `SchedulerLongRequeueInterval` gate."""
+    if not batched:
+        return 0.0
+    return LONG_REQUEUE_BATCH_PERIOD if long_interval else REQUEUE_BATCH_PERIOD
 
 
 def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
@@ -108,7 +122,17 @@ class Cache:
     queues: PendingQueues = field(default_factory=PendingQueues)
     """The pending workloads by queue, in queue order (see `queue_heads`)."""
     epoch: int = 0
-    """Bumped by every change that can make a parked workload admissible."""
+    """Bumped by the requeue of the parked workloads (`requeue_due`): a workload parked at an
+    older epoch is awake."""
+    requeue_period: float = 0.0
+    """Seconds from a change that may make parked workloads admissible (`bump`) to their
+    requeue; 0 (the default) requeues them at the next step, REQUEUE_BATCH_PERIOD is
+    Kueue's batching (`requeue_period`)."""
+    requeue_requested: bool = False
+    """A change since the last requeue may make parked workloads admissible (`bump`)."""
+    requeue_at: float | None = None
+    """When the requested requeue is due: `requeue_period` after the first step that saw the
+    request (the step's clock; the cache reads none)."""
     inventory: ClusterInventory = field(
         default_factory=lambda: ClusterInventory(island_attribute=ISLAND_ATTRIBUTE)
     )
@@ -151,8 +175,28 @@ class Cache:
 
     # -- queue objects (each change may make parked workloads admissible) -----------------
     def bump(self) -> None:
+        """Something changed that may make parked workloads admissible: request their
+        requeue. As Kueue, the requeue is batched (`requeue_due`): changes within one
+        period wake the parked workloads once, not once per change."""
+        self.requeue_requested = True
+
+    def requeue_due(self, now: float) -> None:
+        """The batched requeue at `now`, the step's clock. A request not timed yet is due
+        `requeue_period` from now; changes before it is due join it; when it is due, every
+        parked workload is woken at once (Kueue's requeuer, whose delaying queue keeps the
+        earliest time of a request made again before it is due)."""
+        if self.requeue_requested and self.requeue_at is None:
+            self.requeue_at = now + self.requeue_period
+        if self.requeue_at is not None and self.requeue_at <= now:
+            self.wake_parked()
+
+    def wake_parked(self) -> None:
+        """Wake every parked workload now (a new epoch); what-if copies that ask about
+        capacity, not timing, call it directly."""
         self.epoch += 1
         self.parked.clear()
+        self.requeue_requested = False
+        self.requeue_at = None
 
     def _queues_changed(self) -> None:
         self._structure = None
@@ -316,14 +360,16 @@ class Cache:
 
     def _recount_devices(self, namespace: str, template: str) -> None:
         """Workloads that get claims from this template are converted again (their device
-        quota, or why it cannot be counted, may have changed) and tried again."""
+        quota, or why it cannot be counted, may have changed) and tried again at once, as
+        after a change of their own spec (not in the batched requeue of `bump`)."""
         if not self.device_classes:
             return
         for key, wl in self.workloads.items():
             if wl.namespace == namespace and devicequota.uses_template(wl, template):
                 self._engine_workloads.pop(key, None)
                 self._dirty.add(key)
-                self.queues.touch(key)
+                self.parked.pop(key, None)
+                self.queues.renew(key)
         self.bump()
 
     def _devices(self, wl: Workload) -> tuple[dict[str, dict[str, int]], str | None]:
@@ -508,12 +554,18 @@ class Cache:
         return at is None or at <= now
 
     def next_requeue(self, now: float) -> float | None:
-        """The earliest future requeueAt among pending workloads (for the loop's timer)."""
+        """The earliest future time a pending workload may be tried again (for the loop's
+        timer): a requeueAt (backoff), or the batched requeue of the parked workloads (a
+        request not timed yet is due a period after the step at `now` sees it)."""
         times = [
             t
             for key in self._waiting
             if (t := wls.requeue_at(self.workloads[key])) is not None and t > now
         ]
+        if self.requeue_at is not None:
+            times.append(max(now, self.requeue_at))
+        elif self.requeue_requested:
+            times.append(now + self.requeue_period)
         return min(times) if times else None
 
     def pending_by_queue(self, now: float) -> dict[m.ClusterQueueName, list[m.Workload]]:
@@ -552,6 +604,10 @@ class Cache:
         known = cq if cq and cq in self.cluster_queues else None
         return wl, self._queues_version, queued, known, wls.requeue_at(wl)
 
+    def any_parked(self) -> bool:
+        """Whether a workload may be parked now (cheaper than `parked_keys`)."""
+        return self.queues.any_parked(self.epoch, self.parked)
+
     def parked_keys(self) -> frozenset[m.WorkloadKey]:
         return frozenset(m.WorkloadKey(k) for k in self.queues.parked_keys(self.epoch, self.parked))
 
@@ -560,6 +616,7 @@ class Cache:
         """(queue, workload) of the first unparked workload of every queue at `now`, by
         queue name: what `select_heads(pending_by_queue(now), parked_keys())` gives, from
         queues kept up to date instead of grouped and sorted again."""
+        self.requeue_due(now)
         q = self.queues
         if q.version != self._queues_version:
             q.dirty |= q.rebuild(self._queues_version, self.epoch, self.parked)

@@ -186,6 +186,13 @@ class PendingQueues:
                 out.update(k for k in q.entry if self.seq[k] <= m[1])
         return out
 
+    def any_parked(self, epoch: int, parked: MutableMapping[str, int]) -> bool:
+        """Whether a workload may be parked at `epoch` (a queue's marker may cover only
+        workloads that left it: then this says yes)."""
+        return any(e == epoch for e in parked.values()) or any(
+            q.marker is not None and q.marker[0] == epoch and q.entry for q in self.groups.values()
+        )
+
     # -- heads ----------------------------------------------------------------------------
     def heads(self, epoch: int, parked: MutableMapping[str, int]) -> Iterator[tuple[str, str]]:
         """(group, key) of the first unparked workload of every queue, by group name."""
