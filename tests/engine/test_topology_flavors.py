@@ -28,6 +28,7 @@ from atoll.engine.model import (
     ResourceFlavor,
     WorkloadKey,
 )
+from atoll.engine.reservedhosts import Fence
 from tests.engine.builders import (
     by_workload,
     cluster_queue,
@@ -62,7 +63,8 @@ class FakePlacer:
     answers: dict[tuple[str, str], str] = field(default_factory=dict)
     asked: list[tuple[str, str]] = field(default_factory=list)
 
-    def place(self, admit: Admit) -> Admit | Preempt | Pending:
+    def place(self, admit: Admit, fence: Fence | None = None) -> Admit | Preempt | Pending:
+        del fence  # no backfill reservations here
         name, flavor = admit.workload.split("/", 1)[1], _flavor_of(admit)
         self.asked.append((name, flavor))
         match self.answers.get((name, flavor), FIT):
