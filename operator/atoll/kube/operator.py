@@ -1,6 +1,6 @@
 """`atoll run`: the operator process. The watches (atoll's own for the busy and core kinds,
-kopf's for the kinds a cluster may not serve) and the webhook run on every replica; the leader also runs the scheduling loop,
-the Job reconcilers and the queue status writer."""
+kopf's for the kinds a cluster may not serve) and the webhook run on every replica; the leader
+also runs the scheduling loop, the Job reconcilers and the queue status writer."""
 
 from __future__ import annotations
 
