@@ -14,6 +14,7 @@ it between awaits).
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, Node, Pod, PriorityClass
+from atoll.api.core import Job, Node, Pod, PodSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.labels import (
     MANAGED_LABEL,
@@ -49,6 +50,9 @@ from atoll.state.cache import Cache
 log = structlog.get_logger("atoll.handlers")
 K = TypeVar("K", bound=KubeObject)
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+JSON_SEPARATORS = (",", ":")
+POD_SPECS = 1024
+"""Parsed pod specs kept by their JSON text (the pods of a Job share theirs until bound)."""
 OWN_INVENTORY = (("", "v1", "nodes"), ("", "v1", "pods"))
 """Inventory kinds watched by atoll's own loops (`register_watches`), not by kopf."""
 
@@ -276,21 +280,20 @@ class Digests:
         self._view = view
         self._digests: dict[str, int] = {}
 
-    def changed(self, key: str, body: Mapping[str, Any]) -> bool:
-        """Whether `body` differs from the object last `seen` under `key`."""
-        return self._digests.get(key) != self._digest(body)
+    def new(self, key: str, body: Mapping[str, Any]) -> int | None:
+        """The digest of `body` when it differs from the one last `seen` under `key`, else
+        None (nothing to do)."""
+        digest = hash(json.dumps(self._view(body), separators=JSON_SEPARATORS))
+        return None if self._digests.get(key) == digest else digest
 
-    def seen(self, key: str, body: Mapping[str, Any]) -> None:
-        self._digests[key] = self._digest(body)
+    def seen(self, key: str, digest: int) -> None:
+        self._digests[key] = digest
 
     def forget(self, key: str) -> None:
         self._digests.pop(key, None)
 
     def keys(self) -> list[str]:
         return list(self._digests)
-
-    def _digest(self, body: Mapping[str, Any]) -> int:
-        return hash(json.dumps(self._view(body), separators=(",", ":")))
 
 
 def _conditions(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -387,12 +390,13 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            if not jobs.changed(key, body):
+            digest = jobs.new(key, body)
+            if digest is None:
                 return
             parsed = _parse(Job, body)
             if parsed is None:
                 return
-            jobs.seen(key, body)
+            jobs.seen(key, digest)
             c.set_job(parsed)
         w.jobs.add(key)
 
@@ -405,12 +409,13 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             nodes.forget(name)
             c.inventory.delete_node(name)
         else:
-            if not nodes.changed(name, body):
+            digest = nodes.new(name, body)
+            if digest is None:
                 return
             parsed = _parse(Node, body)
             if parsed is None:
                 return
-            nodes.seen(name, body)
+            nodes.seen(name, digest)
             c.inventory.upsert_node(parsed)
         _capacity_changed(w)
 
@@ -427,10 +432,23 @@ def _pods(watches: Watches, w: Wiring) -> None:
     pods = Digests(pod_view)
     last: dict[str, Pod] = {}
     """The last state of the pods `_kept` needs, by key."""
+    specs: OrderedDict[str, PodSpec] = OrderedDict()
 
-    def parse(key: str, type: str | None, body: Mapping[str, Any]) -> Pod | None:
-        if type != "DELETED":
-            return _parse(Pod, body) if pods.changed(key, body) else None
+    def parse(body: Mapping[str, Any]) -> Pod | None:
+        """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
+        text = json.dumps(body.get("spec"), separators=JSON_SEPARATORS)
+        spec = specs.get(text)
+        if spec is not None:
+            specs.move_to_end(text)
+            return _parse(Pod, {**body, "spec": spec})
+        pod = _parse(Pod, body)
+        if pod is not None:
+            specs[text] = pod.spec
+            if len(specs) > POD_SPECS:
+                specs.popitem(last=False)
+        return pod
+
+    def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
         pods.forget(key)
         known = last.pop(key, None)
         # a re-list reports a pod gone with only its name: its last state stands in
@@ -438,14 +456,17 @@ def _pods(watches: Watches, w: Wiring) -> None:
 
     def pod(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
-        parsed = parse(key, type, body)
-        if parsed is None:
-            return
         deleted = type == "DELETED"
         if deleted:
+            parsed = gone(key, body)
+            if parsed is None:
+                return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            pods.seen(key, body)
+            digest = pods.new(key, body)
+            if digest is None or (parsed := parse(body)) is None:
+                return
+            pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
                 last[key] = parsed
