@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from atoll.api.core import Job, JobStatus, Node, NodeStatus, Pod, PodCondition, PodStatus
 from atoll.api.labels import MANAGED_LABEL
 from atoll.api.meta import KubeObject
-from atoll.control.ungater import Ungater
-from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers
 from atoll.kube.watch import Watches
+from atoll.state.cache import Cache
+from tests.kube.wiring import bare_wiring
 
 CONDITION = {
     "type": "Ready",
@@ -135,9 +135,9 @@ def _fields(model: type[Any]) -> set[str]:
 
 
 def test_the_views_read_every_status_field_the_models_keep() -> None:
-    assert _fields(PodStatus) == {"phase", "conditions", "resourceClaimStatuses"}
+    assert _fields(PodStatus) == {*handlers.POD_STATUS_FIELDS, "conditions"}
     assert _fields(JobStatus) == {*handlers.JOB_STATUS_FIELDS, "conditions"}
-    assert _fields(NodeStatus) == {"capacity", "allocatable", "conditions"}
+    assert _fields(NodeStatus) == {*handlers.NODE_STATUS_FIELDS, "conditions"}
     assert _fields(PodCondition) == {"type", "status", "reason", "message"}
 
 
@@ -147,50 +147,42 @@ def _without_version(obj: KubeObject) -> KubeObject:
     )
 
 
+def _edited(
+    kind: str, edits: list[Edit]
+) -> tuple[KubeObject, KubeObject, handlers.Digests, dict[str, Any]]:
+    """The model of the kind's base object and of the object edited, the digests having
+    seen the base object, and the edited object."""
+    base, model, view = KINDS[kind]
+    new = copy.deepcopy(dict(base))
+    for edit in edits:
+        edit(new)
+    digests = handlers.Digests(view)
+    digests.seen("k", digests.new("k", base) or 0)
+    return model.from_dict(base), model.from_dict(new), digests, new
+
+
 @given(st.sampled_from(sorted(KINDS)), st.data())
 def test_an_event_changing_only_ignored_fields_is_dropped_and_would_parse_the_same(
     kind: str, data: st.DataObject
 ) -> None:
-    base, model, view = KINDS[kind]
     edits = data.draw(st.lists(st.sampled_from(IGNORED[kind]), min_size=1, unique=True))
-    new = copy.deepcopy(dict(base))
-    for edit in edits:
-        edit(new)
-    digests = handlers.Digests(view)
-    digests.seen("k", digests.new("k", base) or 0)
+    before, after, digests, new = _edited(kind, edits)
     assert digests.new("k", new) is None
-    assert _without_version(model.from_dict(new)) == _without_version(model.from_dict(base))
+    assert _without_version(after) == _without_version(before)
 
 
 @given(st.sampled_from(sorted(KINDS)), st.data())
 def test_an_event_changing_a_read_field_is_handled(kind: str, data: st.DataObject) -> None:
-    base, model, view = KINDS[kind]
     edits = data.draw(st.lists(st.sampled_from(READ[kind]), min_size=1, unique=True))
-    new = copy.deepcopy(dict(base))
-    for edit in edits:
-        edit(new)
-    digests = handlers.Digests(view)
-    digests.seen("k", digests.new("k", base) or 0)
+    before, after, digests, new = _edited(kind, edits)
     assert digests.new("k", new) is not None
-    assert model.from_dict(new) != model.from_dict(base)
+    assert after != before
 
 
 def _pod_watch() -> tuple[Callable[[str | None, Mapping[str, Any]], None], list[Any]]:
-    from atoll.state.cache import Cache  # noqa: PLC0415
-
     cache = Cache()
     seen: list[tuple[Pod, bool]] = []
-    wiring = handlers.Wiring(
-        cache=cache,
-        wake=lambda: None,
-        jobs=WorkQueue("jobs"),
-        queues_changed=lambda: None,
-        ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
-        pods=WorkQueue("pods"),
-        seen_workload=lambda _wl: None,
-        gone_workload=lambda _key: None,
-        group_pod=lambda pod, deleted: seen.append((pod, deleted)),
-    )
+    wiring = bare_wiring(cache, group_pod=lambda pod, deleted: seen.append((pod, deleted)))
     watches = Watches()
     handlers.register_watches(watches, wiring)
     pods = next(w for r, w in watches.watches.items() if r.plural == "pods")

@@ -289,6 +289,19 @@ class Digests:
     def seen(self, key: str, digest: int) -> None:
         self._digests[key] = digest
 
+    def parse(
+        self, key: str, body: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], K | None]
+    ) -> K | None:
+        """`parse(body)` when `body` changed what its model reads since the last event of
+        `key` (None when it did not, or cannot be parsed)."""
+        digest = self.new(key, body)
+        if digest is None:
+            return None
+        parsed = parse(body)
+        if parsed is not None:
+            self.seen(key, digest)
+        return parsed
+
     def forget(self, key: str) -> None:
         self._digests.pop(key, None)
 
@@ -309,16 +322,21 @@ def _meta_view(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
 
 
-def job_view(body: Mapping[str, Any]) -> object:
-    """What `Job` reads of a Job (its status without `terminating`, timestamps of
-    conditions, …)."""
-    status = body.get("status") or {}
-    return (
-        _meta_view(body),
-        body.get("spec"),
-        [status.get(f) for f in JOB_STATUS_FIELDS],
-        _conditions(status),
-    )
+def model_view(*status_fields: str) -> Callable[[Mapping[str, Any]], object]:
+    """What a model reads of an object: its metadata but the resourceVersion and the
+    managedFields, its spec, the `status_fields` of its status and its conditions without
+    their times."""
+
+    def view(body: Mapping[str, Any]) -> object:
+        status = body.get("status") or {}
+        return (
+            _meta_view(body),
+            body.get("spec"),
+            [status.get(f) for f in status_fields],
+            _conditions(status),
+        )
+
+    return view
 
 
 JOB_STATUS_FIELDS = (
@@ -330,30 +348,13 @@ JOB_STATUS_FIELDS = (
     "completionTime",
     "uncountedTerminatedPods",
 )
-
-
-def pod_view(body: Mapping[str, Any]) -> object:
-    """What `Pod` reads of a pod (not its container statuses, IPs, condition times)."""
-    status = body.get("status") or {}
-    return (
-        _meta_view(body),
-        body.get("spec"),
-        status.get("phase"),
-        _conditions(status),
-        status.get("resourceClaimStatuses"),
-    )
-
-
-def node_view(body: Mapping[str, Any]) -> object:
-    """What `Node` reads of a node (not its heartbeats, images, addresses, …)."""
-    status = body.get("status") or {}
-    return (
-        _meta_view(body),
-        body.get("spec"),
-        status.get("capacity"),
-        status.get("allocatable"),
-        _conditions(status),
-    )
+POD_STATUS_FIELDS = ("phase", "resourceClaimStatuses")
+"""Not its container statuses, IPs, start time."""
+NODE_STATUS_FIELDS = ("capacity", "allocatable")
+"""Not its heartbeats, images, addresses."""
+job_view = model_view(*JOB_STATUS_FIELDS)
+pod_view = model_view(*POD_STATUS_FIELDS)
+node_view = model_view(*NODE_STATUS_FIELDS)
 
 
 def _kept(pod: Pod) -> bool:
@@ -390,13 +391,9 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            digest = jobs.new(key, body)
-            if digest is None:
-                return
-            parsed = _parse(Job, body)
+            parsed = jobs.parse(key, body, lambda raw: _parse(Job, raw))
             if parsed is None:
                 return
-            jobs.seen(key, digest)
             c.set_job(parsed)
         w.jobs.add(key)
 
@@ -409,13 +406,9 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             nodes.forget(name)
             c.inventory.delete_node(name)
         else:
-            digest = nodes.new(name, body)
-            if digest is None:
-                return
-            parsed = _parse(Node, body)
+            parsed = nodes.parse(name, body, lambda raw: _parse(Node, raw))
             if parsed is None:
                 return
-            nodes.seen(name, digest)
             c.inventory.upsert_node(parsed)
         _capacity_changed(w)
 
@@ -463,10 +456,9 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            digest = pods.new(key, body)
-            if digest is None or (parsed := parse(body)) is None:
+            parsed = pods.parse(key, body, parse)
+            if parsed is None:
                 return
-            pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
                 last[key] = parsed
