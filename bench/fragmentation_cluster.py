@@ -34,6 +34,7 @@ from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
 from atoll.sandbox.shapes import DRA_DRIVER, ISLAND_ATTRIBUTE, load_shape
+from queue_manifests import queue_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = REPO / "examples" / "clusters" / "pcie-bridged-pairs.yaml"
@@ -67,36 +68,15 @@ def _template(ns: str) -> dict[str, Any]:
 
 
 def _queue(ns: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "pairs"},
-            "spec": {"nodeLabels": {"atoll.dev/node-group": "pcie"}},
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "pairs"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {"name": "pairs", "resources": [{"name": "cpu", "nominalQuota": 1000}]}
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": ns},
-            "spec": {"clusterQueue": "pairs"},
-        },
-    ]
+    return queue_manifests(
+        namespace=ns,
+        flavor="pairs",
+        cluster_queue="pairs",
+        local_queue="q",
+        quota={"cpu": 1000},
+        flavor_spec={"nodeLabels": {"atoll.dev/node-group": "pcie"}},
+        create_namespace=False,
+    )
 
 
 def _job(name: str, ns: str, pods: int, run: str, queued: bool) -> dict[str, Any]:

@@ -28,42 +28,16 @@ from rich.console import Console
 from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
+from queue_manifests import queue_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "bench"
 
 
 def _queue(gpus: int) -> list[dict[str, Any]]:
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "rf"},
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "cq"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {"name": "rf", "resources": [{"name": "cpu", "nominalQuota": gpus}]}
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": NS},
-            "spec": {"clusterQueue": "cq"},
-        },
-    ]
+    return queue_manifests(
+        namespace=NS, flavor="rf", cluster_queue="cq", local_queue="q", quota={"cpu": gpus}
+    )
 
 
 def _job(i: int) -> dict[str, Any]:

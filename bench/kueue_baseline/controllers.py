@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -281,15 +280,8 @@ def build_kueue(version: str, log: object = print) -> Path:
 
 
 def kueue_module_dir(version: str) -> Path:
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"sigs.k8s.io/kueue@{version}"],
-        cwd=KUEUE_MODULE_DIR,
-        env=dict(os.environ, **GO_ENV),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(json.loads(done.stdout)["Dir"])
+    """Kueue's source at `version`, as the bench's wrapper module pins it."""
+    return binaries.module_source("kueue", "sigs.k8s.io/kueue", version, cwd=KUEUE_MODULE_DIR)
 
 
 class Kueue(Controller):

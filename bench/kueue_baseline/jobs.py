@@ -42,7 +42,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(REPO / "operator")]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator")]
 
 from controllers import (  # noqa: E402
     Atoll,
@@ -64,6 +64,7 @@ from atoll.sandbox import integrations, shapes  # noqa: E402
 from atoll.sandbox.cluster import Sandbox  # noqa: E402
 from atoll.sandbox.kwok import RUN_DURATION_ANNOTATION  # noqa: E402
 from atoll.sandbox.processes import free_port  # noqa: E402
+from queue_manifests import queue_manifests  # noqa: E402
 from run import print_profile  # noqa: E402
 
 console = Console(stderr=True)
@@ -118,39 +119,13 @@ class KueueWithJobs(Kueue):
 
 
 def queues(gpus: int) -> list[dict[str, Any]]:
-    quota = [
-        {"name": "cpu", "nominalQuota": 100_000},
-        {"name": "memory", "nominalQuota": "100Ti"},
-        {"name": GPU, "nominalQuota": gpus},
-    ]
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "h100"},
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "gpus"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": [q["name"] for q in quota],
-                        "flavors": [{"name": "h100", "resources": quota}],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "team", "namespace": NS},
-            "spec": {"clusterQueue": "gpus"},
-        },
-    ]
+    return queue_manifests(
+        namespace=NS,
+        flavor="h100",
+        cluster_queue="gpus",
+        local_queue="team",
+        quota={"cpu": 100_000, "memory": "100Ti", GPU: gpus},
+    )
 
 
 def job(name: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -21,12 +21,12 @@ import kopf
 import pytest
 import yaml
 
-from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers, webhook
 from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
+from tests.kube.wiring import bare_wiring
 
 KUBE = Path(__file__).resolve().parents[2] / "operator" / "atoll" / "kube"
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
@@ -86,16 +86,7 @@ LIVE_ONLY = {"live.py"}
 def _watched() -> set[Grant]:
     cache = Cache()
     registry = kopf.OperatorRegistry()
-    wiring = handlers.Wiring(
-        cache=cache,
-        wake=lambda: None,
-        jobs=WorkQueue("jobs"),
-        queues_changed=lambda: None,
-        ungater=Ungater(cache, None, None, None),  # type: ignore[arg-type]
-        pods=WorkQueue("pods"),
-        seen_workload=lambda _wl: None,
-        gone_workload=lambda _key: None,
-    )
+    wiring = bare_wiring(cache)
     handlers.register(registry, wiring)
     for kind in CUSTOM_KINDS.values():  # every integration
         handlers.register_kind(registry, wiring, WorkQueue(kind.plural), kind)

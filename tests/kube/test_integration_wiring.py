@@ -20,10 +20,11 @@ ALL = (*BOTH, "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset")
 
 
 def _watched(op: Operator) -> set[str]:
+    """The plurals watched, by kopf or by atoll's own loops."""
     return {
         h.selector.any_name or h.selector.plural or ""
         for h in op._kopf._watching.get_all_handlers()
-    }
+    } | {resource.plural for resource in op.watches.watches}
 
 
 def _operator(api: client.ApiClient, frameworks: tuple[str, ...]) -> Operator:

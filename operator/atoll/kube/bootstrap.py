@@ -49,12 +49,14 @@ async def load(
     cache: Cache,
     *,
     attempts: int | None = None,
-    versions: dict[str, str] | None = None,
+    versions: dict[tuple[str, str, str], str] | None = None,
 ) -> dict[str, int]:
     """List everything atoll reads, retrying while the API server is unreachable or warming
     up (e.g. a CRD whose storage initializes), at most `attempts` times (None: until it
     answers); return how many objects of each kind were loaded. `versions` receives the
-    resourceVersion of each Kueue kind's list, by plural (a watch can start there)."""
+    resourceVersion of the list of each Kueue kind and of Jobs, by (group, version, plural):
+    their watches start there, so that a watch's own start-up listing cannot hand the cache
+    an older state than the one the reconcilers already acted on."""
     return await retry.call(
         lambda: _load(api, cache, versions if versions is not None else {}),
         what="initial listing",
@@ -62,14 +64,16 @@ async def load(
     )
 
 
-async def _load(api: client.ApiClient, cache: Cache, versions: dict[str, str]) -> dict[str, int]:
+async def _load(
+    api: client.ApiClient, cache: Cache, versions: dict[tuple[str, str, str], str]
+) -> dict[str, int]:
     custom = client.CustomObjectsApi(api)
     counts: dict[str, int] = {}
 
     async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
         raw = await custom.list_cluster_custom_object(GROUP, VERSION, plural)
         counts[plural] = each(model, raw.get("items", []), store)
-        versions[plural] = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        versions[GROUP, VERSION, plural] = _version(raw)
 
     await kueue("resourceflavors", ResourceFlavor, cache.set_flavor)
     await kueue("cohorts", Cohort, cache.set_cohort)
@@ -89,8 +93,13 @@ async def _load(api: client.ApiClient, cache: Cache, versions: dict[str, str]) -
     batch = client.BatchV1Api(api)
     jobs = api.sanitize_for_serialization(await batch.list_job_for_all_namespaces())
     counts["jobs"] = each(Job, jobs.get("items", []), cache.set_job)
+    versions["batch", "v1", "jobs"] = _version(jobs)
     counts["resourceclaimtemplates"] = await _claim_templates(api, cache)
     return counts
+
+
+def _version(listed: dict[str, Any]) -> str:
+    return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
 
 async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:

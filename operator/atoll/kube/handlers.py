@@ -1,16 +1,20 @@
 """Watch event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
 the scheduling loop or queue the Job for reconciliation.
 
-Workloads (the busiest kind), the queue objects and the priority classes are watched by
-atoll's own loops (`atoll.kube.watch`, registered by `register_watches`: plain functions called
-on the event loop); the other kinds by kopf (`register`). Only kopf `on.event` handlers: kopf
-writes no annotation or finalizer on any object. Every kopf handler is `async def`: kopf runs
-plain `def` handlers in worker threads, and the cache is single-threaded (the loop reads it
-between awaits).
+The busy kinds (Workloads, Jobs, pods, nodes), the queue objects, the priority classes and the
+namespaces are watched by atoll's own loops (`atoll.kube.watch`, registered by
+`register_watches`: plain functions called on the event loop); the kinds a cluster may not
+serve (Topologies, the DRA objects, the other managed kinds and what they read) by kopf
+(`register`, `register_kind`), which follows what is served. Only kopf `on.event` handlers:
+kopf writes no annotation or finalizer on any object. Every kopf handler is `async def`: kopf
+runs plain `def` handlers in worker threads, and the cache is single-threaded (the loop reads
+it between awaits).
 """
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -21,8 +25,13 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, Node, Pod, PriorityClass
+from atoll.api.core import Job, Node, Pod, PodSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
+from atoll.api.labels import (
+    MANAGED_LABEL,
+    SUSPENDED_BY_PARENT_ANNOTATION,
+    WORKLOAD_ANNOTATION,
+)
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject, ObjectMeta
 from atoll.api.priority import WorkloadPriorityClass
@@ -41,6 +50,11 @@ from atoll.state.cache import Cache
 log = structlog.get_logger("atoll.handlers")
 K = TypeVar("K", bound=KubeObject)
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+JSON_SEPARATORS = (",", ":")
+POD_SPECS = 1024
+"""Parsed pod specs kept by their JSON text (the pods of a Job share theirs until bound)."""
+OWN_INVENTORY = (("", "v1", "nodes"), ("", "v1", "pods"))
+"""Inventory kinds watched by atoll's own loops (`register_watches`), not by kopf."""
 
 
 @dataclass(slots=True)
@@ -117,29 +131,19 @@ def queue_owner(wl: Workload, w: Wiring) -> None:
 
 
 def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
-    """Register every watch atoll needs on `registry`."""
+    """Register the kinds atoll watches with kopf on `registry`: the Topologies and the DRA
+    objects (a cluster may not serve them; kopf follows what is served)."""
 
-    @kopf.on.event("", "v1", "namespaces", registry=registry)
-    async def _namespace(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
-        if type == "DELETED":
-            w.cache.delete("ns", name)
-        else:
-            w.cache.set_namespace(name, dict(body.get("metadata", {}).get("labels") or {}))
+    def wake(_obj: object, _deleted: bool) -> None:
+        w.cache.bump()  # capacity or topology changed: parked workloads may fit now
         w.wake()
 
-    register_inventory(registry, w)
-
-    @kopf.on.event("batch", "v1", "jobs", registry=registry)
-    async def _job(type: str | None, body: kopf.Body, **_: Any) -> None:
-        job = _parse(Job, body)
-        if job is None:
-            return
-        key = wls.key_of(job.namespace, job.name)
-        if type == "DELETED":
-            w.cache.delete_job(key)
-        else:
-            w.cache.set_job(job)
-        w.jobs.add(key)
+    for kind in inventory_kinds(w.cache):
+        if kind.resource in OWN_INVENTORY:
+            continue
+        _watch(
+            registry, kind.resource, kind.model, upsert=kind.upsert, delete=kind.delete, after=wake
+        )
 
 
 def register_kind(
@@ -262,6 +266,213 @@ def register_watches(watches: Watches, w: Wiring) -> None:
 
     watches.on(*KUEUE, "workloads", workload, known=lambda: list(w.cache.workloads))
     _queue_kinds(watches, w)
+    _core_kinds(watches, w)
+
+
+class Digests:
+    """A digest, by key, of the part of each object its model reads: an event that leaves
+    that part as it was (a heartbeat, a container status, only a new resourceVersion) is not
+    parsed nor handled. The keys are those of the objects held (`known` of a watch)."""
+
+    __slots__ = ("_digests", "_view")
+
+    def __init__(self, view: Callable[[Mapping[str, Any]], object]) -> None:
+        self._view = view
+        self._digests: dict[str, int] = {}
+
+    def new(self, key: str, body: Mapping[str, Any]) -> int | None:
+        """The digest of `body` when it differs from the one last `seen` under `key`, else
+        None (nothing to do)."""
+        digest = hash(json.dumps(self._view(body), separators=JSON_SEPARATORS))
+        return None if self._digests.get(key) == digest else digest
+
+    def seen(self, key: str, digest: int) -> None:
+        self._digests[key] = digest
+
+    def parse(
+        self, key: str, body: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], K | None]
+    ) -> K | None:
+        """`parse(body)` when `body` changed what its model reads since the last event of
+        `key` (None when it did not, or cannot be parsed)."""
+        digest = self.new(key, body)
+        if digest is None:
+            return None
+        parsed = parse(body)
+        if parsed is not None:
+            self.seen(key, digest)
+        return parsed
+
+    def forget(self, key: str) -> None:
+        self._digests.pop(key, None)
+
+    def keys(self) -> list[str]:
+        return list(self._digests)
+
+
+def _conditions(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Conditions as the models keep them (no timestamps)."""
+    return [
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+        for c in status.get("conditions") or ()
+    ]
+
+
+def _meta_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+
+
+def model_view(*status_fields: str) -> Callable[[Mapping[str, Any]], object]:
+    """What a model reads of an object: its metadata but the resourceVersion and the
+    managedFields, its spec, the `status_fields` of its status and its conditions without
+    their times."""
+
+    def view(body: Mapping[str, Any]) -> object:
+        status = body.get("status") or {}
+        return (
+            _meta_view(body),
+            body.get("spec"),
+            [status.get(f) for f in status_fields],
+            _conditions(status),
+        )
+
+    return view
+
+
+JOB_STATUS_FIELDS = (
+    "active",
+    "ready",
+    "succeeded",
+    "failed",
+    "startTime",
+    "completionTime",
+    "uncountedTerminatedPods",
+)
+POD_STATUS_FIELDS = ("phase", "resourceClaimStatuses")
+"""Not its container statuses, IPs, start time."""
+NODE_STATUS_FIELDS = ("capacity", "allocatable")
+"""Not its heartbeats, images, addresses."""
+job_view = model_view(*JOB_STATUS_FIELDS)
+pod_view = model_view(*POD_STATUS_FIELDS)
+node_view = model_view(*NODE_STATUS_FIELDS)
+
+
+def _kept(pod: Pod) -> bool:
+    """Whether a pod's last state is needed to handle its deletion when a re-list finds it
+    gone (its group, its Workload's seats); any other pod is forgotten by name."""
+    ann = pod.metadata.annotations or {}
+    return (
+        WORKLOAD_ANNOTATION in ann
+        or SUSPENDED_BY_PARENT_ANNOTATION in ann
+        or MANAGED_LABEL in (pod.metadata.labels or {})
+    )
+
+
+def _core_kinds(watches: Watches, w: Wiring) -> None:
+    """Namespaces, Jobs, nodes and pods: every object is needed (a Job may be managed
+    without a queue-name label, every bound pod uses node capacity), so nothing is selected
+    server side; events that change nothing a model reads are dropped (`Digests`)."""
+    c = w.cache
+
+    def namespace(type: str | None, body: Mapping[str, Any]) -> None:
+        name = object_key(body)
+        if type == "DELETED":
+            c.delete("ns", name)
+        else:
+            c.set_namespace(name, dict((body.get("metadata") or {}).get("labels") or {}))
+        w.wake()
+
+    watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
+    jobs = Digests(job_view)
+
+    def job(type: str | None, body: Mapping[str, Any]) -> None:
+        key = object_key(body)
+        if type == "DELETED":
+            jobs.forget(key)
+            c.delete_job(key)
+        else:
+            parsed = jobs.parse(key, body, lambda raw: _parse(Job, raw))
+            if parsed is None:
+                return
+            c.set_job(parsed)
+        w.jobs.add(key)
+
+    watches.on("batch", "v1", "jobs", job, known=lambda: list(c.jobs))
+    nodes = Digests(node_view)
+
+    def node(type: str | None, body: Mapping[str, Any]) -> None:
+        name = object_key(body)
+        if type == "DELETED":
+            nodes.forget(name)
+            c.inventory.delete_node(name)
+        else:
+            parsed = nodes.parse(name, body, lambda raw: _parse(Node, raw))
+            if parsed is None:
+                return
+            c.inventory.upsert_node(parsed)
+        _capacity_changed(w)
+
+    watches.on("", "v1", "nodes", node, known=nodes.keys)
+    _pods(watches, w)
+
+
+def _capacity_changed(w: Wiring) -> None:
+    w.cache.bump()  # parked workloads may fit now
+    w.wake()
+
+
+def _pods(watches: Watches, w: Wiring) -> None:
+    pods = Digests(pod_view)
+    last: dict[str, Pod] = {}
+    """The last state of the pods `_kept` needs, by key."""
+    specs: OrderedDict[str, PodSpec] = OrderedDict()
+
+    def parse(body: Mapping[str, Any]) -> Pod | None:
+        """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
+        text = json.dumps(body.get("spec"), separators=JSON_SEPARATORS)
+        spec = specs.get(text)
+        if spec is not None:
+            specs.move_to_end(text)
+            return _parse(Pod, {**body, "spec": spec})
+        pod = _parse(Pod, body)
+        if pod is not None:
+            specs[text] = pod.spec
+            if len(specs) > POD_SPECS:
+                specs.popitem(last=False)
+        return pod
+
+    def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
+        pods.forget(key)
+        known = last.pop(key, None)
+        # a re-list reports a pod gone with only its name: its last state stands in
+        return known if known is not None and "spec" not in body else _parse(Pod, body)
+
+    def pod(type: str | None, body: Mapping[str, Any]) -> None:
+        key = object_key(body)
+        deleted = type == "DELETED"
+        if deleted:
+            parsed = gone(key, body)
+            if parsed is None:
+                return
+            w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
+        else:
+            parsed = pods.parse(key, body, parse)
+            if parsed is None:
+                return
+            w.cache.inventory.upsert_pod(parsed)
+            if _kept(parsed):
+                last[key] = parsed
+            else:
+                last.pop(key, None)
+        if w.group_pod is not None:
+            w.group_pod(parsed, deleted)
+        seen = w.ungater.observe(parsed, deleted=deleted)
+        if seen is not None:
+            w.pods.add(seen)
+        if deleted or parsed.status.phase in ("Succeeded", "Failed"):
+            _capacity_changed(w)  # its node has room again
+
+    watches.on("", "v1", "pods", pod, known=pods.keys)
 
 
 def _watch(
@@ -343,26 +554,3 @@ def inventory_kinds(cache: Cache) -> tuple[InventoryKind, ...]:
             lambda o: cache.delete_claim_template(o.namespace or "", o.name),
         ),
     )
-
-
-def register_inventory(registry: kopf.OperatorRegistry, w: Wiring) -> None:
-    """Nodes, pods, Topologies and DRA objects: what placement reads, and the gated pods."""
-
-    def wake(_obj: object, _deleted: bool) -> None:
-        w.cache.bump()  # capacity or topology changed: parked workloads may fit now
-        w.wake()
-
-    def pod_seen(pod: Pod, deleted: bool) -> None:
-        if w.group_pod is not None:
-            w.group_pod(pod, deleted)
-        key = w.ungater.observe(pod, deleted=deleted)
-        if key is not None:
-            w.pods.add(key)
-        if deleted or pod.status.phase in ("Succeeded", "Failed"):
-            wake(pod, deleted)  # its node has room again
-
-    for kind in inventory_kinds(w.cache):
-        after: Callable[[Any, bool], None] = pod_seen if kind.model is Pod else wake
-        _watch(
-            registry, kind.resource, kind.model, upsert=kind.upsert, delete=kind.delete, after=after
-        )

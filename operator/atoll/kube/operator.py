@@ -1,6 +1,6 @@
-"""`atoll run`: the operator process. The watches (atoll's own for Workloads, kopf's for the
-other kinds) and the webhook run on every replica; the leader also runs the scheduling loop,
-the Job reconcilers and the queue status writer."""
+"""`atoll run`: the operator process. The watches (atoll's own for the busy and core kinds,
+kopf's for the kinds a cluster may not serve) and the webhook run on every replica; the leader
+also runs the scheduling loop, the Job reconcilers and the queue status writer."""
 
 from __future__ import annotations
 
@@ -489,14 +489,15 @@ class Operator:
         """Wait for the API server, set up the webhook's certificate, list everything."""
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
-        versions: dict[str, str] = {}
+        versions: dict[tuple[str, str, str], str] = {}
         counts = await bootstrap.load(self.api, self.cache, versions=versions)
-        for plural, version in versions.items():
-            self.watches.start_at(bootstrap.GROUP, bootstrap.VERSION, plural, version)
+        for (group, version, plural), listed_at in versions.items():
+            self.watches.start_at(group, version, plural, listed_at)
         await self._watch_kinds()
-        # The Workload watch resumes after the listing, so it replays none of them: queue
-        # every listed Workload's owner once, as a watch event would (an owner that is gone
-        # finishes its Workload as OwnerNotFound and releases its quota).
+        # The Workload and Job watches resume after the listing, so they replay none of them:
+        # queue every listed Workload's owner once, as a watch event would (an owner that is
+        # gone finishes its Workload as OwnerNotFound and releases its quota); every listed
+        # Job is queued when this replica leads (`_lead`).
         for wl in list(self.cache.workloads.values()):
             handlers.queue_owner(wl, self._wiring)
         log.info("initial sync done", **counts)

@@ -146,12 +146,12 @@ def go_build(
     return time.monotonic() - start
 
 
-def module_source(module: str, path: str, version: str) -> Path:
+def module_source(module: str, path: str, version: str, *, cwd: Path | None = None) -> Path:
     """The unpacked source of `path@version` in the Go module cache (downloaded if missing),
-    resolved through the wrapper module `module` that pins it."""
+    resolved through the wrapper module `module` that pins it (or the module in `cwd`)."""
     done = subprocess.run(
         ["go", "mod", "download", "-json", f"{path}@{version}"],
-        cwd=modules_dir() / module,
+        cwd=cwd or modules_dir() / module,
         env=go_env(),
         capture_output=True,
         text=True,

@@ -1,0 +1,204 @@
+"""The Job, pod and node watches drop an event only when the model it would parse is the one
+already held (`handlers.Digests`): the views cover every field the models read, an event that
+changes only what they ignore parses to an equal model, and one that changes a read field is
+handled. A pod a re-list finds gone is handled with its last state."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from atoll.api.core import Job, JobStatus, Node, NodeStatus, Pod, PodCondition, PodStatus
+from atoll.api.labels import MANAGED_LABEL
+from atoll.api.meta import KubeObject
+from atoll.kube import handlers
+from atoll.kube.watch import Watches
+from atoll.state.cache import Cache
+from tests.kube.wiring import bare_wiring
+
+CONDITION = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "r",
+    "message": "m",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+    "lastProbeTime": None,
+}
+META = {
+    "namespace": "ns",
+    "name": "a",
+    "uid": "u",
+    "resourceVersion": "1",
+    "labels": {"l": "1"},
+    "managedFields": [{"manager": "x"}],
+}
+CONTAINER = {"name": "c", "resources": {"requests": {"cpu": "1"}}}
+POD = {
+    "metadata": META,
+    "spec": {"containers": [CONTAINER], "nodeName": "n1"},
+    "status": {
+        "phase": "Running",
+        "conditions": [CONDITION],
+        "podIP": "10.0.0.1",
+        "containerStatuses": [{"name": "c", "ready": True}],
+    },
+}
+JOB = {
+    "metadata": META,
+    "spec": {"parallelism": 2, "template": {"spec": {"containers": [CONTAINER]}}},
+    "status": {"active": 2, "ready": 1, "conditions": [CONDITION], "terminating": 0},
+}
+NODE = {
+    "metadata": {**META, "namespace": None},
+    "spec": {"unschedulable": False},
+    "status": {
+        "capacity": {"cpu": "8"},
+        "allocatable": {"cpu": "8"},
+        "conditions": [{**CONDITION, "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+        "images": [{"names": ["x"]}],
+        "nodeInfo": {"kubeletVersion": "v1"},
+    },
+}
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def _set(path: str, value: Any) -> Edit:
+    def edit(body: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        at: Any = body
+        for p in parents:
+            at = at[int(p)] if isinstance(at, list) else at.setdefault(p, {})
+        at[leaf] = value
+
+    return edit
+
+
+IGNORED: dict[str, list[Edit]] = {
+    "pod": [
+        _set("metadata.resourceVersion", "2"),
+        _set("metadata.managedFields", [{"manager": "y"}]),
+        _set("status.podIP", "10.0.0.2"),
+        _set("status.containerStatuses", [{"name": "c", "ready": False}]),
+        _set("status.conditions.0.lastTransitionTime", "2026-01-02T00:00:00Z"),
+        _set("status.startTime", "2026-01-02T00:00:00Z"),
+    ],
+    "job": [
+        _set("metadata.resourceVersion", "2"),
+        _set("status.terminating", 1),
+        _set("status.conditions.0.lastTransitionTime", "2026-01-02T00:00:00Z"),
+        _set("status.observedGeneration", 3),
+    ],
+    "node": [
+        _set("metadata.resourceVersion", "2"),
+        _set("status.conditions.0.lastHeartbeatTime", "2026-01-02T00:00:00Z"),
+        _set("status.images", []),
+        _set("status.nodeInfo", {"kubeletVersion": "v2"}),
+    ],
+}
+READ: dict[str, list[Edit]] = {
+    "pod": [
+        _set("metadata.labels", {"l": "2"}),
+        _set("spec.nodeName", "n2"),
+        _set("spec.schedulingGates", [{"name": "g"}]),
+        _set("status.phase", "Succeeded"),
+        _set("status.conditions.0.status", "False"),
+        _set("metadata.deletionTimestamp", "2026-01-02T00:00:00Z"),
+    ],
+    "job": [
+        _set("spec.suspend", True),
+        _set("status.ready", 2),
+        _set("status.succeeded", 1),
+        _set("status.conditions.0.reason", "other"),
+        _set("metadata.annotations", {"a": "b"}),
+    ],
+    "node": [
+        _set("metadata.labels", {"l": "2"}),
+        _set("spec.unschedulable", True),
+        _set("status.allocatable", {"cpu": "4"}),
+        _set("status.conditions.0.status", "False"),
+    ],
+}
+KINDS: dict[str, tuple[Mapping[str, Any], type[KubeObject], Callable[[Any], object]]] = {
+    "pod": (POD, Pod, handlers.pod_view),
+    "job": (JOB, Job, handlers.job_view),
+    "node": (NODE, Node, handlers.node_view),
+}
+
+
+def _fields(model: type[Any]) -> set[str]:
+    return {f.alias or name for name, f in model.model_fields.items()}
+
+
+def test_the_views_read_every_status_field_the_models_keep() -> None:
+    assert _fields(PodStatus) == {*handlers.POD_STATUS_FIELDS, "conditions"}
+    assert _fields(JobStatus) == {*handlers.JOB_STATUS_FIELDS, "conditions"}
+    assert _fields(NodeStatus) == {*handlers.NODE_STATUS_FIELDS, "conditions"}
+    assert _fields(PodCondition) == {"type", "status", "reason", "message"}
+
+
+def _without_version(obj: KubeObject) -> KubeObject:
+    return obj.model_copy(
+        update={"metadata": obj.metadata.model_copy(update={"resource_version": None})}
+    )
+
+
+def _edited(
+    kind: str, edits: list[Edit]
+) -> tuple[KubeObject, KubeObject, handlers.Digests, dict[str, Any]]:
+    """The model of the kind's base object and of the object edited, the digests having
+    seen the base object, and the edited object."""
+    base, model, view = KINDS[kind]
+    new = copy.deepcopy(dict(base))
+    for edit in edits:
+        edit(new)
+    digests = handlers.Digests(view)
+    digests.seen("k", digests.new("k", base) or 0)
+    return model.from_dict(base), model.from_dict(new), digests, new
+
+
+@given(st.sampled_from(sorted(KINDS)), st.data())
+def test_an_event_changing_only_ignored_fields_is_dropped_and_would_parse_the_same(
+    kind: str, data: st.DataObject
+) -> None:
+    edits = data.draw(st.lists(st.sampled_from(IGNORED[kind]), min_size=1, unique=True))
+    before, after, digests, new = _edited(kind, edits)
+    assert digests.new("k", new) is None
+    assert _without_version(after) == _without_version(before)
+
+
+@given(st.sampled_from(sorted(KINDS)), st.data())
+def test_an_event_changing_a_read_field_is_handled(kind: str, data: st.DataObject) -> None:
+    edits = data.draw(st.lists(st.sampled_from(READ[kind]), min_size=1, unique=True))
+    before, after, digests, new = _edited(kind, edits)
+    assert digests.new("k", new) is not None
+    assert after != before
+
+
+def _pod_watch() -> tuple[Callable[[str | None, Mapping[str, Any]], None], list[Any]]:
+    cache = Cache()
+    seen: list[tuple[Pod, bool]] = []
+    wiring = bare_wiring(cache, group_pod=lambda pod, deleted: seen.append((pod, deleted)))
+    watches = Watches()
+    handlers.register_watches(watches, wiring)
+    pods = next(w for r, w in watches.watches.items() if r.plural == "pods")
+    return pods.handler, seen
+
+
+def test_a_pod_a_relist_finds_gone_is_handled_with_its_last_state() -> None:
+    on, seen = _pod_watch()
+    managed = copy.deepcopy(POD)
+    managed["metadata"]["labels"] = {MANAGED_LABEL: "true"}
+    on("ADDED", managed)
+    again = copy.deepcopy(managed)
+    again["metadata"]["resourceVersion"] = "5"
+    on("MODIFIED", again)  # nothing read changed: not handled again
+    on("DELETED", {"metadata": {"namespace": "ns", "name": "a"}})  # what a re-list reports
+    assert [(p.metadata.labels, deleted) for p, deleted in seen] == [
+        ({MANAGED_LABEL: "true"}, False),
+        ({MANAGED_LABEL: "true"}, True),
+    ]
