@@ -19,6 +19,7 @@ certificate folder, health address) and serves only there.
 from __future__ import annotations
 
 import base64
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ import yaml
 from atoll import pki
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
-from atoll.sandbox.processes import Proc, free_port, http_ok, wait_until
+from atoll.sandbox.processes import Proc, free_port, http_ok, http_served, wait_until
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,13 @@ def start(
     ready = f"http://127.0.0.1:{health}/readyz"
     wait_until(proc, lambda: http_ok(ready), timeout=120, what="/readyz")
     hooks = webhooks(integration, source, webhook, certs.ca_cert.read_bytes())
+    # /readyz can answer before the webhook handlers are registered (then the API server
+    # gets a 404 for the first JobSet): wait until every hook's path is served.
+    urls = [h["clientConfig"]["url"] for doc in hooks for h in doc["webhooks"]]
+    tls = ssl.create_default_context(cafile=str(certs.ca_cert))
+    wait_until(
+        proc, lambda: all(http_served(u, tls) for u in urls), timeout=60, what="its webhook paths"
+    )
     sandbox.kubectl(
         "apply",
         "--server-side",

@@ -132,6 +132,20 @@ def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+def http_served(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """POST an empty body to `url`: True once anything but 404 answers (a handler is
+    registered at that path; it may refuse the empty body). Connection errors: not yet."""
+    request = urllib.request.Request(url, data=b"{}", method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context):
+            return True
+    except urllib.error.HTTPError as e:
+        return e.code != 404
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
 def client_tls(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
