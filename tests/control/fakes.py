@@ -12,6 +12,7 @@ from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.jobset import JobSet
 from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.meta import OwnerReference
 from atoll.api.mpijob import MPIJob
 from atoll.api.workload import Workload, WorkloadSpec
 from atoll.control.jobframework import JobStart, TemplateStart
@@ -101,6 +102,36 @@ class FakeCluster:
 
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((f"{ref.kind}/{ref.namespace}/{ref.name}", reason, message))
+
+
+@dataclass
+class FakePods(FakeCluster):
+    """FakeCluster with the plain-pod port: what was ungated, deleted, released (finalizer
+    removed) and which owners were added to which Workload (the Workload updated too)."""
+
+    ungated: list[tuple[str, TemplateStart]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    owners_added: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    async def start_pod(self, key: str, plan: TemplateStart) -> None:
+        self.ungated.append((key, plan))
+
+    async def delete_pod(self, key: str) -> None:
+        self.deleted.append(key)
+
+    async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
+        del finalizer
+        self.released.append(key)
+
+    async def add_workload_owners(self, key: str, owners: Sequence[OwnerReference]) -> None:
+        self.owners_added.append((key, tuple(o.name for o in owners)))
+        wl = self.workloads.get(key)
+        if wl is None:
+            return
+        refs = (*(wl.metadata.owner_references or ()), *owners)
+        meta = wl.metadata.model_copy(update={"owner_references": refs})
+        self.workloads[key] = wl.model_copy(update={"metadata": meta})
 
 
 @dataclass

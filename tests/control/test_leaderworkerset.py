@@ -5,7 +5,6 @@ running pods are deleted; a group scaled away loses its Workload."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
 from atoll.state import workloads as wls
 from tests.control.builders import GPU, controller_for
-from tests.control.fakes import FakeCluster
+from tests.control.fakes import FakePods
 
 GATE = "kueue.x-k8s.io/admission"
 PARENT = "kueue.x-k8s.io/pod-suspending-parent"
@@ -84,18 +83,6 @@ def pod(lws_name: str, group: int, worker: int, *, gated: bool = True, gpus: int
             "status": {"phase": "Pending" if gated else "Running"},
         }
     )
-
-
-@dataclass
-class FakePods(FakeCluster):
-    ungated: list[tuple[str, jf.TemplateStart]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-
-    async def start_pod(self, key: str, plan: jf.TemplateStart) -> None:
-        self.ungated.append((key, plan))
-
-    async def delete_pod(self, key: str) -> None:
-        self.deleted.append(key)
 
 
 def _setup(obj: LeaderWorkerSet, *, gpus: int) -> tuple[JobController, FakePods]:

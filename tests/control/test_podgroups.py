@@ -5,12 +5,9 @@ when its Workload is evicted, its running pods are deleted and its quota release
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from atoll.api.core import Pod
-from atoll.control import jobframework as jf
 from atoll.control import podgroups as pg
 from atoll.control.integrations import PodGroupIntegration
 from atoll.control.jobs import JobController
@@ -18,7 +15,7 @@ from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from tests.control.builders import GPU, controller_for
-from tests.control.fakes import FakeCluster
+from tests.control.fakes import FakePods
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -35,6 +32,7 @@ def pod(name: str, *, group: str | None = "g", total: int = 4, gpus: int = 1, **
                 "name": name,
                 "namespace": "ns",
                 "uid": f"uid-{name}",
+                "finalizers": ["kueue.x-k8s.io/managed"],
                 "labels": labels,
                 "annotations": annotations,
             },
@@ -47,18 +45,6 @@ def pod(name: str, *, group: str | None = "g", total: int = 4, gpus: int = 1, **
             "status": status,
         }
     )
-
-
-@dataclass
-class FakePods(FakeCluster):
-    ungated: list[tuple[str, jf.TemplateStart]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-
-    async def start_pod(self, key: str, plan: jf.TemplateStart) -> None:
-        self.ungated.append((key, plan))
-
-    async def delete_pod(self, key: str) -> None:
-        self.deleted.append(key)
 
 
 def _setup(gpus: int = 8) -> tuple[JobController, FakePods]:
@@ -147,15 +133,49 @@ def test_the_total_count_must_be_a_positive_integer() -> None:
     assert pg.total_count_error(pod("a")) is None
 
 
-def test_a_group_finishes_when_all_its_pods_end() -> None:
-    done: Mapping[str, Pod] = {n: pod(n, total=2, phase="Succeeded") for n in ("a", "b")}
-    group = pg.group_of("ns/g", done)
+def _group(*pods: Pod) -> pg.PodGroup:
+    group = pg.group_of("ns/g", {p.name: p for p in pods})
     assert group is not None
-    assert pg.finished(group) == (True, "Succeeded", "Pods succeeded")
-    one_failed = dict(done, b=pod("b", total=2, phase="Failed"))
-    failed = pg.group_of("ns/g", one_failed)
-    assert failed is not None
-    assert pg.finished(failed)[1] == "Failed"
+    return group
+
+
+def test_a_group_finishes_when_as_many_pods_succeeded_as_it_counts() -> None:
+    done = [pod(n, total=2, phase="Succeeded") for n in ("a", "b")]
+    assert pg.finished(_group(*done)) == (True, "Succeeded", "Pods succeeded: 2/2.")
+
+
+def test_a_failed_pod_leaves_a_retriable_group_unfinished_waiting_for_its_replacement() -> None:
+    group = _group(pod("a", total=2, phase="Succeeded"), pod("b", total=2, phase="Failed"))
+    assert pg.finished(group) == (False, "", "")
+
+
+def test_a_group_with_an_unretriable_pod_finishes_once_none_of_its_pods_runs() -> None:
+    unretriable = pod("b", total=3, phase="Failed")
+    ann = {**(unretriable.metadata.annotations or {}), "kueue.x-k8s.io/retriable-in-group": "false"}
+    unretriable = unretriable.model_copy(
+        update={"metadata": unretriable.metadata.model_copy(update={"annotations": ann})}
+    )
+    running = pod("c", total=3, phase="Running")
+    succeeded = pod("a", total=3, phase="Succeeded")
+    assert pg.finished(_group(succeeded, unretriable, running))[0] is False
+    ended = running.model_copy(
+        update={"status": running.status.model_copy(update={"phase": "Failed"})}
+    )
+    assert pg.finished(_group(succeeded, unretriable, ended)) == (
+        True,
+        "Succeeded",
+        "Pods succeeded: 1/3.",
+    )
+
+
+def test_a_single_pod_finishes_when_it_ends_with_its_own_message() -> None:
+    single = pod("solo", group=None, phase="Failed", message="OOMKilled")
+    group = pg.group_of("ns/solo", {"solo": single})
+    assert group is not None
+    assert pg.finished(group) == (True, "Failed", "OOMKilled")
+    running = pg.group_of("ns/solo", {"solo": pod("solo", group=None, phase="Running")})
+    assert running is not None
+    assert pg.finished(running) == (False, "", "")
 
 
 def _running(p: Pod) -> Pod:

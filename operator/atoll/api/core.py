@@ -224,6 +224,8 @@ class PodStatus(ApiModel):
 
     phase: str | None = None
     """Pending, Running, Succeeded, Failed or Unknown."""
+    message: str | None = None
+    """Why the pod is in its phase (the kubelet's words)."""
     conditions: tuple[PodCondition, ...] | None = None
     """Current conditions of the pod."""
     resource_claim_statuses: tuple[PodResourceClaimStatus, ...] | None = None

@@ -19,6 +19,10 @@ CLUSTER_QUEUE_LABEL: Final = "kueue.x-k8s.io/cluster-queue-name"
 
 POD_GROUP_NAME_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
+POD_FINALIZER: Final = "kueue.x-k8s.io/managed"
+"""The finalizer on managed plain pods: a pod stays until its Workload has accounted for it."""
+RETRIABLE_IN_GROUP_ANNOTATION: Final = "kueue.x-k8s.io/retriable-in-group"
+"""`"false"` on a pod of a group: once no pod of the group runs, the group is finished."""
 """Put on the plain pods Kueue (and atoll) manage."""
 
 POD_GROUP_TOTAL_COUNT_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"

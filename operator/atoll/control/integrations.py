@@ -20,7 +20,7 @@ from typing import Final, Generic, Protocol, TypeVar
 from atoll.api import labels as keys
 from atoll.api.core import Job, Pod, PodTemplateMeta, PodTemplateSpec
 from atoll.api.jobset import JobSet
-from atoll.api.meta import KubeObject
+from atoll.api.meta import KubeObject, OwnerReference
 from atoll.api.mpijob import MPIJob
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import CLUSTER_RUNTIME_KIND, TrainingRuntimeSpec, TrainJob
@@ -161,6 +161,20 @@ class Integration(ABC, Generic[J]):
     @abstractmethod
     async def suspend(self, obj: J) -> None:
         """Suspend (a running object that has no Workload yet)."""
+
+    async def align(self, obj: J, wl: Workload | None) -> tuple[J, int | None]:
+        """Bring the object's members in line with its Workload (`wl`; None: the one about
+        to be made) before anything else reads them; returns the object as the Workload
+        counts it and how many of its members the Workload misses (None: the kind never
+        misses members, its controller makes them). Pod groups: excess pods deleted, replaced
+        pods released, replacement pods added as owners."""
+        del wl
+        return obj, None
+
+    async def finalize(self, obj: J) -> None:
+        """Release what keeps the object's members for the Workload (pod finalizers); called
+        once the Workload is finished or deleted, or the object is being deleted."""
+        del obj
 
 
 def _flavors(
@@ -605,6 +619,41 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         for pod in pg.running_pods(obj):
             await self.store.delete_pod(_key(pod))
 
+    async def align(self, obj: pg.PodGroup, wl: Workload | None) -> tuple[pg.PodGroup, int | None]:
+        """Match the pods to the Workload (`pg.members`): the Workload gains the kept pods
+        it lacks as owners, excess pods lose their finalizer and are deleted, ended pods that
+        no longer count lose their finalizer. Returns the group as the Workload counts it."""
+        if not obj.grouped:
+            return obj, None
+        found = pg.members(obj, wl)
+        if wl is not None:
+            if not found.kept:
+                return obj, None  # no pod of the Workload's roles: left as it is
+            owners = {r.uid for r in wl.metadata.owner_references or ()}
+            lacking = [
+                OwnerReference(api_version="v1", kind="Pod", name=p.name, uid=p.metadata.uid or "")
+                for p in found.kept
+                if p.metadata.uid and p.metadata.uid not in owners
+            ]
+            if lacking:
+                await self.store.add_workload_owners(wls.wl_key(wl), lacking)
+        for pod in found.excess:
+            await self._release(pod)
+            if pod.metadata.deletion_timestamp is None:
+                await self.store.delete_pod(_key(pod))
+        for pod in found.released:
+            await self._release(pod)
+        kept = pg.with_pods(obj, found.kept) if found.kept else obj
+        return kept, (found.absent if wl is not None else None)
+
+    async def finalize(self, obj: pg.PodGroup) -> None:
+        for pod in obj.pods:
+            await self._release(pod)
+
+    async def _release(self, pod: Pod) -> None:
+        if pg.finalized(pod):
+            await self.store.remove_pod_finalizer(_key(pod), keys.POD_FINALIZER)
+
 
 class LeaderWorkerSetIntegration(PodGroupIntegration):
     """LeaderWorkerSet: each replica group is a pod group with its own Workload, made from
@@ -616,6 +665,11 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
     model = lws.ReplicaGroup  # type: ignore[assignment]
     group = lws.GROUP
     deletes_orphans = True
+
+    async def align(self, obj: pg.PodGroup, wl: Workload | None) -> tuple[pg.PodGroup, int | None]:
+        """The LWS controller keeps a group's pods (it recreates them); nothing to match."""
+        del wl
+        return obj, None
 
     @property
     def kind(self) -> str:

@@ -128,11 +128,7 @@ class JobController:
             return None
         job = self.kind.get(self.cache, key)
         if job is None or job.metadata.deletion_timestamp is not None:
-            for orphan in self._owned(key):
-                if self.kind.deletes_orphans:
-                    await self._delete_orphan(orphan)
-                else:
-                    await self._finish_orphan(orphan)
+            await self._gone(job, key)
             return None
         if not self.manages(job):
             if not jf.queue_name(job) and self._namespace_managed(job):
@@ -144,17 +140,28 @@ class JobController:
             await self._finish_orphan(stale)
         wl: Workload | None = mine[0] if mine else None
         if wl is not None and wls.is_finished(wl):
+            await self.kind.finalize(job)
             await self._drop_finalizer(wl)
             return None
         if wl is not None and wls.is_deleting(wl):
             if not self.kind.suspended(job):
                 await self._stop(job, wl, "The workload is being deleted")
+            await self.kind.finalize(job)
             await self._drop_finalizer(wl)
             return None
+        job, absent = await self.kind.align(job, wl)
+        if wl is not None and absent is not None:
+            replacements = lc.replacement_pods(wl, absent, self._now())
+            if (
+                replacements is not None
+                and (wl := await self._set_status(wl, replacements)) is None
+            ):
+                return None
         finished, reason, message = self.kind.finished(job)
         if finished:
             if wl is not None:
                 await self._finish(job, wl, reason, message)
+            await self.kind.finalize(job)
             return None
         if wl is None:
             return await self._create(job)
@@ -182,6 +189,17 @@ class JobController:
             return None  # deactivated: the scheduler evicts it
         ready = await self._pods_ready(job, wl)
         return min((t for t in (budget, ready) if t is not None), default=None)
+
+    async def _gone(self, job: Any, key: str) -> None:
+        """The object is gone or being deleted: its members are released and its Workloads
+        finished (or deleted, for a kind whose parts come back under the same name)."""
+        if job is not None:
+            await self.kind.finalize(job)
+        for orphan in self._owned(key):
+            if self.kind.deletes_orphans:
+                await self._delete_orphan(orphan)
+            else:
+                await self._finish_orphan(orphan)
 
     def _count_unadmitted(self, job: Any) -> None:
         """A Job that ran without admission was just suspended (e.g. created while no

@@ -9,27 +9,45 @@ when it is admitted. A group that is not complete waits, and says how many pods 
 A pod without a group is a gang of one (`pod-<name>-<hash>`). Pure functions over
 `atoll.api` models.
 
-A group whose Workload is evicted (preempted, deactivated, timed out) or deleted is stopped
-as Kueue stops it: its running pods are deleted (gated, ended and terminating pods are left),
-and its quota is released once none runs. atoll puts no `kueue.x-k8s.io/managed` finalizer on
-pods, so the deleted pods are gone at once rather than kept as Failed: once the last pod of
-the group is gone its Workload is finished (`OwnerNotFound`) and garbage-collected with its
-owners, and a group made again under the same name gets a new Workload, queued afresh.
+Pods are kept until their Workload has accounted for them: the webhook puts the
+`kueue.x-k8s.io/managed` finalizer on every plain pod it gates (not on a pod a managed parent
+suspends, e.g. a LeaderWorkerSet's), and atoll removes it when the pod no longer counts: its
+Workload finished or deleted, a single pod being deleted, an ended pod that a replacement
+stands in for, an excess pod. A group keeps its Workload (named after it) for its whole life:
 
-Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (`Stop`: delete every pod that is
-neither gated, ended nor being deleted). Not mirrored: fast admission, serving groups, the
-pods' `kueue.x-k8s.io/managed` finalizer (so neither the `TerminationTarget` pod condition
-Kueue sets before the deletion nor the `WaitingForReplacementPods` Workload condition of a
-group whose failed pods wait for replacements; the quota is released when the deletion
-begins, as Kueue's `FastQuotaReleaseInPodIntegration` gate does, rather than when the pods
-stop running).
+- its pods are matched to the Workload's pod sets by role (`members`): per pod set, the pods
+  that can still run or succeeded fill its count, oldest first (a pod with the finalizer
+  before one without, a running pod before a gated one); those beyond it are excess and are
+  deleted; a Failed pod (or one deleted before it was bound) is replaced once a runnable pod
+  of its role stands in for it, and loses its finalizer then; the pods the pod sets still
+  miss make the Workload `WaitingForReplacementPods` (`state/lifecycle.replacement_pods`);
+- a replacement pod (created gated, same group name) joins the Workload (as one more owner)
+  and is ungated if the Workload is admitted;
+- the group is finished when as many pods succeeded as the group counts, or, when one of its
+  pods says `kueue.x-k8s.io/retriable-in-group: "false"`, once none of its pods is still
+  running (both `Succeeded`, "Pods succeeded: n/N.", as Kueue reports them); a Failed pod
+  alone never finishes a retriable group: it waits for its replacement.
+
+A group whose Workload is evicted (preempted, deactivated, timed out) or deleted is stopped
+as Kueue stops it: its running pods are deleted (gated, ended and terminating pods are left);
+they keep their finalizer, so they stay as Failed pods and the Workload stays, waiting for
+replacements; its quota is released once none of its pods runs.
+
+Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (`Finished`, `Stop`,
+`FindMatchingWorkloads`, `waitingForReplacementPodsCondition`, `Finalize`). Not mirrored:
+fast admission, serving groups, the `TerminationTarget` pod condition Kueue sets before it
+deletes a pod; a deleted pod no longer counts as running (Kueue's
+`FastQuotaReleaseInPodIntegration` gate, off by default in Kueue, where a pod counts until
+it stops running or its grace period is over).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from atoll.api import labels as keys
 from atoll.api.core import Pod, PodTemplateMeta, PodTemplateSpec, PriorityClass
@@ -83,6 +101,24 @@ def live(pod: Pod) -> bool:
     return pod.status.phase not in TERMINAL and pod.metadata.deletion_timestamp is None
 
 
+def runnable(pod: Pod) -> bool:
+    """Whether the pod can still run, runs or succeeded (it counts for its group): not
+    Failed, and not deleted before it was ever bound to a node."""
+    if pod.metadata.deletion_timestamp is not None and not pod.spec.node_name:
+        return False
+    return pod.status.phase != "Failed"
+
+
+def finalized(pod: Pod) -> bool:
+    """Whether the pod carries the `kueue.x-k8s.io/managed` finalizer."""
+    return keys.POD_FINALIZER in (pod.metadata.finalizers or ())
+
+
+def unretriable(pod: Pod) -> bool:
+    ann = pod.metadata.annotations or {}
+    return ann.get(keys.RETRIABLE_IN_GROUP_ANNOTATION) == "false"
+
+
 def group_of(key: str, pods: Mapping[str, Pod]) -> PodGroup | None:
     """The PodGroup `key` made of `pods` (by name), None when it has no pod."""
     if not pods:
@@ -98,10 +134,16 @@ def group_of(key: str, pods: Mapping[str, Pod]) -> PodGroup | None:
         name=key.partition("/")[2],
         namespace=first.namespace,
         uid=None if grouped else first.metadata.uid,
+        deletion_timestamp=None if grouped else first.metadata.deletion_timestamp,
         labels=first.metadata.labels,
         annotations=first.metadata.annotations,
     )
     return PodGroup(metadata=meta, pods=ordered, total=total, grouped=grouped)
+
+
+def with_pods(group: PodGroup, pods: Sequence[Pod]) -> PodGroup:
+    """The group as its Workload counts it: only `pods` (by name)."""
+    return group.model_copy(update={"pods": tuple(sorted(pods, key=lambda p: p.name))})
 
 
 def role_hash(pod: Pod) -> str:
@@ -142,7 +184,7 @@ def pod_sets(group: PodGroup) -> tuple[PodSet, ...]:
     set `main` of one pod for a single pod."""
     sets: dict[str, PodSet] = {}
     for pod in group.pods:
-        if pod.status.phase == "Failed":
+        if not runnable(pod):
             continue
         name = pod_set_name(group, pod)
         if name in sets:
@@ -154,7 +196,7 @@ def pod_sets(group: PodGroup) -> tuple[PodSet, ...]:
 
 def missing(group: PodGroup) -> int:
     """Pods the group still lacks before it can be admitted."""
-    return max(0, group.total - sum(1 for p in group.pods if p.status.phase != "Failed"))
+    return max(0, group.total - sum(1 for p in group.pods if runnable(p)))
 
 
 def build_workload(
@@ -211,13 +253,95 @@ def owns(group: PodGroup, wl: Workload) -> bool:
 
 
 def finished(group: PodGroup) -> tuple[bool, str, str]:
-    """Finished once all its pods ended: Succeeded if all succeeded, else Failed."""
-    if len(group.pods) < group.total or any(p.status.phase not in TERMINAL for p in group.pods):
-        return False, "", ""
-    failed = [p.name for p in group.pods if p.status.phase == "Failed"]
-    if failed:
-        return True, "Failed", f"Pods failed: {', '.join(failed)}"
-    return True, "Succeeded", "Pods succeeded"
+    """A single pod: finished once it ended (Succeeded or Failed, with the pod's message). A
+    group: finished once as many pods succeeded as it counts, or once none of its pods is
+    still running when one says `retriable-in-group: "false"`; both `Succeeded` with
+    "Pods succeeded: n/N." (Kueue's words). A retriable group with Failed pods is not
+    finished: it waits for their replacements."""
+    if not group.grouped:
+        pod = group.pods[0]
+        if pod.status.phase not in TERMINAL:
+            return False, "", ""
+        reason = "Succeeded" if pod.status.phase == "Succeeded" else "Failed"
+        return True, reason, pod.status.message or ""
+    succeeded = sum(1 for p in group.pods if p.status.phase == "Succeeded")
+    running = any(p.status.phase not in TERMINAL for p in group.pods)
+    unretriable_done = not running and any(unretriable(p) for p in group.pods)
+    if succeeded >= group.total or unretriable_done:
+        return True, "Succeeded", f"Pods succeeded: {succeeded}/{group.total}."
+    return False, "", ""
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """A group's pods matched to its Workload (or to the Workload it is about to get)."""
+
+    kept: tuple[Pod, ...]
+    """The pods the Workload counts."""
+    excess: tuple[Pod, ...] = ()
+    """Runnable pods beyond their pod set's count (the newest): deleted, finalizer removed."""
+    released: tuple[Pod, ...] = ()
+    """Ended pods that no longer count (replaced, or ended before the Workload was made):
+    their finalizer is removed."""
+    absent: int = 0
+    """Pods the Workload's pod sets count that no runnable pod fills (replacements awaited)."""
+
+
+_LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def _created(pod: Pod) -> dt.datetime:
+    return pod.metadata.creation_timestamp or _LATEST
+
+
+def _kept_first(pod: Pod) -> tuple[bool, bool, dt.datetime, str]:
+    """Runnable pods in the order they are kept: with the finalizer first, running before
+    gated, oldest first."""
+    return (not finalized(pod), gated(pod), _created(pod), pod.name)
+
+
+def _inactive_kept_first(pod: Pod) -> tuple[bool, float, float, str]:
+    """Ended pods in the order they are kept: with the finalizer first, the one deleted
+    last first (not deleted counts as latest), newest first."""
+    deleted = pod.metadata.deletion_timestamp or _LATEST
+    return (not finalized(pod), -deleted.timestamp(), -_created(pod).timestamp(), pod.name)
+
+
+def members(group: PodGroup, wl: Workload | None) -> Members:
+    """Match the group's pods to `wl`'s pod sets by role; with no Workload yet, to the
+    group's total count (ended pods are released, the newest runnable pods beyond the count
+    are excess). A single pod is kept as it is. Pods of a role the Workload lacks are left
+    out (neither kept nor touched)."""
+    if not group.grouped:
+        return Members(kept=group.pods)
+    active = sorted((p for p in group.pods if runnable(p)), key=_kept_first)
+    inactive = sorted((p for p in group.pods if not runnable(p)), key=_inactive_kept_first)
+    if wl is None:
+        cut = max(0, len(active) - group.total)
+        kept = active[: len(active) - cut]
+        return Members(
+            kept=tuple(kept),
+            excess=tuple(active[len(kept) :]),
+            released=tuple(inactive),
+            absent=max(0, group.total - len(active)),
+        )
+    kept_all: list[Pod] = []
+    excess: list[Pod] = []
+    released: list[Pod] = []
+    absent = 0
+    for ps in wl.spec.pod_sets:
+        role_active = [p for p in active if role_hash(p) == ps.name]
+        role_inactive = [p for p in inactive if role_hash(p) == ps.name]
+        absent += max(0, ps.count - len(role_active))
+        kept_all += role_active[: ps.count]
+        excess += role_active[ps.count :]
+        drop = min(len(role_inactive), len(role_inactive) + len(role_active) - ps.count)
+        drop = max(0, drop)
+        kept_all += role_inactive[: len(role_inactive) - drop]
+        released += role_inactive[len(role_inactive) - drop :]
+    return Members(
+        kept=tuple(kept_all), excess=tuple(excess), released=tuple(released), absent=absent
+    )
 
 
 def running_pods(group: PodGroup) -> list[Pod]:

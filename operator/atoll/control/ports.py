@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.meta import OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
 from atoll.control.jobframework import JobStart, TemplateStart
 
@@ -126,6 +127,15 @@ class PodGroupStore(Protocol):
     async def delete_pod(self, key: str) -> None:
         """Delete a pod that its controller recreates (a LeaderWorkerSet group's, to stop
         the group); a pod already gone is no error."""
+        ...
+
+    async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
+        """Remove `finalizer` from the pod (gone already, or without it, is no error)."""
+        ...
+
+    async def add_workload_owners(self, key: str, owners: Sequence[OwnerReference]) -> None:
+        """Add the owner references the Workload `key` lacks (a pod group's replacement
+        pods); a Workload already gone is no error."""
         ...
 
 

@@ -348,7 +348,7 @@ JOB_STATUS_FIELDS = (
     "completionTime",
     "uncountedTerminatedPods",
 )
-POD_STATUS_FIELDS = ("phase", "resourceClaimStatuses")
+POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 """Not its container statuses, IPs, start time."""
 NODE_STATUS_FIELDS = ("capacity", "allocatable")
 """Not its heartbeats, images, addresses."""

@@ -36,6 +36,7 @@ from atoll.api.core import Job, Pod
 from atoll.api.labels import (
     ADMISSION_GATE,
     MANAGED_LABEL,
+    POD_FINALIZER,
     QUEUE_NAME_LABEL,
     SUSPENDED_BY_PARENT_ANNOTATION,
 )
@@ -141,8 +142,9 @@ def register_pods(
     parents: frozenset[str] = frozenset(),
 ) -> None:
     """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
-    controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed` and
-    gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
+    controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed`, gets
+    the `kueue.x-k8s.io/managed` finalizer (kept until its Workload has accounted for it) and
+    is gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
     say the group's size. A pod whose template a managed owner marked with Kueue's
     `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
     (LeaderWorkerSet), is gated whatever its controller."""
@@ -168,6 +170,8 @@ def register_pods(
             message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
             raise kopf.AdmissionError(message, code=422)
         patch.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
+        if POD_FINALIZER not in (pod.metadata.finalizers or ()):
+            patch["metadata"]["finalizers"] = [*(pod.metadata.finalizers or ()), POD_FINALIZER]
         gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
         if not podgroups.gated(pod):
             patch.setdefault("spec", {})["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]

@@ -27,6 +27,7 @@ from atoll.api import mpijob, trainjob
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
+from atoll.api.meta import OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec
 from atoll.control import trainjob as trainer_rules
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, TemplateStart
@@ -801,6 +802,70 @@ class KubeWriter:
         except ApiError as e:
             if e.status != 404:
                 raise
+
+    async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
+        """Remove `finalizer` from the pod, guarded by its resourceVersion (a pod gone, or
+        without the finalizer, is left alone)."""
+        ns, name = _split(key)
+        for _ in range(_RETRIES):
+            try:
+                raw = await self._call("get", lambda: self.core.read_namespaced_pod(name, ns))
+            except ApiError as e:
+                if e.status == 404:
+                    return
+                raise
+            meta = raw.metadata
+            finalizers = list(meta.finalizers or [])
+            if finalizer not in finalizers:
+                return
+            finalizers.remove(finalizer)
+            body = {
+                "metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}
+            }
+            try:
+                await self._call(
+                    "patch",
+                    lambda body=body: self.core.patch_namespaced_pod(  # type: ignore[misc]
+                        name, ns, body, _content_type=MERGE
+                    ),
+                )
+                return
+            except ApiError as e:
+                if e.status == 404:
+                    return
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"pod {key}: finalizer removal kept conflicting")
+
+    async def add_workload_owners(self, key: str, owners: Sequence[OwnerReference]) -> None:
+        """Append the owner references the Workload lacks (by uid), guarded by its
+        resourceVersion (a Workload gone is left alone)."""
+        for _ in range(_RETRIES):
+            try:
+                raw = await self._get_workload(key)
+            except NotFoundError:
+                return
+            meta = raw.get("metadata", {})
+            refs = list(meta.get("ownerReferences") or [])
+            have = {r.get("uid") for r in refs}
+            new = [o.to_dict() for o in owners if o.uid not in have]
+            if not new:
+                return
+            body = {
+                "metadata": {
+                    "ownerReferences": refs + new,
+                    "resourceVersion": meta["resourceVersion"],
+                }
+            }
+            try:
+                await self._patch_workload(key, body)
+                return
+            except NotFoundError:
+                return
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+        raise RuntimeError(f"workload {key}: owner update kept conflicting")
 
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:

@@ -1,5 +1,6 @@
 """KWOK stage configuration for the sandbox: fake nodes become Ready, bound pods Running,
-Job pods complete after a run time, deleted pods go away.
+Job pods complete after a run time, deleted pods go away (a running pod a finalizer keeps
+ends Failed first).
 
 The run time of a Job pod is `DEFAULT_RUN_DURATION`, or the Go duration in the pod annotation
 `atoll.dev/run-duration` (e.g. `"30s"`, `"2m"`).

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.meta import Condition
+from atoll.api.meta import Condition, ConditionStatus
 from atoll.api.topologyassignment import TopologyAssignment
 from atoll.api.workload import (
     Admission,
@@ -421,3 +421,37 @@ def finish(reason: str, message: str, now: dt.datetime) -> Mutation:
         return None if wls.is_finished(w) else finished(w)
 
     return mutate
+
+
+WAITING_FOR_REPLACEMENT_PODS = "WaitingForReplacementPods"
+PODS_FAILED = "PodsFailed"
+PODS_FAILED_MESSAGE = "Some Failed pods need replacement"
+NO_REPLACEMENT_MESSAGE = "No pods need replacement"
+
+
+def replacement_pods(wl: Workload, absent: int, now: dt.datetime) -> Mutation | None:
+    """The `WaitingForReplacementPods` condition of a pod group's Workload, when it changes:
+    True while `absent` pods of its pod sets have no runnable pod (with the eviction's reason
+    and message while it is evicted, else `PodsFailed`), False (`PodsReady`) once none is
+    absent; never set on a Workload that never missed a pod. None: nothing to write."""
+    current = wls.condition(wl, WAITING_FOR_REPLACEMENT_PODS)
+    if absent <= 0:
+        if current is None or current.status == ConditionStatus.FALSE:
+            return None
+        return set_condition(
+            WAITING_FOR_REPLACEMENT_PODS, False, "PodsReady", NO_REPLACEMENT_MESSAGE, now
+        )
+    evicted = wls.condition(wl, wls.EVICTED)
+    if evicted is not None and evicted.status == ConditionStatus.TRUE:
+        reason, message = evicted.reason, evicted.message
+    elif current is not None and current.status == ConditionStatus.TRUE:
+        return None  # already waiting: keeps the reason it was set with
+    else:
+        reason, message = PODS_FAILED, PODS_FAILED_MESSAGE
+    if (
+        current is not None
+        and current.status == ConditionStatus.TRUE
+        and (current.reason, current.message) == (reason, message)
+    ):
+        return None
+    return set_condition(WAITING_FOR_REPLACEMENT_PODS, True, reason, message, now)
