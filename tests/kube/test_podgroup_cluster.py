@@ -1,10 +1,15 @@
-"""Plain pods end to end (integrations.frameworks `pod`): a labelled pod is gated at creation;
-a pod group is admitted whole once all its pods exist and its pods are ungated together; an
-incomplete group waits, saying how many pods it misses; a preempted group's pods are deleted,
-which releases its quota to the preemptor; unlabelled pods are left alone."""
+"""Plain pods end to end (integrations.frameworks `pod`): a labelled pod is gated at creation
+and kept by the `kueue.x-k8s.io/managed` finalizer; a pod group is admitted whole once all its
+pods exist and its pods are ungated together; an incomplete group waits, saying how many pods
+it misses; a failed pod's replacement joins the group's Workload; a pod beyond the group's
+count is deleted; a `retriable-in-group: "false"` pod finishes its group once none runs; a
+preempted group's pods are deleted (kept Failed by their finalizer), which releases its quota
+to the preemptor, and the group waits for replacements, readmitted whole once they come;
+unlabelled pods are left alone."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -25,6 +30,8 @@ from tests.kube.owners import queue as ready_queue
 
 pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
+FINALIZER = "kueue.x-k8s.io/managed"
+WAITING = "WaitingForReplacementPods"
 
 
 pod_operator = operator_for("pod_operator", "Pod")
@@ -39,11 +46,14 @@ def pod(
     total: int = 4,
     queue: bool = True,
     priority: str | None = None,
+    retriable: bool = True,
 ) -> dict[str, Any]:
     labels = {b.QUEUE_LABEL: "q"} if queue else {}
     if priority is not None:
         labels["kueue.x-k8s.io/priority-class"] = priority
     annotations = {"atoll.dev/run-duration": "600s"}
+    if not retriable:
+        annotations["kueue.x-k8s.io/retriable-in-group"] = "false"
     if group is not None:
         labels["kueue.x-k8s.io/pod-group-name"] = group
         annotations["kueue.x-k8s.io/pod-group-total-count"] = str(total)
@@ -154,7 +164,148 @@ def test_a_single_labelled_pod_is_a_gang_of_one_and_unlabelled_pods_are_left_alo
     assert _workload(cluster, namespace, "pod-plain-") is None
 
 
-def test_a_preempted_group_has_its_pods_deleted_and_its_quota_goes_to_the_preemptor(
+def _finalized(p: dict[str, Any]) -> bool:
+    return FINALIZER in (p["metadata"].get("finalizers") or [])
+
+
+def _end(cluster: KubeCluster, namespace: str, name: str, phase: str) -> None:
+    """End a plain pod as its kubelet would (the sandbox's pods run until told)."""
+    cluster.kubectl(
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"phase": phase}}),
+    )
+
+
+def _all_bound(cluster: KubeCluster, namespace: str, names: list[str]) -> bool:
+    pods = _pods(cluster, namespace)
+    return all(n in pods and not _gates(pods[n]) and pods[n]["spec"].get("nodeName") for n in names)
+
+
+def _condition(wl: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in (wl or {}).get("status", {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def _running_group(cluster: KubeCluster, namespace: str, names: list[str], **kw: Any) -> str:
+    """Create the group `ring` of `names` and wait until they all run; its Workload's uid."""
+    create(cluster, *(pod(n, namespace, group="ring", total=len(names), **kw) for n in names))
+    cluster.wait_for(
+        f"the group's {len(names)} pods to be ungated and bound",
+        lambda: _all_bound(cluster, namespace, names),
+    )
+    wl = _workload(cluster, namespace, "ring")
+    assert wl is not None
+    assert is_true(wl, "Admitted")
+    return str(wl["metadata"]["uid"])
+
+
+def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_completes(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    del pod_operator
+    one_queue(cluster, namespace, gpus=4)
+    names = [f"r{i}" for i in range(4)]
+    uid = _running_group(cluster, namespace, names)
+    assert all(_finalized(p) for p in _pods(cluster, namespace).values())
+    _end(cluster, namespace, "r3", "Failed")
+    cluster.wait_for(
+        "the Workload to wait for a replacement pod",
+        lambda: _condition(_workload(cluster, namespace, "ring"), WAITING).get("status") == "True",
+    )
+    wl = _workload(cluster, namespace, "ring")
+    assert _condition(wl, WAITING)["reason"] == "PodsFailed"
+    assert not is_true(wl, "Finished")
+    assert _finalized(_pods(cluster, namespace)["r3"])  # kept until a replacement comes
+    create(cluster, pod("r4", namespace, group="ring"))
+    cluster.wait_for(
+        "the replacement to be ungated and bound under the same Workload",
+        lambda: _all_bound(cluster, namespace, ["r0", "r1", "r2", "r4"]),
+    )
+    wl = _workload(cluster, namespace, "ring")
+    assert wl is not None
+    assert wl["metadata"]["uid"] == uid
+    assert len(get_json(cluster, "get", "workloads", "-n", namespace)["items"]) == 1
+    assert "r4" in {r["name"] for r in wl["metadata"]["ownerReferences"]}
+    assert (
+        _pods(cluster, namespace)["r4"]["metadata"]["labels"]["kueue.x-k8s.io/workload"] == "ring"
+    )
+    cluster.wait_for(
+        "the failed pod to lose its finalizer and the Workload to stop waiting",
+        lambda: (
+            not _finalized(_pods(cluster, namespace)["r3"])
+            and _condition(_workload(cluster, namespace, "ring"), WAITING).get("status") == "False"
+        ),
+    )
+    for n in ("r0", "r1", "r2", "r4"):
+        _end(cluster, namespace, n, "Succeeded")
+    cluster.wait_for(
+        "the group's Workload to finish",
+        lambda: is_true(_workload(cluster, namespace, "ring"), "Finished"),
+    )
+    finished = _condition(_workload(cluster, namespace, "ring"), "Finished")
+    assert (finished["reason"], finished["message"]) == ("Succeeded", "Pods succeeded: 4/4.")
+    cluster.wait_for(
+        "every pod to lose its finalizer",
+        lambda: not any(_finalized(p) for p in _pods(cluster, namespace).values()),
+    )
+
+
+def test_a_pod_beyond_the_groups_count_is_deleted(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    del pod_operator
+    one_queue(cluster, namespace, gpus=8)
+    names = [f"r{i}" for i in range(4)]
+    uid = _running_group(cluster, namespace, names)
+    create(cluster, pod("extra", namespace, group="ring"))
+    cluster.wait_for(
+        "the fifth pod of a group of 4 to be deleted",
+        lambda: "extra" not in _pods(cluster, namespace),
+    )
+    wl = _workload(cluster, namespace, "ring")
+    assert wl is not None
+    assert wl["metadata"]["uid"] == uid
+    assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 4
+    assert _all_bound(cluster, namespace, names)
+
+
+def test_an_unretriable_pod_finishes_its_group_once_none_runs(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    del pod_operator
+    one_queue(cluster, namespace, gpus=4)
+    create(
+        cluster,
+        pod("a", namespace, group="ring", total=2, retriable=False),
+        pod("b", namespace, group="ring", total=2),
+    )
+    cluster.wait_for("both pods to run", lambda: _all_bound(cluster, namespace, ["a", "b"]))
+    _end(cluster, namespace, "a", "Failed")
+    time.sleep(3)  # one pod still runs: the group is not finished
+    assert not is_true(_workload(cluster, namespace, "ring"), "Finished")
+    _end(cluster, namespace, "b", "Succeeded")
+    cluster.wait_for(
+        "the group to finish without a replacement",
+        lambda: is_true(_workload(cluster, namespace, "ring"), "Finished"),
+    )
+    finished = _condition(_workload(cluster, namespace, "ring"), "Finished")
+    assert (finished["reason"], finished["message"]) == ("Succeeded", "Pods succeeded: 1/2.")
+    cluster.wait_for(
+        "both pods to lose their finalizer",
+        lambda: not any(_finalized(p) for p in _pods(cluster, namespace).values()),
+    )
+
+
+def test_a_preempted_group_waits_for_replacements_and_is_readmitted_whole_when_they_come(
     cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
 ) -> None:
     del pod_operator
@@ -163,25 +314,19 @@ def test_a_preempted_group_has_its_pods_deleted_and_its_quota_goes_to_the_preemp
         cluster, b.priority_class(f"low-{namespace}", 1), b.priority_class(f"high-{namespace}", 100)
     )
     names = [f"r{i}" for i in range(4)]
-    create(cluster, *(pod(n, namespace, group="ring", priority=f"low-{namespace}") for n in names))
+    uid = _running_group(cluster, namespace, names, priority=f"low-{namespace}")
+    create(
+        cluster,
+        b.job("urgent", namespace, queue="q", pods=4, priority=f"high-{namespace}", run="20s"),
+    )
     cluster.wait_for(
-        "the group's 4 pods to be ungated and bound",
+        "the group's pods to end Failed (kept by their finalizer) and the urgent Job admitted",
         lambda: (
             all(
-                not _gates(p) and p["spec"].get("nodeName")
-                for p in _pods(cluster, namespace).values()
+                p["status"].get("phase") == "Failed" and p["metadata"].get("deletionTimestamp")
+                for n, p in _pods(cluster, namespace).items()
+                if n in names
             )
-            and len(_pods(cluster, namespace)) == 4
-        ),
-    )
-    ring = _workload(cluster, namespace, "ring")
-    assert ring is not None
-    assert is_true(ring, "Admitted")
-    create(cluster, b.job("urgent", namespace, queue="q", pods=4, priority=f"high-{namespace}"))
-    cluster.wait_for(
-        "the group's pods to be deleted and the urgent Job admitted",
-        lambda: (
-            not any(n in _pods(cluster, namespace) for n in names)
             and is_true(_workload(cluster, namespace, "job-urgent-"), "Admitted")
         ),
         timeout=120,
@@ -192,7 +337,32 @@ def test_a_preempted_group_has_its_pods_deleted_and_its_quota_goes_to_the_preemp
     ]
     assert stopped, "no Stopped event on the group's pod"
     assert any(e["message"].startswith("Preempted to accommodate") for e in stopped)
-    # Its pods gone, the group's Workload ends with its owners (atoll puts no finalizer on
-    # pods): it is finished or already garbage-collected, and holds no quota.
-    left = _workload(cluster, namespace, "ring")
-    assert left is None or not is_true(left, "QuotaReserved")
+    cluster.wait_for(
+        "the preempted group to wait for replacements",
+        lambda: _condition(_workload(cluster, namespace, "ring"), WAITING).get("status") == "True",
+    )
+    ring = _workload(cluster, namespace, "ring")
+    assert ring is not None
+    assert ring["metadata"]["uid"] == uid
+    assert not is_true(ring, "QuotaReserved")
+    assert _condition(ring, WAITING)["reason"] == "Preempted"
+    fresh = [f"n{i}" for i in range(4)]
+    create(cluster, *(pod(n, namespace, group="ring", priority=f"low-{namespace}") for n in fresh))
+    cluster.wait_for(
+        "the urgent Job to finish and the group to be readmitted whole with its replacements",
+        lambda: _all_bound(cluster, namespace, fresh),
+        timeout=180,
+    )
+    ring = _workload(cluster, namespace, "ring")
+    assert ring is not None
+    assert ring["metadata"]["uid"] == uid
+    assert is_true(ring, "Admitted")
+    assert is_true(_workload(cluster, namespace, "job-urgent-"), "Finished")
+    cluster.wait_for(
+        "the replaced pods to lose their finalizer and be gone",
+        lambda: not any(n in _pods(cluster, namespace) for n in names),
+    )
+    cluster.wait_for(
+        "the Workload to stop waiting",
+        lambda: _condition(_workload(cluster, namespace, "ring"), WAITING).get("status") == "False",
+    )
