@@ -27,6 +27,12 @@ def _with(p: Pod, *, phase: str | None = None, deleted: bool = False) -> Pod:
     return p.model_copy(update={"metadata": meta, "status": status})
 
 
+def _waiting(wl: Workload) -> tuple[str, str, str] | None:
+    """The Workload's WaitingForReplacementPods condition: (status, reason, message)."""
+    c = wls.condition(wl, lc.WAITING_FOR_REPLACEMENT_PODS)
+    return None if c is None else (c.status.value, c.reason, c.message)
+
+
 def _group(*pods: Pod) -> pg.PodGroup:
     group = pg.group_of("ns/g", {p.name: p for p in pods})
     assert group is not None
@@ -57,10 +63,7 @@ async def test_a_replacement_pod_joins_the_groups_workload_and_its_failed_pod_is
     await ctl.reconcile("ns/g")
     wl = fake.workloads[key]
     assert not wls.is_finished(wl)
-    waiting = wls.condition(wl, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert waiting is not None
-    assert waiting.status.value == "True"
-    assert (waiting.reason, waiting.message) == ("PodsFailed", "Some Failed pods need replacement")
+    assert _waiting(wl) == ("True", "PodsFailed", "Some Failed pods need replacement")
     assert fake.released == []  # the failed pod is kept until a replacement stands in for it
     before = len(fake.ungated)
     _add(ctl, pod("e"))  # the replacement, gated, same group name
@@ -72,9 +75,7 @@ async def test_a_replacement_pod_joins_the_groups_workload_and_its_failed_pod_is
     assert fake.released == ["ns/d"]
     assert [k for k, _ in fake.ungated[before:]] == ["ns/e"]  # admitted: ungated at once
     wl = fake.workloads[key]
-    waiting = wls.condition(wl, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert waiting is not None
-    assert (waiting.status.value, waiting.reason) == ("False", "PodsReady")
+    assert _waiting(wl) == ("False", "PodsReady", "No pods need replacement")
     assert wls.is_admitted(wl)
 
 
@@ -113,10 +114,7 @@ async def test_an_evicted_groups_failed_pods_wait_with_the_evictions_reason() ->
     wl = fake.workloads[key]
     assert not wls.has_quota(wl)
     assert not wls.is_finished(wl)
-    waiting = wls.condition(wl, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert waiting is not None
-    assert waiting.status.value == "True"
-    assert (waiting.reason, waiting.message) == ("Preempted", "Preempted to fit x")
+    assert _waiting(wl) == ("True", "Preempted", "Preempted to fit x")
     assert fake.released == []
 
 
@@ -173,25 +171,15 @@ def test_the_replacement_condition_follows_the_missing_pods() -> None:
     wl = _workload(*pg.pod_sets(_group(pod("a"))))
     assert lc.replacement_pods(wl, 0, NOW) is None  # never missed a pod: nothing written
     waiting = lc.applied(wl, _must(lc.replacement_pods(wl, 2, NOW)))
-    cond = wls.condition(waiting, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert cond is not None
-    assert (cond.status.value, cond.reason) == ("True", "PodsFailed")
+    assert _waiting(waiting) == ("True", "PodsFailed", "Some Failed pods need replacement")
     assert lc.replacement_pods(waiting, 1, NOW + dt.timedelta(seconds=1)) is None
     evicted = lc.applied(
         waiting, lc.set_condition(wls.EVICTED, True, "Preempted", "Preempted to fit x", NOW)
     )
     evicted = lc.applied(evicted, _must(lc.replacement_pods(evicted, 2, NOW)))
-    cond = wls.condition(evicted, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert cond is not None
-    assert (cond.reason, cond.message) == ("Preempted", "Preempted to fit x")
+    assert _waiting(evicted) == ("True", "Preempted", "Preempted to fit x")
     done = lc.applied(evicted, _must(lc.replacement_pods(evicted, 0, NOW)))
-    cond = wls.condition(done, lc.WAITING_FOR_REPLACEMENT_PODS)
-    assert cond is not None
-    assert (cond.status.value, cond.reason, cond.message) == (
-        "False",
-        "PodsReady",
-        "No pods need replacement",
-    )
+    assert _waiting(done) == ("False", "PodsReady", "No pods need replacement")
 
 
 def _must(m: lc.Mutation | None) -> lc.Mutation:

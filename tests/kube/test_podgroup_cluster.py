@@ -195,6 +195,21 @@ def _condition(wl: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return {}
 
 
+def _wait_finished(cluster: KubeCluster, namespace: str, message: str) -> None:
+    """Wait until the group's Workload is Finished (Succeeded, `message`) and no pod of it
+    keeps the finalizer."""
+    cluster.wait_for(
+        "the group's Workload to finish",
+        lambda: is_true(_workload(cluster, namespace, "ring"), "Finished"),
+    )
+    finished = _condition(_workload(cluster, namespace, "ring"), "Finished")
+    assert (finished["reason"], finished["message"]) == ("Succeeded", message)
+    cluster.wait_for(
+        "every pod to lose its finalizer",
+        lambda: not any(_finalized(p) for p in _pods(cluster, namespace).values()),
+    )
+
+
 def _running_group(cluster: KubeCluster, namespace: str, names: list[str], **kw: Any) -> str:
     """Create the group `ring` of `names` and wait until they all run; its Workload's uid."""
     create(cluster, *(pod(n, namespace, group="ring", total=len(names), **kw) for n in names))
@@ -247,16 +262,7 @@ def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_compl
     )
     for n in ("r0", "r1", "r2", "r4"):
         _end(cluster, namespace, n, "Succeeded")
-    cluster.wait_for(
-        "the group's Workload to finish",
-        lambda: is_true(_workload(cluster, namespace, "ring"), "Finished"),
-    )
-    finished = _condition(_workload(cluster, namespace, "ring"), "Finished")
-    assert (finished["reason"], finished["message"]) == ("Succeeded", "Pods succeeded: 4/4.")
-    cluster.wait_for(
-        "every pod to lose its finalizer",
-        lambda: not any(_finalized(p) for p in _pods(cluster, namespace).values()),
-    )
+    _wait_finished(cluster, namespace, "Pods succeeded: 4/4.")
 
 
 def test_a_pod_beyond_the_groups_count_is_deleted(
@@ -293,16 +299,7 @@ def test_an_unretriable_pod_finishes_its_group_once_none_runs(
     time.sleep(3)  # one pod still runs: the group is not finished
     assert not is_true(_workload(cluster, namespace, "ring"), "Finished")
     _end(cluster, namespace, "b", "Succeeded")
-    cluster.wait_for(
-        "the group to finish without a replacement",
-        lambda: is_true(_workload(cluster, namespace, "ring"), "Finished"),
-    )
-    finished = _condition(_workload(cluster, namespace, "ring"), "Finished")
-    assert (finished["reason"], finished["message"]) == ("Succeeded", "Pods succeeded: 1/2.")
-    cluster.wait_for(
-        "both pods to lose their finalizer",
-        lambda: not any(_finalized(p) for p in _pods(cluster, namespace).values()),
-    )
+    _wait_finished(cluster, namespace, "Pods succeeded: 1/2.")  # no replacement awaited
 
 
 def test_a_preempted_group_waits_for_replacements_and_is_readmitted_whole_when_they_come(
