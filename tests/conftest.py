@@ -142,8 +142,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
 
 @pytest.fixture
 def namespace(cluster: KubeCluster) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    """A fresh namespace per test, deleted afterwards (without waiting), its Workloads first:
+    a pod group's pods keep the `kueue.x-k8s.io/managed` finalizer until their Workload is
+    finished or deleted (as in Kueue), and the namespace controller deletes pods before
+    anything else."""
     name = f"t-{secrets.token_hex(4)}"
     cluster.kubectl("create", "namespace", name)
     yield name
+    cluster.kubectl("delete", "workloads", "--all", "-n", name, "--wait=false", check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,15 +36,6 @@ WAITING = "WaitingForReplacementPods"
 
 pod_operator = operator_for("pod_operator", "Pod")
 """`atoll run` with the plain-pod integration enabled."""
-
-
-@pytest.fixture(autouse=True)
-def _release_groups(cluster: KubeCluster, namespace: str) -> Iterator[None]:
-    """After each test, delete the namespace's Workloads before the namespace goes: a group's
-    pods keep the `kueue.x-k8s.io/managed` finalizer until their Workload is finished or
-    deleted (as in Kueue), and the namespace controller deletes pods before anything else."""
-    yield
-    cluster.kubectl("delete", "workloads", "--all", "-n", namespace, "--wait=false", check=False)
 
 
 def pod(
