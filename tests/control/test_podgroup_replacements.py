@@ -185,3 +185,18 @@ def test_the_replacement_condition_follows_the_missing_pods() -> None:
 def _must(m: lc.Mutation | None) -> lc.Mutation:
     assert m is not None
     return m
+
+
+def test_a_pods_stamped_role_survives_what_its_start_merges_in() -> None:
+    plain = pod("a")
+    ann = {**(plain.metadata.annotations or {}), "kueue.x-k8s.io/role-hash": pg.shape_hash(plain)}
+    stamped = plain.model_copy(
+        update={"metadata": plain.metadata.model_copy(update={"annotations": ann})}
+    )
+    started = _running(stamped)
+    spec = started.spec.model_copy(update={"node_selector": {"pool": "a100"}})
+    started = started.model_copy(update={"spec": spec})
+    assert pg.shape_hash(started) != pg.shape_hash(plain)  # the shape changed at start
+    assert pg.role_hash(started) == pg.role_hash(plain)
+    wl = _workload(*pg.pod_sets(_group(stamped)))
+    assert pg.members(_group(started), wl).kept == (started,)

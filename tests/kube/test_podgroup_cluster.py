@@ -32,6 +32,7 @@ pytestmark = pytest.mark.cluster
 GATE = "kueue.x-k8s.io/admission"
 FINALIZER = "kueue.x-k8s.io/managed"
 WAITING = "WaitingForReplacementPods"
+ROLE = "kueue.x-k8s.io/role-hash"
 
 
 pod_operator = operator_for("pod_operator", "Pod")
@@ -250,6 +251,9 @@ def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_compl
     assert wl["metadata"]["uid"] == uid
     assert len(get_json(cluster, "get", "workloads", "-n", namespace)["items"]) == 1
     assert "r4" in {r["name"] for r in wl["metadata"]["ownerReferences"]}
+    (role,) = {ps["name"] for ps in wl["spec"]["podSets"]}
+    roles = {p["metadata"]["annotations"].get(ROLE) for p in _pods(cluster, namespace).values()}
+    assert roles == {role}  # stamped at creation, the replacement's too
     cluster.wait_for(
         "the failed pod to lose its finalizer and the Workload to stop waiting",
         lambda: (

@@ -34,6 +34,8 @@ SUSPENDED_BY_PARENT_ANNOTATION: Final = "kueue.x-k8s.io/pod-suspending-parent"
 the owner's framework name."""
 POD_GROUP_SERVING_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-serving"
 ROLE_HASH_ANNOTATION: Final = "kueue.x-k8s.io/role-hash"
+"""A grouped pod's role (its pod set), stamped at creation so that what its start merges in
+does not change it."""
 COMPONENT_WORKLOAD_INDEX_ANNOTATION: Final = "kueue.x-k8s.io/component-workload-index"
 """On each of an owner's several Workloads (one per LeaderWorkerSet group): its index."""
 JOB_OWNER_GVK_ANNOTATION: Final = "kueue.x-k8s.io/job-owner-gvk"

@@ -147,7 +147,17 @@ def with_pods(group: PodGroup, pods: Sequence[Pod]) -> PodGroup:
 
 
 def role_hash(pod: Pod) -> str:
-    """8 hex of a hash of the pod's shape: pods of one role form one pod set."""
+    """The pod's role: its `kueue.x-k8s.io/role-hash` annotation (stamped by the webhook at
+    creation, so that the node selector and tolerations merged in at start do not change
+    it), else 8 hex of a hash of its shape. Pods of one role form one pod set."""
+    stamped = (pod.metadata.annotations or {}).get(keys.ROLE_HASH_ANNOTATION)
+    if stamped:
+        return stamped
+    return shape_hash(pod)
+
+
+def shape_hash(pod: Pod) -> str:
+    """8 hex of a hash of the pod's shape (what admission reads of it)."""
     spec = pod.spec.to_dict()
     shape = {
         k: spec.get(k)

@@ -38,6 +38,7 @@ from atoll.api.labels import (
     MANAGED_LABEL,
     POD_FINALIZER,
     QUEUE_NAME_LABEL,
+    ROLE_HASH_ANNOTATION,
     SUSPENDED_BY_PARENT_ANNOTATION,
 )
 from atoll.control import jobframework as jf
@@ -143,7 +144,8 @@ def register_pods(
 ) -> None:
     """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
     controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed`, gets
-    the `kueue.x-k8s.io/managed` finalizer (kept until its Workload has accounted for it) and
+    the `kueue.x-k8s.io/managed` finalizer (kept until its Workload has accounted for it), a
+    grouped one its `kueue.x-k8s.io/role-hash`, and
     is gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
     say the group's size. A pod whose template a managed owner marked with Kueue's
     `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
@@ -170,6 +172,9 @@ def register_pods(
             message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
             raise kopf.AdmissionError(message, code=422)
         patch.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
+        if podgroups.group_name(pod) is not None:
+            role = podgroups.shape_hash(pod)
+            patch["metadata"].setdefault("annotations", {})[ROLE_HASH_ANNOTATION] = role
         if POD_FINALIZER not in (pod.metadata.finalizers or ()):
             patch["metadata"]["finalizers"] = [*(pod.metadata.finalizers or ()), POD_FINALIZER]
         gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
