@@ -211,8 +211,13 @@ def _wait_finished(cluster: KubeCluster, namespace: str, message: str) -> None:
     )
 
 
-def _running_group(cluster: KubeCluster, namespace: str, names: list[str], **kw: Any) -> str:
-    """Create the group `ring` of `names` and wait until they all run; its Workload's uid."""
+RING = [f"r{i}" for i in range(4)]
+
+
+def _running_group(cluster: KubeCluster, namespace: str, **kw: Any) -> str:
+    """Create the group `ring` of the 4 pods `RING` and wait until they all run; its
+    Workload's uid."""
+    names = RING
     create(cluster, *(pod(n, namespace, group="ring", total=len(names), **kw) for n in names))
     cluster.wait_for(
         f"the group's {len(names)} pods to be ungated and bound",
@@ -229,8 +234,7 @@ def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_compl
 ) -> None:
     del pod_operator
     one_queue(cluster, namespace, gpus=4)
-    names = [f"r{i}" for i in range(4)]
-    uid = _running_group(cluster, namespace, names)
+    uid = _running_group(cluster, namespace)
     assert all(_finalized(p) for p in _pods(cluster, namespace).values())
     _end(cluster, namespace, "r3", "Failed")
     cluster.wait_for(
@@ -271,8 +275,7 @@ def test_a_pod_beyond_the_groups_count_is_deleted(
 ) -> None:
     del pod_operator
     one_queue(cluster, namespace, gpus=8)
-    names = [f"r{i}" for i in range(4)]
-    uid = _running_group(cluster, namespace, names)
+    uid = _running_group(cluster, namespace)
     create(cluster, pod("extra", namespace, group="ring"))
     cluster.wait_for(
         "the fifth pod of a group of 4 to be deleted",
@@ -282,7 +285,7 @@ def test_a_pod_beyond_the_groups_count_is_deleted(
     assert wl is not None
     assert wl["metadata"]["uid"] == uid
     assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 4
-    assert _all_bound(cluster, namespace, names)
+    assert _all_bound(cluster, namespace, RING)
 
 
 def test_an_unretriable_pod_finishes_its_group_once_none_runs(
@@ -311,8 +314,8 @@ def test_a_preempted_group_waits_for_replacements_and_is_readmitted_whole_when_t
     apply(
         cluster, b.priority_class(f"low-{namespace}", 1), b.priority_class(f"high-{namespace}", 100)
     )
-    names = [f"r{i}" for i in range(4)]
-    uid = _running_group(cluster, namespace, names, priority=f"low-{namespace}")
+    names = RING
+    uid = _running_group(cluster, namespace, priority=f"low-{namespace}")
     create(
         cluster,
         b.job("urgent", namespace, queue="q", pods=4, priority=f"high-{namespace}", run="20s"),
