@@ -65,7 +65,7 @@ from atoll.sandbox.cluster import Sandbox  # noqa: E402
 from atoll.sandbox.kwok import RUN_DURATION_ANNOTATION  # noqa: E402
 from atoll.sandbox.processes import free_port  # noqa: E402
 from queue_manifests import queue_manifests  # noqa: E402
-from run import print_profile  # noqa: E402
+from run import apiserver_writes, print_profile  # noqa: E402
 
 console = Console(stderr=True)
 NS = "bench-jobs"
@@ -258,6 +258,7 @@ async def drive(
         listing = await client.request(
             "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads"
         )
+        writes = await apiserver_writes(client)
     waits = []
     for name, t0 in created.items():
         seen = watch.running.get(name, {})
@@ -275,6 +276,10 @@ async def drive(
         "start_p50_s": _pct(waits, 50),
         "start_p99_s": _pct(waits, 99),
         "start_max_s": max(waits, default=math.nan),
+        # only the controller writes Workloads (creates, status, finalizers, deletes)
+        "workload_writes": {k: v for k, v in writes.items() if " workloads" in k},
+        "workload_writes_per_job": sum(v for k, v in writes.items() if " workloads" in k)
+        / max(1, len(created)),
         "cpu_s": sample["cpu_total_s"] - cpu0,
         "cpu_per_job_ms": 1000 * (sample["cpu_total_s"] - cpu0) / max(1, len(created)),
         "peak_rss_mib": sample["peak_rss_mib"],
@@ -349,6 +354,7 @@ ROWS = (
     ("Workloads (one per Job when the controller manages them)", "workloads", False),
     ("Jobs with all pods Running", "started", False),
     ("Jobs done", "done", False),
+    ("controller Workload writes per Job", "workload_writes_per_job", True),
     ("Job created → all pods Running p50 (s)", "start_p50_s", True),
     ("Job created → all pods Running p99 (s)", "start_p99_s", True),
     ("Job created → all pods Running max (s)", "start_max_s", True),
@@ -394,8 +400,15 @@ def kinds_table(
         t.add_column("Jobs" if kind == "job" else "JobSets", justify="right")
     if len(by_kind) == 2:
         t.add_column("JobSet/Job", justify="right")
-    rows = [(label.replace("Job", "gang"), key) for label, key, _ in ROWS]
-    rows[-2] = ("atoll CPU per admission (ms)", "cpu_per_job_ms")
+    rows = [
+        (
+            "atoll CPU per admission (ms)"
+            if key == "cpu_per_job_ms"
+            else label.replace("Job", "gang"),
+            key,
+        )
+        for label, key, _ in ROWS
+    ]
     for label, key in rows:
         values = [res.get(key, math.nan) for res in by_kind.values()]
         cells = [_fmt(v) for v in values]
