@@ -64,7 +64,13 @@ async def test_the_finalizer_is_removed_from_the_last_seen_version_without_a_rea
     after = _get(cluster, "workloads", namespace, "fresh")
     assert after["metadata"]["finalizers"] == [OTHER_FINALIZER]
     assert verbs == ["patch"]
-    _release(cluster, namespace, "fresh")
+    # the patched version is the next base: removing it again (a second reconcile) is a
+    # no-op without a request, and a later change is made on the right resourceVersion
+    await kw.remove_workload_finalizer(f"{namespace}/fresh", RESOURCE_IN_USE_FINALIZER)
+    assert verbs == ["patch"]
+    await kw.remove_workload_finalizer(f"{namespace}/fresh", OTHER_FINALIZER)
+    assert verbs == ["patch", "patch"]
+    assert not _get(cluster, "workloads", namespace, "fresh")["metadata"].get("finalizers")
 
 
 async def test_a_stale_base_conflicts_and_the_removal_keeps_the_change_it_missed(

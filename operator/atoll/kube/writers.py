@@ -352,29 +352,38 @@ class KubeWriter:
         return written
 
     async def remove_workload_finalizer(self, key: str, finalizer: str) -> None:
-        """The first base is the version this writer saw or wrote last (no GET); the patch
-        carries its resourceVersion, so a stale base is a 409: read the object and retry."""
+        """The base is the version this writer saw or wrote last (no GET; the watch keeps it
+        at least as new as the cache): when it lacks the finalizer there is nothing to do,
+        else the patch carries its resourceVersion, so a stale base is a 409: read the
+        object and retry. The patched version becomes the next base."""
         known = self._last.get(key)
         for attempt in range(_RETRIES):
-            if attempt == 0 and known is not None and known.metadata.resource_version:
-                finalizers = list(known.metadata.finalizers or [])
-                version: Any = known.metadata.resource_version
+            base = known if attempt == 0 and known and known.metadata.resource_version else None
+            if base is not None:
+                finalizers = list(base.metadata.finalizers or [])
+                version: Any = base.metadata.resource_version
             else:
                 meta = (await self._get_workload(key)).get("metadata", {})
                 finalizers = list(meta.get("finalizers") or [])
                 version = meta["resourceVersion"]
             if finalizer not in finalizers:
-                if attempt == 0 and known is not None:
-                    continue  # maybe stale: confirm on the object itself
                 return
             finalizers.remove(finalizer)
             body = {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
             try:
-                await self._patch_workload(key, body)
-                return
+                written = await self._patch_workload(key, body)
             except ApiError as e:
                 if e.status != 409:
                     raise
+                continue
+            new_version = (written.get("metadata") or {}).get("resourceVersion")
+            if base is None or not new_version:
+                self._last.pop(key, None)
+                return
+            seen = {"finalizers": tuple(finalizers) or None, "resource_version": new_version}
+            patched = base.metadata.model_copy(update=seen)
+            self._remember(key, base.model_copy(update={"metadata": patched}))
+            return
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
 
     async def delete_workload(self, key: str) -> None:
