@@ -26,6 +26,7 @@ OTHER_FINALIZER = "example.com/keep"
 
 @pytest.fixture
 async def writer(cluster: KubeCluster) -> AsyncIterator[tuple[KubeWriter, list[str]]]:
+    cluster.apply_crds()
     conf = client.Configuration()
     await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=conf)
     verbs: list[str] = []
@@ -109,6 +110,8 @@ async def test_a_job_is_suspended_from_its_raw_json_and_a_suspended_one_is_left_
     cluster.kubectl("create", "-f", "-", input=json.dumps(job))
     await kw.suspend_job(f"{namespace}/raw")
     assert _get(cluster, "jobs", namespace, "raw")["spec"]["suspend"] is True
-    assert verbs == ["get", "patch"]
+    n = len(verbs)  # a 409 (the Job controller wrote meanwhile) reads and patches again
+    assert n >= 2
+    assert verbs == ["get", "patch"] * (n // 2)
     await kw.suspend_job(f"{namespace}/raw")
-    assert verbs == ["get", "patch", "get"]  # already suspended: nothing to write
+    assert verbs[n:] == ["get"]  # already suspended: nothing to write
