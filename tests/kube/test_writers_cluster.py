@@ -50,6 +50,11 @@ def _workload(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any]:
     return _get(cluster, "workloads", ns, name)
 
 
+def _seen(cluster: KubeCluster, kw: KubeWriter, ns: str, name: str) -> None:
+    """A Workload with the two finalizers, seen by the writer (as the watch shows it)."""
+    kw.observe_workload(Workload.from_dict(_workload(cluster, ns, name)))
+
+
 def _release(cluster: KubeCluster, ns: str, name: str) -> None:
     patch = json.dumps({"metadata": {"finalizers": None}})
     cluster.kubectl("patch", "workload", name, "-n", ns, "--type=merge", "-p", patch)
@@ -59,8 +64,7 @@ async def test_the_finalizer_is_removed_from_the_last_seen_version_without_a_rea
     cluster: KubeCluster, namespace: str, writer: tuple[KubeWriter, list[str]]
 ) -> None:
     kw, verbs = writer
-    raw = _workload(cluster, namespace, "fresh")
-    kw.observe_workload(Workload.from_dict(raw))
+    _seen(cluster, kw, namespace, "fresh")
     await kw.remove_workload_finalizer(f"{namespace}/fresh", RESOURCE_IN_USE_FINALIZER)
     after = _get(cluster, "workloads", namespace, "fresh")
     assert after["metadata"]["finalizers"] == [OTHER_FINALIZER]
@@ -78,8 +82,7 @@ async def test_a_stale_base_conflicts_and_the_removal_keeps_the_change_it_missed
     cluster: KubeCluster, namespace: str, writer: tuple[KubeWriter, list[str]]
 ) -> None:
     kw, verbs = writer
-    raw = _workload(cluster, namespace, "stale")
-    kw.observe_workload(Workload.from_dict(raw))
+    _seen(cluster, kw, namespace, "stale")
     cluster.kubectl("label", "workload", "stale", "-n", namespace, "edited=yes")
     await kw.remove_workload_finalizer(f"{namespace}/stale", RESOURCE_IN_USE_FINALIZER)
     after = _get(cluster, "workloads", namespace, "stale")

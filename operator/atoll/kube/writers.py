@@ -832,36 +832,23 @@ class KubeWriter:
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}
-
-        async def patch() -> None:  # the response (the whole object) is read, not decoded
-            resp = await self.custom.patch_cluster_custom_object_status(
-                GROUP,
-                VERSION,
-                "clusterqueues",
-                name,
-                body,
-                _content_type=MERGE,
-                _preload_content=False,
-            )
-            await read_ok(resp)
-
-        await self._call("patch", patch)
+        await self._patch_unread(
+            self.custom.patch_cluster_custom_object_status, "clusterqueues", name, body
+        )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
         body = {"status": status.to_dict()}
+        await self._patch_unread(
+            self.custom.patch_namespaced_custom_object_status, ns, "localqueues", name, body
+        )
 
-        async def patch() -> None:  # the response (the whole object) is read, not decoded
-            resp = await self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                ns,
-                "localqueues",
-                name,
-                body,
-                _content_type=MERGE,
-                _preload_content=False,
-            )
+    async def _patch_unread(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """A merge patch of a kueue.x-k8s.io object through `fn(GROUP, VERSION, *args)`; the
+        response (the whole object) is read, not decoded."""
+
+        async def patch() -> None:
+            resp = await fn(GROUP, VERSION, *args, _content_type=MERGE, _preload_content=False)
             await read_ok(resp)
 
         await self._call("patch", patch)
