@@ -39,6 +39,8 @@ log = structlog.get_logger("atoll.kube")
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
+UNREAD_MERGE: dict[str, Any] = {"_content_type": MERGE, "_preload_content": False}
+"""A merge patch whose response is returned unread (`read_ok` reads it)."""
 _JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 _MPIJOBS = (mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
 _TRAINJOBS = (trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)
@@ -833,23 +835,26 @@ class KubeWriter:
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}
         await self._patch_unread(
-            self.custom.patch_cluster_custom_object_status, "clusterqueues", name, body
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, "clusterqueues", name, body, **UNREAD_MERGE
+            )
         )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
         body = {"status": status.to_dict()}
         await self._patch_unread(
-            self.custom.patch_namespaced_custom_object_status, ns, "localqueues", name, body
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, "localqueues", name, body, **UNREAD_MERGE
+            )
         )
 
-    async def _patch_unread(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """A merge patch of a kueue.x-k8s.io object through `fn(GROUP, VERSION, *args)`; the
-        response (the whole object) is read, not decoded."""
+    async def _patch_unread(self, send: Callable[[], Awaitable[Any]]) -> None:
+        """A merge patch sent with `UNREAD_MERGE`: the response (the whole object) is read,
+        not decoded."""
 
         async def patch() -> None:
-            resp = await fn(GROUP, VERSION, *args, _content_type=MERGE, _preload_content=False)
-            await read_ok(resp)
+            await read_ok(await send())
 
         await self._call("patch", patch)
 
