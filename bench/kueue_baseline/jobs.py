@@ -12,7 +12,9 @@ as quota and one LocalQueue. Then `--jobs` Jobs (each `--pods` pods of `--gpus-p
 that run `--run` seconds on KWOK) are created one every `--interval` seconds, more than the
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
 first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
-max), Jobs done, controller CPU seconds per Job and peak RSS, and the atoll/Kueue ratios.
+max), Jobs done, the controller's Workload writes per Job (the API server's request counters:
+only the controller writes Workloads; a 409 counts too), controller CPU seconds per Job and
+peak RSS, and the atoll/Kueue ratios.
 
 `--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
 instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
