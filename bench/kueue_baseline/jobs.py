@@ -12,7 +12,9 @@ as quota and one LocalQueue. Then `--jobs` Jobs (each `--pods` pods of `--gpus-p
 that run `--run` seconds on KWOK) are created one every `--interval` seconds, more than the
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
 first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
-max), Jobs done, controller CPU seconds per Job and peak RSS, and the atoll/Kueue ratios.
+max), Jobs done, the controller's Workload writes per Job (the API server's request counters:
+only the controller writes Workloads; a 409 counts too), controller CPU seconds per Job and
+peak RSS, and the atoll/Kueue ratios.
 
 `--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
 instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
@@ -65,7 +67,7 @@ from atoll.sandbox.cluster import Sandbox  # noqa: E402
 from atoll.sandbox.kwok import RUN_DURATION_ANNOTATION  # noqa: E402
 from atoll.sandbox.processes import free_port  # noqa: E402
 from queue_manifests import queue_manifests  # noqa: E402
-from run import print_profile  # noqa: E402
+from run import apiserver_writes, print_profile  # noqa: E402
 
 console = Console(stderr=True)
 NS = "bench-jobs"
@@ -258,6 +260,7 @@ async def drive(
         listing = await client.request(
             "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads"
         )
+        writes = await apiserver_writes(client)
     waits = []
     for name, t0 in created.items():
         seen = watch.running.get(name, {})
@@ -275,6 +278,10 @@ async def drive(
         "start_p50_s": _pct(waits, 50),
         "start_p99_s": _pct(waits, 99),
         "start_max_s": max(waits, default=math.nan),
+        # only the controller writes Workloads (creates, status, finalizers, deletes)
+        "workload_writes": {k: v for k, v in writes.items() if " workloads" in k},
+        "workload_writes_per_job": sum(v for k, v in writes.items() if " workloads" in k)
+        / max(1, len(created)),
         "cpu_s": sample["cpu_total_s"] - cpu0,
         "cpu_per_job_ms": 1000 * (sample["cpu_total_s"] - cpu0) / max(1, len(created)),
         "peak_rss_mib": sample["peak_rss_mib"],
@@ -349,6 +356,7 @@ ROWS = (
     ("Workloads (one per Job when the controller manages them)", "workloads", False),
     ("Jobs with all pods Running", "started", False),
     ("Jobs done", "done", False),
+    ("controller Workload writes per Job", "workload_writes_per_job", True),
     ("Job created → all pods Running p50 (s)", "start_p50_s", True),
     ("Job created → all pods Running p99 (s)", "start_p99_s", True),
     ("Job created → all pods Running max (s)", "start_max_s", True),
@@ -394,8 +402,15 @@ def kinds_table(
         t.add_column("Jobs" if kind == "job" else "JobSets", justify="right")
     if len(by_kind) == 2:
         t.add_column("JobSet/Job", justify="right")
-    rows = [(label.replace("Job", "gang"), key) for label, key, _ in ROWS]
-    rows[-2] = ("atoll CPU per admission (ms)", "cpu_per_job_ms")
+    rows = [
+        (
+            "atoll CPU per admission (ms)"
+            if key == "cpu_per_job_ms"
+            else label.replace("Job", "gang"),
+            key,
+        )
+        for label, key, _ in ROWS
+    ]
     for label, key in rows:
         values = [res.get(key, math.nan) for res in by_kind.values()]
         cells = [_fmt(v) for v in values]

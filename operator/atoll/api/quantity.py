@@ -13,6 +13,7 @@ exactly, else the largest decimal one (`9Gi`, `1500m`, `2k`, `7`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from fractions import Fraction
@@ -113,6 +114,14 @@ def parse_quantity(text: str | int) -> Quantity:
         raise QuantityError(f"invalid quantity {text!r}: expected a string or an integer")
     if len(text) > _MAX_LENGTH:
         raise QuantityError(f"invalid quantity {text[:20]!r}...: longer than {_MAX_LENGTH}")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Quantity:
+    """A quantity string's value, remembered: the same few strings ("8", "64Gi") come with
+    every pod, node and Workload parsed, and the exact arithmetic (Fractions) showed in the
+    operator's profile. Quantities are immutable; an invalid string raises each time."""
     match = _GRAMMAR.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
         raise QuantityError(

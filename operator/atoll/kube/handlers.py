@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kopf
+import orjson
 import structlog
 from pydantic import ValidationError
 
@@ -74,6 +75,16 @@ class Wiring:
     """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
     group_pod: Callable[[Pod, bool], None] | None = None
     """Sees every pod (and whether it was deleted): the plain-pod integration's hook."""
+
+
+def json_text(obj: object) -> bytes:
+    """`obj` as compact JSON, to compare or key by (orjson: an order of magnitude faster
+    than `json.dumps`, which took most of a digest's time); `json` for what orjson refuses
+    (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=JSON_SEPARATORS).encode()
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -283,7 +294,7 @@ class Digests:
     def new(self, key: str, body: Mapping[str, Any]) -> int | None:
         """The digest of `body` when it differs from the one last `seen` under `key`, else
         None (nothing to do)."""
-        digest = hash(json.dumps(self._view(body), separators=JSON_SEPARATORS))
+        digest = hash(json_text(self._view(body)))
         return None if self._digests.get(key) == digest else digest
 
     def seen(self, key: str, digest: int) -> None:
@@ -425,11 +436,11 @@ def _pods(watches: Watches, w: Wiring) -> None:
     pods = Digests(pod_view)
     last: dict[str, Pod] = {}
     """The last state of the pods `_kept` needs, by key."""
-    specs: OrderedDict[str, PodSpec] = OrderedDict()
+    specs: OrderedDict[bytes, PodSpec] = OrderedDict()
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
         """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
-        text = json.dumps(body.get("spec"), separators=JSON_SEPARATORS)
+        text = json_text(body.get("spec"))
         spec = specs.get(text)
         if spec is not None:
             specs.move_to_end(text)

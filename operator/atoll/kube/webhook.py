@@ -11,8 +11,9 @@ a replica points it at its own URL and CA when it is missing or names a URL wher
 listens any more, and it stays after that replica stops. With `failurePolicy: Fail`, a
 managed Job created while no replica serves is refused (the API server says the webhook is
 unreachable), never let through unsuspended.
-Certificates come from `atoll.pki`, imported only when one is made (`cryptography` is about
-9 MiB resident; a replica serving a kept certificate, or no webhook, never loads it).
+Certificates come from `atoll.pki`, run in a short-lived child Python process
+(`serving_certificate`): `cryptography` is about 8 MiB resident (its Rust extension alone),
+and a certificate made once at start-up must not keep it loaded in the operator for its life.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import urllib.parse
 from collections.abc import Callable
@@ -201,23 +206,61 @@ class UrlServer:
     ca: bytes
 
 
+_MAKE_CERTIFICATE = """
+import json, sys
+from atoll import pki
+names = json.loads(sys.argv[1])
+ca = pki.make_ca("atoll-webhook-ca")
+cn = (names["dns"] or names["ips"])[0]
+cert, key = pki.issue(ca, cn, dns=tuple(names["dns"]), ips=tuple(names["ips"]), server=True)
+pems = (pki.cert_pem(ca[0]), pki.cert_pem(cert), pki.key_pem(key))
+print(json.dumps([p.decode() for p in pems]))
+"""
+
+
+def serving_certificate(
+    *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
+) -> tuple[bytes, bytes, bytes]:
+    """A fresh CA and a serving certificate for `dns` and `ips` (the first name is its
+    subject), as PEM: (CA certificate, certificate, key). Made by `atoll.pki` in a child
+    Python process, so that `cryptography` is never loaded in the operator."""
+    if not dns and not ips:
+        raise ValueError("a serving certificate needs a DNS name or an IP address")
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the atoll package
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    names = json.dumps({"dns": list(dns), "ips": list(ips)})
+    try:
+        out = subprocess.run(
+            [sys.executable, "-P", "-c", _MAKE_CERTIFICATE, names],
+            env=dict(os.environ, PYTHONPATH=path),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+            timeout=300,
+        )
+    except subprocess.CalledProcessError as e:
+        why = (e.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
+        raise RuntimeError(f"making the webhook certificate failed: {''.join(why)}") from e
+    ca, cert, key = json.loads(out.stdout)
+    return ca.encode(), cert.encode(), key.encode()
+
+
 def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
     """For the sandbox: a fresh CA and serving certificate for `host`, served at
     `https://host:port`."""
-    from atoll import pki  # noqa: PLC0415 (cryptography on first use only)
-
-    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
+    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))  # 0700
     is_ip = host.replace(".", "").isdigit()
-    files = pki.write_serving_pki(
-        folder, dns=() if is_ip else (host,), ips=(host,) if is_ip else ()
-    )
-    ca = files.ca_cert.read_bytes()
+    ca, cert, key = serving_certificate(dns=() if is_ip else (host,), ips=(host,) if is_ip else ())
+    certfile, keyfile = folder / "tls.crt", folder / "tls.key"
+    certfile.write_bytes(cert)
+    keyfile.touch(mode=0o600)
+    keyfile.write_bytes(key)
     server = WebhookServer(
         addr=addr,
         port=port,
         host=host,
-        certfile=files.serving_cert,
-        pkeyfile=files.serving_key,
+        certfile=certfile,
+        pkeyfile=keyfile,
         cadata=ca,
     )
     return UrlServer(server=server, url=f"https://{host}:{port}", ca=ca)
@@ -362,12 +405,9 @@ async def shared_certificate(
         except ApiException as e:
             if e.status != 404:
                 raise
-        from atoll import pki  # noqa: PLC0415 (cryptography on first use only)
-
-        ca = pki.make_ca("atoll-webhook-ca")
         names = (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
-        cert, key = pki.issue(ca, names[0], dns=names, server=True)
-        made = SharedCert(ca=pki.cert_pem(ca[0]), cert=pki.cert_pem(cert), key=pki.key_pem(key))
+        ca, cert, key = await asyncio.to_thread(serving_certificate, dns=names)
+        made = SharedCert(ca=ca, cert=cert, key=key)
         body = {
             "metadata": {"name": secret, "namespace": namespace},
             "type": "kubernetes.io/tls",

@@ -34,12 +34,14 @@ from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, Template
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
 from atoll.kube.ratelimit import TokenBucket
-from atoll.kube.watch import read_ok
+from atoll.kube.watch import decode, read_ok
 
 log = structlog.get_logger("atoll.kube")
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
+UNREAD_MERGE: dict[str, Any] = {"_content_type": MERGE, "_preload_content": False}
+"""A merge patch whose response is returned unread (`read_ok` reads it)."""
 _JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 _MPIJOBS = (mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
 _TRAINJOBS = (trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)
@@ -316,7 +318,7 @@ class KubeWriter:
         resp = await self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE, _preload_content=False
         )
-        written = json.loads(await read_ok(resp))
+        written = decode(await read_ok(resp))
         version = (written.get("metadata") or {}).get("resourceVersion")
         return str(version) if version else None
 
@@ -353,22 +355,38 @@ class KubeWriter:
         return written
 
     async def remove_workload_finalizer(self, key: str, finalizer: str) -> None:
-        for _ in range(_RETRIES):
-            raw = await self._get_workload(key)
-            meta = raw.get("metadata", {})
-            finalizers = list(meta.get("finalizers") or [])
+        """The base is the version this writer saw or wrote last (no GET; the watch keeps it
+        at least as new as the cache): when it lacks the finalizer there is nothing to do,
+        else the patch carries its resourceVersion, so a stale base is a 409: read the
+        object and retry. The patched version becomes the next base."""
+        known = self._last.get(key)
+        for attempt in range(_RETRIES):
+            base = known if attempt == 0 and known and known.metadata.resource_version else None
+            if base is not None:
+                finalizers = list(base.metadata.finalizers or [])
+                version: Any = base.metadata.resource_version
+            else:
+                meta = (await self._get_workload(key)).get("metadata", {})
+                finalizers = list(meta.get("finalizers") or [])
+                version = meta["resourceVersion"]
             if finalizer not in finalizers:
                 return
             finalizers.remove(finalizer)
-            body = {
-                "metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}
-            }
+            body = {"metadata": {"finalizers": finalizers, "resourceVersion": version}}
             try:
-                await self._patch_workload(key, body)
-                return
+                written = await self._patch_workload(key, body)
             except ApiError as e:
                 if e.status != 409:
                     raise
+                continue
+            new_version = (written.get("metadata") or {}).get("resourceVersion")
+            if base is None or not new_version:
+                self._last.pop(key, None)
+                return
+            seen = {"finalizers": tuple(finalizers) or None, "resource_version": new_version}
+            patched = base.metadata.model_copy(update=seen)
+            self._remember(key, base.model_copy(update={"metadata": patched}))
+            return
         raise RuntimeError(f"workload {key}: finalizer removal kept conflicting")
 
     async def delete_workload(self, key: str) -> None:
@@ -389,21 +407,32 @@ class KubeWriter:
 
     # -- Jobs -----------------------------------------------------------------------------
     async def _get_job(self, key: str) -> dict[str, Any]:
+        """The Job as the API server sends it (decoded with `json`, not into the client's
+        V1Job models and back: the build functions read a few fields of the raw object)."""
         ns, name = _split(key)
+
+        async def get() -> dict[str, Any]:
+            resp = await self.batch.read_namespaced_job(name, ns, _preload_content=False)
+            raw: dict[str, Any] = decode(await read_ok(resp))
+            return raw
+
         try:
-            job = await self._call("get", lambda: self.batch.read_namespaced_job(name, ns))
+            return await self._call("get", get)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
-        raw: dict[str, Any] = self.batch.api_client.sanitize_for_serialization(job)
-        return raw
 
     async def _patch_job(self, key: str, body: dict[str, Any], *, status: bool = False) -> None:
+        """A merge patch of a Job (or its status); the response is read, not decoded."""
         ns, name = _split(key)
         fn = self.batch.patch_namespaced_job_status if status else self.batch.patch_namespaced_job
+
+        async def patch() -> None:
+            await read_ok(await fn(name, ns, body, _content_type=MERGE, _preload_content=False))
+
         try:
-            await self._call("patch", lambda: fn(name, ns, body, _content_type=MERGE))
+            await self._call("patch", patch)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -870,22 +899,29 @@ class KubeWriter:
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}
-        await self._call(
-            "patch",
+        await self._patch_unread(
             lambda: self.custom.patch_cluster_custom_object_status(
-                GROUP, VERSION, "clusterqueues", name, body, _content_type=MERGE
-            ),
+                GROUP, VERSION, "clusterqueues", name, body, **UNREAD_MERGE
+            )
         )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
         body = {"status": status.to_dict()}
-        await self._call(
-            "patch",
+        await self._patch_unread(
             lambda: self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, "localqueues", name, body, _content_type=MERGE
-            ),
+                GROUP, VERSION, ns, "localqueues", name, body, **UNREAD_MERGE
+            )
         )
+
+    async def _patch_unread(self, send: Callable[[], Awaitable[Any]]) -> None:
+        """A merge patch sent with `UNREAD_MERGE`: the response (the whole object) is read,
+        not decoded."""
+
+        async def patch() -> None:
+            await read_ok(await send())
+
+        await self._call("patch", patch)
 
     # -- events ---------------------------------------------------------------------------
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
