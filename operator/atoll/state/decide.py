@@ -2,12 +2,13 @@
 
 The heads of the queues (`Cache.queue_heads`: what `select_heads` gives on
 `pending_by_queue`) → one engine cycle (`run_cycle`) on the snapshot, which hands each gang
-quota admits to this step's placer (topology and devices on the inventory,
-`placing.TopologyChecker`, which may turn it into a domain preemption or a pending decision)
-before it counts → `drain` → the decisions assumed in the cache: admissions assumed, victims
-marked evicting, BestEffortFIFO preemptors made sticky, inadmissible workloads parked. No
-awaits and no I/O: the caller writes the decisions (the operator to the API server, the
-simulator to its virtual cluster).
+quota admits to this step's placer (topology and devices on the inventory: the gang converted
+by `placing.TopologyChecker`, decided by `engine.gangstep.decide`, which may turn it into a
+domain preemption or a pending decision) before it counts → `drain` → the decisions
+assumed in the cache: admissions assumed, victims marked evicting, BestEffortFIFO
+preemptors made sticky, inadmissible workloads parked. No awaits and no I/O: the caller
+writes the decisions (the operator to the API server, the simulator to its virtual
+cluster).
 
 Congested queues: when a capacity change wakes the parked workloads, each queue would try
 them one head per cycle, and most only get parked again. A cycle whose every head belongs to

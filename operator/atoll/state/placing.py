@@ -183,8 +183,8 @@ class TopologyChecker:
         self.memory.settle(key, None)
 
     def prune(self) -> None:
-        """Drop the nominations of workloads that hold quota, finished, or are gone, and the
-        searches of those that hold quota, finished or are gone."""
+        """Drop the nominations of workloads that hold quota, finished, were deactivated or
+        are gone, and the victim searches of those that hold quota, finished or are gone."""
         workloads, assumed = self.cache.workloads, self.cache.assumed
 
         def nominated(key: str) -> bool:
