@@ -104,14 +104,6 @@ class TopologyChecker:
             return None
         return Gang(key=f"{wl.namespace}/{wl.name}", pod_sets=tuple(pod_sets))
 
-    def check(self, dec: d.Admit) -> Placement | d.Pending | None:
-        """Place the admitted gang: a Placement (to hold), a Pending saying why it cannot be
-        placed now (and what would change that), or None when the gang needs no placement.
-        Never preempts (what-if answers and tools)."""
-        got = self.place_or_preempt(dec)
-        assert not isinstance(got, d.Preempt)  # no snapshot: no policy, no victims
-        return got
-
     def place_or_preempt(
         self,
         dec: d.Admit,
@@ -120,8 +112,10 @@ class TopologyChecker:
         placed: Mapping[str, Placement] | None = None,
         fence: Fence | None = None,
     ) -> Placement | d.Pending | d.Preempt | None:
-        """As `check`, or a Preempt freeing one domain of the gang's required level
-        (`engine.gangstep.decide` on the gang and the live inventory). `snapshot` is the
+        """Place the admitted gang (`engine.gangstep.decide` on the gang and the live
+        inventory): a Placement (to hold), a Pending saying why it cannot be placed now (and
+        what would change that), a Preempt freeing one domain of its required level, or None
+        when the gang needs no placement (neither topology nor devices). `snapshot` is the
         cycle's (for the preemption policy; without it nothing is preempted); `evicting`:
         admitted workloads already being evicted; `placed`: the gangs placed earlier in the
         cycle, taken from the live inventory (a copy-on-write layer: the ledger holds them
