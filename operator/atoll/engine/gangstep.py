@@ -1,8 +1,8 @@
 """What placement decides for one gang that quota admits: placed, pending (with what would
 change that), or a preemption inside one domain of its required level. Pure: the caller
-(`state/placing.py`, the converter from the live objects) hands it the gang already
-converted, the live inventory and the placements its ledger holds, and the domains nominated
-for other preemptors; it gets back the decision and the gang's own nomination from now on.
+(`CyclePlacer`, below) hands it the gang already converted, the live inventory and the
+placements its ledger holds, and the domains nominated for other preemptors; it gets back
+the decision and the gang's own nomination from now on.
 
 The flow, in order:
 
@@ -25,6 +25,13 @@ A pending gang is requeued as a quota "no fit" is: a StrictFIFO head stays at th
 blocks its queue (Kueue's StrictFIFO requeues every inadmissible head at once), a
 BestEffortFIFO one is parked until something changes.
 
+`CyclePlacer` is the cycle's placer (`engine.cycle.Placer`, carried by the snapshot the
+cycle reads): it runs this flow for each gang quota admits, in cycle order, on the inventory
+with the gangs placed earlier in the cycle taken (a copy-on-write layer over the live
+inventory: the caller holds the placements in its ledger once it assumes the admissions),
+and keeps the nominations. The gangs come from a `Converter` (`state/placing.py`: the one
+converter from the live objects), asked lazily, only for the heads quota admits.
+
 The victim searches of steps 5 and 6 are memoized (`PlacementMemory`) by what they were
 computed from: a gang that stays pending cycle after cycle on an unchanged inventory costs
 one search. The memory also holds the nominations, between cycles.
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
 from atoll.engine import decisions as d
 from atoll.engine import domainpreemption as dp
@@ -230,3 +237,112 @@ def _preempt(
     if got is None:
         return None
     return dp.preemption(admit, result, got, allowed)
+
+
+class Converter(Protocol):
+    """The live objects as placement's inputs, asked only for the gangs quota admits."""
+
+    def gang(self, admit: d.Admit) -> Gang | str | None:
+        """`admit`'s gang (its pod sets with the admitted counts and flavors), None when it
+        needs no placement (neither topology nor devices), or why it cannot be built (a
+        misconfiguration, told as the gang's pending message)."""
+        ...
+
+    def workload(self, key: str) -> m.Workload | None:
+        """The engine workload of a preemptor (the preemption policy's input)."""
+        ...
+
+
+@dataclass(slots=True, kw_only=True)
+class CyclePlacer:
+    """One cycle's placement (`engine.cycle.Placer`): each gang quota admits is placed on
+    the inventory as it is after the admissions before it in the cycle, or preempts inside
+    one domain of its required level, or stays pending (`decide`)."""
+
+    snapshot: Snapshot
+    """The cycle's snapshot (the preemption policy's and the requeue strategy's input)."""
+    live: Inventory
+    """The live inventory, with the ledger's placements taken."""
+    held: Mapping[str, Placement]
+    """The ledger's placements, by workload."""
+    memory: PlacementMemory
+    """The nominations (read, and settled for each gang placed) and the search memo."""
+    converter: Converter
+    describe: Callable[[Fenced], str] = lambda f: f.holder
+    """How a fence's message names each host it holds."""
+    evicting: set[str] = field(default_factory=set)
+    """Admitted workloads being evicted, and the victims of this cycle's preemptions: later
+    gangs see them as leaving, never as new victims."""
+    changed: set[str] = field(default_factory=set)
+    """Gangs placement turned into a preemption or a pending decision."""
+    placed: dict[str, Placement] = field(default_factory=dict)
+    """The gangs placed in this cycle, in order: taken from the live inventory for the gangs
+    after them; the caller holds them in its ledger when it assumes the admissions."""
+
+    @classmethod
+    def on(
+        cls,
+        snapshot: Snapshot,
+        *,
+        live: Inventory,
+        held: Mapping[str, Placement],
+        memory: PlacementMemory,
+        converter: Converter,
+        describe: Callable[[Fenced], str] = lambda f: f.holder,
+    ) -> CyclePlacer:
+        """The placer of a cycle on `snapshot` (its evicted workloads are leaving)."""
+        return cls(
+            snapshot=snapshot,
+            live=live,
+            held=held,
+            memory=memory,
+            converter=converter,
+            describe=describe,
+            evicting={str(k) for k in snapshot.evicted},
+        )
+
+    def _check(
+        self, admit: d.Admit, fence: Fence | None
+    ) -> Placement | d.Pending | d.Preempt | None:
+        key = str(admit.workload)
+        gang = self.converter.gang(admit)
+        if isinstance(gang, str):
+            return pending(admit, d.PendingReason.MISCONFIGURED, gang, self.snapshot)
+        if gang is None:
+            self.memory.settle(key, None)
+            return None
+        got = decide(
+            admit,
+            gang,
+            live=self.live,
+            held=self.held,
+            memory=self.memory,
+            placed=self.placed,
+            evicting=self.evicting,
+            fence=fence,
+            describe=self.describe,
+            snapshot=self.snapshot,
+            preemptor=self.converter.workload(key),
+        )
+        self.memory.settle(key, got.nomination)
+        return got.decision
+
+    def place(self, admit: d.Admit, fence: Fence | None = None) -> d.Admit | d.Preempt | d.Pending:
+        checked = self._check(admit, fence)
+        if isinstance(checked, d.Pending | d.Preempt):
+            self.changed.add(str(admit.workload))
+            return checked
+        self.changed.discard(str(admit.workload))  # refused in another flavor before
+        if checked is not None:
+            self.placed[str(admit.workload)] = checked
+        return admit
+
+    def decided(self, decision: d.Decision) -> None:
+        key = str(decision.workload)
+        quota_miss = isinstance(decision, d.Preempt) or (
+            isinstance(decision, d.Pending) and decision.requeue is d.Requeue.INADMISSIBLE
+        )
+        if quota_miss and key not in self.changed:
+            self.memory.settle(key, None)  # its nominated domain is free again
+        if isinstance(decision, d.Preempt):
+            self.evicting.update(str(v.workload) for v in decision.victims)

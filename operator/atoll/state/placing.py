@@ -4,12 +4,20 @@ DRA ResourceClaims make atoll place the whole gang on the live inventory before 
 so that it never admits what cannot be placed; the placement is held until the gang releases
 its quota.
 
-This module is the converter: the Workload and the cache's flavors, claim templates and
-inventory become the engine's `Gang` and `Inventory`, and `engine.gangstep.decide` makes the
-decision (place, wait for the gangs leaving, preempt inside one domain, or stay pending with
-hints). The checker owns what that decision keeps between cycles, `gangstep.PlacementMemory`
-(the domains nominated for preemptors, the victim-search memo), and prunes it by what the
-cache says of each workload.
+This module is the converter (`engine.gangstep.Converter`): the Workload and the cache's
+flavors, claim templates and inventory become the engine's `Gang` and `Inventory`, handed to
+the engine as one cycle's `engine.gangstep.CyclePlacer` (`TopologyChecker.placer`, carried by
+the cycle's snapshot), and `engine.gangstep.decide` makes the decision (place, wait for the
+gangs leaving, preempt inside one domain, or stay pending with hints). The checker owns
+what that decision keeps between cycles, `gangstep.PlacementMemory` (the domains nominated
+for preemptors, the victim-search memo), and prunes it by what the cache says of each
+workload. It is the only state module the engine's placement is handed. Its helpers have
+callers of their own: `state/gangs.py` (a pod set → `GangPodSet`; also device quota),
+`state/inventory.py` (the cache's `ClusterInventory`, fed by the watches; also the GPU
+nodes view), `state/islands.py` (NVLink islands, for the inventory and the gangs) and
+`state/topologyassignment.py` (a placement → Kueue's `topologyAssignment`; also the cache
+and the ungater). `state/tas.py` is not on this path: it turns a Job's TAS annotations into
+its Workload's topology request (job framework, simulator).
 
 Mirrors the role of Kueue's pkg/cache/scheduler/tas_flavor_snapshot.go in the scheduler cycle
 (where Kueue reports `TopologyPlacementFailed`), extended to DRA devices (which Kueue's TAS
@@ -19,7 +27,7 @@ does not combine with), through `atoll.engine.placement`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from atoll.api.resource import ResourceClaimTemplate
@@ -33,7 +41,7 @@ from atoll.engine.cycle import admissions
 from atoll.engine.flavors import Assignment
 from atoll.engine.gangstep import PlacementMemory
 from atoll.engine.inventory import Gang, Inventory, Placement
-from atoll.engine.reservedhosts import Fence, Fenced, Hosts
+from atoll.engine.reservedhosts import Fenced, Hosts
 from atoll.engine.snapshot import Snapshot
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -104,50 +112,34 @@ class TopologyChecker:
             return None
         return Gang(key=f"{wl.namespace}/{wl.name}", pod_sets=tuple(pod_sets))
 
-    def place_or_preempt(
-        self,
-        dec: d.Admit,
-        snapshot: Snapshot | None = None,
-        evicting: Collection[str] = (),
-        placed: Mapping[str, Placement] | None = None,
-        fence: Fence | None = None,
-    ) -> Placement | d.Pending | d.Preempt | None:
-        """Place the admitted gang (`engine.gangstep.decide` on the gang and the live
-        inventory): a Placement (to hold), a Pending saying why it cannot be placed now (and
-        what would change that), a Preempt freeing one domain of its required level, or None
-        when the gang needs no placement (neither topology nor devices). `snapshot` is the
-        cycle's (for the preemption policy; without it nothing is preempted); `evicting`:
-        admitted workloads already being evicted; `placed`: the gangs placed earlier in the
-        cycle, taken from the live inventory (a copy-on-write layer: the ledger holds them
-        only once the cycle's admissions are assumed); `fence`: hosts backfill reservations
-        hold, which the gang may use only for what they leave it (placed off them, or
-        pending; never preempting)."""
-        key = str(dec.workload)
-        wl = self.cache.workloads.get(key)
+    def gang(self, dec: d.Admit) -> Gang | str | None:
+        """The admitted gang to place (`engine.gangstep.Converter`): None when it needs no
+        placement (neither topology nor devices, or its Workload is gone), or why it cannot
+        be built (a `GangError`'s message)."""
+        wl = self.cache.workloads.get(str(dec.workload))
         if wl is None:
             return None
         try:
-            gang = self._gang(wl, dec)
+            return self._gang(wl, dec)
         except GangError as e:
-            return gs.pending(dec, d.PendingReason.MISCONFIGURED, str(e), snapshot)
-        if gang is None:
-            self.memory.settle(key, None)
-            return None
-        got = gs.decide(
-            dec,
-            gang,
+            return str(e)
+
+    def workload(self, key: str) -> m.Workload | None:
+        """The engine workload of a preemptor (`engine.gangstep.Converter`)."""
+        return self.cache.engine_workload(key)
+
+    def placer(self, snapshot: Snapshot) -> gs.CyclePlacer:
+        """The placer of a cycle on `snapshot` (`engine.gangstep.CyclePlacer`): the live
+        inventory and its ledger as they are now, this checker's nominations and memo, and
+        this checker as the converter of the gangs quota admits."""
+        return gs.CyclePlacer.on(
+            snapshot,
             live=self.cache.inventory.snapshot(),
             held=self.cache.inventory.ledger(),
             memory=self.memory,
-            placed=placed,
-            evicting=evicting,
-            fence=fence,
+            converter=self,
             describe=_held,
-            snapshot=snapshot,
-            preemptor=self.cache.engine_workload(key) if snapshot is not None else None,
         )
-        self.memory.settle(key, got.nomination)
-        return got.decision
 
     def hosts(self) -> Hosts:
         """What backfill reservations plan their hosts on (`engine.reservedhosts`): the live
@@ -155,16 +147,11 @@ class TopologyChecker:
         workload, and each holder's gang as this checker builds it."""
 
         def gang(w: m.Workload, cq: m.ClusterQueueName, a: Assignment) -> Gang | None:
-            wl = self.cache.workloads.get(str(w.key))
-            if wl is None:
-                return None
             admit = d.Admit(
                 workload=w.key, cluster_queue=cq, pod_sets=admissions(a), borrowing=False
             )
-            try:
-                return self._gang(wl, admit)
-            except GangError:
-                return None
+            got = self.gang(admit)
+            return got if isinstance(got, Gang) else None  # a misconfigured gang: no hosts
 
         return Hosts(
             inventory=self._inventory(self.cache.inventory.snapshot(), exclude=""),
