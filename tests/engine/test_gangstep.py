@@ -2,15 +2,20 @@
 pending behind a backfill fence; pending when no eviction could help; waiting for the gangs
 already leaving; preempting inside one domain; pending with hints; requeued by the queueing
 strategy. Property: a Preempt evicts only gangs the policy allows, all in one domain of the
-required level, and once they are gone the gang places there."""
+required level, and once they are gone the gang places there. The cycle's placer carried by
+the snapshot (`CyclePlacer`): each gang places after those before it in the cycle; what the
+converter cannot build is pending Misconfigured."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from atoll.engine import domainpreemption as dp
 from atoll.engine import gangstep as gs
+from atoll.engine.cycle import run_cycle
 from atoll.engine.decisions import Admit, Pending, PendingReason, Preempt, Requeue
 from atoll.engine.inventory import (
     Gang,
@@ -31,7 +36,7 @@ from atoll.engine.model import (
 )
 from atoll.engine.placement import place
 from atoll.engine.reservedhosts import Fence, Fenced, HostHold
-from atoll.engine.snapshot import Snapshot
+from atoll.engine.snapshot import Snapshot, placing
 from tests.engine.builders import (
     admitted,
     cluster_queue,
@@ -39,6 +44,7 @@ from tests.engine.builders import (
     preemption,
     quotas,
     snapshot,
+    summary,
     workload,
 )
 
@@ -324,3 +330,55 @@ def test_a_preempt_frees_one_rack_with_allowed_victims_only(
                 assert isinstance(place(freed, g), Placement)
             else:
                 assert got.nomination is None
+
+
+# -- the cycle's placer, carried by the snapshot (`CyclePlacer`, `snapshot.placing`) ---------
+
+
+@dataclass
+class Converted:
+    """A converter from fixed answers: the gang (or a misconfiguration) of each workload."""
+
+    gangs: dict[str, Gang | str]
+    workloads: dict[str, Workload]
+
+    def gang(self, admit: Admit) -> Gang | str | None:
+        return self.gangs.get(str(admit.workload))
+
+    def workload(self, key: str) -> Workload | None:
+        return self.workloads.get(key)
+
+
+def cycle(
+    heads: list[Workload], gangs: dict[str, Gang | str]
+) -> tuple[dict[str, str], gs.CyclePlacer]:
+    s = snap([])
+    placer = gs.CyclePlacer.on(
+        s,
+        live=empty(),
+        held={},
+        memory=gs.PlacementMemory(),
+        converter=Converted(gangs, {str(w.key): w for w in heads}),
+    )
+    got = run_cycle(placing(s, placer), heads)
+    return {str(d.workload): summary(d) for d in got}, placer
+
+
+def test_each_gang_of_a_cycle_places_after_those_before_it() -> None:
+    heads = [job(f"g{i}", 16, priority=10 - i) for i in range(4)]
+    got, placer = cycle(heads, {str(w.key): gang(str(w.key), 2, 8) for w in heads})
+    keys = [str(w.key) for w in heads]
+    assert [got[k] for k in keys] == [*["admit:f"] * 3, "pending:TopologyPlacementFailed"]
+    assert sorted(racks_of(placer.placed[k]).pop() for k in keys[:3]) == ["r0", "r1", "r2"]
+    assert keys[3] in placer.changed
+    assert keys[3] not in placer.placed
+    # without the placer the same snapshot admits all four on quota alone
+    alone = run_cycle(snap([]), heads)
+    assert all(summary(d).startswith("admit") for d in alone)
+
+
+def test_a_gang_the_converter_cannot_build_is_misconfigured_and_one_without_needs_none() -> None:
+    bad, plain = job("bad", 8), job("plain", 8)
+    got, placer = cycle([bad, plain], {str(bad.key): "pod set main: no such device class"})
+    assert got == {str(bad.key): "pending:Misconfigured", str(plain.key): "admit:f"}
+    assert placer.placed == {}
