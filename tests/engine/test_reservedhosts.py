@@ -38,7 +38,7 @@ from atoll.engine.model import (
 )
 from atoll.engine.placement import place
 from atoll.engine.reservedhosts import Fence, Hosts
-from atoll.engine.snapshot import Snapshot
+from atoll.engine.snapshot import Snapshot, placing
 from tests.engine.builders import (
     admitted,
     by_workload,
@@ -121,7 +121,7 @@ class World:
 @dataclass
 class FakePlacer:
     """The cycle's placer on an engine inventory: the fence cuts the reserved hosts down
-    (as `state.decide.InventoryPlacer` does), placement is `engine.placement.place`."""
+    (as `engine.gangstep.CyclePlacer` does), placement is `engine.placement.place`."""
 
     world: World
     placed: dict[str, Placement] = field(default_factory=dict)
@@ -210,7 +210,7 @@ def _cycle(w: World, *heads: Workload) -> tuple[dict[str, Decision], FakePlacer,
     reservations = reserve(snap, [holder(BIG)], NOW, w.hosts())
     guard = Guard(snapshot=snap, reservations=reservations, now=NOW)
     placer = FakePlacer(w)
-    decisions = run_cycle(snap, list(heads), reservations, NOW, guard, placer=placer)
+    decisions = run_cycle(placing(snap, placer), list(heads), reservations, NOW, guard)
     (r,) = reservations
     return by_workload(decisions), placer, r
 

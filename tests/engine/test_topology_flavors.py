@@ -29,6 +29,7 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.reservedhosts import Fence
+from atoll.engine.snapshot import placing
 from tests.engine.builders import (
     by_workload,
     cluster_queue,
@@ -129,7 +130,7 @@ def _cycle(
     )
     placer = FakePlacer(answers)
     ws = [workload(h, "cq", gpu=8, at=float(i)) for i, h in enumerate(heads)]
-    return by_workload(run_cycle(snap, ws, placer=placer)), placer
+    return by_workload(run_cycle(placing(snap, placer), ws)), placer
 
 
 def test_a_gang_refused_by_the_first_flavors_topology_is_admitted_on_the_next() -> None:
@@ -216,7 +217,7 @@ def test_when_can_borrow_applies_among_the_flavors_left(
         [cq, lender], cohorts=[cohort("all")], flavors=[_tas("a"), _tas("b"), _tas("c")]
     )
     placer = FakePlacer({("gang", "a"): NO_DOMAIN})
-    got = by_workload(run_cycle(snap, [workload("gang", "cq", gpu=8)], placer=placer))
+    got = by_workload(run_cycle(placing(snap, placer), [workload("gang", "cq", gpu=8)]))
     assert summary(got["gang"]) == expected
 
 

@@ -13,10 +13,11 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.ordering import select_heads
+from atoll.engine.snapshot import placing
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import SimResult
 from atoll.sim.scenario import Scenario
-from atoll.state.decide import Decider, InventoryPlacer, admission_of
+from atoll.state.decide import Decider, admission_of
 from tests.sim.builders import (
     cluster_queue,
     flavor,
@@ -40,8 +41,8 @@ class WakeEverything(Decider):
         snapshot = cache.snapshot(self.fair_sharing)
         heads = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         self.checker.prune()
-        placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
-        placed = run_cycle(snapshot, heads, placer=placer)
+        placer = self.checker.placer(snapshot)
+        placed = run_cycle(placing(snapshot, placer), heads)
         decisions = (*placed, *drain(snapshot))
         self.heads = len(heads)
         self.parked = 0

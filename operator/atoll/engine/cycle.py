@@ -6,7 +6,7 @@ snapshot as it was when the cycle started; then, in cycle order, each is admitte
 preempt, or left pending, against the usage of the decisions taken before it in the cycle.
 
 Placement is part of the cycle, as Kueue's TAS flavor assigner makes it part of flavor
-assignment: a head that quota admits is handed to the cycle's `Placer` (topology and
+assignment: a head that quota admits is handed to the snapshot's `Placer` (topology and
 devices on the inventory, after the admissions before it in the cycle), which places it,
 turns it into a preemption inside one domain, or leaves it pending. Only what the placer
 lets go counts as usage for the heads after it: a gang it turns down takes no quota.
@@ -59,8 +59,9 @@ from atoll.engine.tournament import fair_order
 
 
 class Placer(Protocol):
-    """Placement of the heads quota admits, in cycle order (`state.decide` gives one per
-    cycle: the inventory, and the domains nominated for preemptors)."""
+    """Placement of the heads quota admits, in cycle order: part of the snapshot a cycle
+    reads (`Snapshot.placer`; `engine.gangstep.CyclePlacer` on the inventory and the domains
+    nominated for preemptors, one per cycle)."""
 
     def place(self, admit: Admit, fence: Fence | None = None) -> Admit | Preempt | Pending:
         """`admit` when the gang is placed (or needs no placement), a Preempt freeing one
@@ -405,15 +406,14 @@ def run_cycle(
     reservations: Sequence[Reservation] = (),
     now: float = 0.0,
     guard: Guard | None = None,
-    *,
-    placer: Placer | None = None,
 ) -> tuple[Decision, ...]:
     """Decide every head once. Decisions come in processing order, then the heads that
     could not be considered at all (inactive queues, deactivated workloads...).
 
     With `reservations` (`engine.backfill.reserve` at `now`), the heads of backfill queues
     must keep them (`engine.backfill.Guard`; pass one to read what it backfilled). With a
-    `placer`, every admission is placed before it counts (see the module's docstring)."""
+    `snapshot.placer`, every admission is placed before it counts (see the module's
+    docstring)."""
     if reservations and guard is None:
         guard = Guard(snapshot=snapshot, reservations=reservations, now=now)
     if not reservations:
@@ -436,6 +436,7 @@ def run_cycle(
     else:
         ordered = fair_order(ov, entries)
     decisions = []
+    placer = snapshot.placer
     for e in ordered:
         decisions.append(process(ov, e, preempted, guard, placer=placer))
         if placer is not None:

@@ -12,8 +12,10 @@ structure and the usage up to date between cycles (the cache) joins them with `a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from atoll.engine.model import (
     AdmittedWorkload,
@@ -33,6 +35,9 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.quota import NO_PARENT, QuotaNode, QuotaTree, add_usage
+
+if TYPE_CHECKING:
+    from atoll.engine.cycle import Placer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +74,17 @@ class Snapshot:
     (their entries in `admitted` and `workload_usage`): a cache hands the same dict to the
     snapshots that follow while the queue's workloads stay the same, so that such data is
     computed once, not once per cycle."""
+    placer: Placer | None = field(default=None, compare=False)
+    """Placement (topology and devices), when the cycle must place what it admits: the
+    inventory, the gangs placed earlier in the cycle and the domains nominated for
+    preemptors, behind `engine.cycle.Placer` (`engine.gangstep.CyclePlacer`; `placing`
+    gives a snapshot one). A snapshot without it admits on quota alone."""
+
+
+def placing(snapshot: Snapshot, placer: Placer) -> Snapshot:
+    """`snapshot` for one cycle that places what it admits with `placer` (the rest is
+    shared, not copied)."""
+    return dataclasses.replace(snapshot, placer=placer)
 
 
 class _ListWriter:

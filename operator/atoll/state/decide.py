@@ -2,12 +2,14 @@
 
 The heads of the queues (`Cache.queue_heads`: what `select_heads` gives on
 `pending_by_queue`) → one engine cycle (`run_cycle`) on the snapshot, which hands each gang
-quota admits to this step's placer (topology and devices on the inventory,
-`placing.TopologyChecker`, which may turn it into a domain preemption or a pending decision)
-before it counts → `drain` → the decisions assumed in the cache: admissions assumed, victims
-marked evicting, BestEffortFIFO preemptors made sticky, inadmissible workloads parked. No
-awaits and no I/O: the caller writes the decisions (the operator to the API server, the
-simulator to its virtual cluster).
+quota admits to the snapshot's placer (`engine.gangstep.CyclePlacer`: topology and devices on
+the inventory, the gang converted by `placing.TopologyChecker` and decided by
+`engine.gangstep.decide`, which may turn it into a domain preemption or a pending decision)
+before it counts → `drain` → the decisions
+assumed in the cache: admissions assumed, victims marked evicting, BestEffortFIFO
+preemptors made sticky, inadmissible workloads parked. No awaits and no I/O: the caller
+writes the decisions (the operator to the API server, the simulator to its virtual
+cluster).
 
 Congested queues: when a capacity change wakes the parked workloads, each queue would try
 them one head per cycle, and most only get parked again. A cycle whose every head belongs to
@@ -45,8 +47,7 @@ from atoll.engine.backfill import Guard, reserve
 from atoll.engine.cycle import drain, run_cycle
 from atoll.engine.domainpreemption import Nomination
 from atoll.engine.inventory import Inventory, Placement
-from atoll.engine.reservedhosts import Fence
-from atoll.engine.snapshot import Snapshot
+from atoll.engine.snapshot import Snapshot, placing
 from atoll.state.cache import Cache
 from atoll.state.placing import TopologyChecker
 from atoll.state.reserving import ReservationBook
@@ -176,8 +177,10 @@ class Decider:
         """The engine cycle, placing each gang it admits; where the admitted gangs are
         placed; the heads that stay pending whose failure holds for their class (→ whether
         placement took part in it)."""
-        placer = InventoryPlacer(self.checker, snapshot, {str(k) for k in snapshot.evicted})
-        decisions = run_cycle(snapshot, heads, guard.reservations, guard.now, guard, placer=placer)
+        placer = self.checker.placer(snapshot)
+        decisions = run_cycle(
+            placing(snapshot, placer), heads, guard.reservations, guard.now, guard
+        )
         failed = {}
         for dec in decisions:
             key = str(dec.workload)
@@ -311,46 +314,6 @@ class Decider:
             if where is not None and told is not None and _same(told[0], dec):
                 told[1].add(key)
                 self._told_in[key] = where
-
-
-@dataclass(slots=True)
-class InventoryPlacer:
-    """The cycle's `engine.cycle.Placer`: each gang quota admits is placed on the inventory
-    as it is after the admissions before it in the cycle (a placement is held at once), or
-    preempts inside one domain of its required level, or stays pending."""
-
-    checker: TopologyChecker
-    snapshot: Snapshot
-    evicting: set[str]
-    """Admitted workloads being evicted, and the victims of this cycle's preemptions: later
-    gangs see them as leaving, never as new victims."""
-    changed: set[str] = field(default_factory=set)
-    """Gangs placement turned into a preemption or a pending decision."""
-    placed: dict[str, Placement] = field(default_factory=dict)
-    """The gangs placed in this cycle, in order: taken from the live inventory for the gangs
-    after them (the inventory's copy-on-write layer), held in its ledger when assumed."""
-
-    def place(self, admit: d.Admit, fence: Fence | None = None) -> d.Admit | d.Preempt | d.Pending:
-        checked = self.checker.place_or_preempt(
-            admit, self.snapshot, self.evicting, self.placed, fence
-        )
-        if isinstance(checked, d.Pending | d.Preempt):
-            self.changed.add(str(admit.workload))
-            return checked
-        self.changed.discard(str(admit.workload))  # refused in another flavor before
-        if checked is not None:
-            self.placed[str(admit.workload)] = checked
-        return admit
-
-    def decided(self, decision: d.Decision) -> None:
-        key = str(decision.workload)
-        quota_miss = isinstance(decision, d.Preempt) or (
-            isinstance(decision, d.Pending) and decision.requeue is d.Requeue.INADMISSIBLE
-        )
-        if quota_miss and key not in self.changed:
-            self.checker.forget(key)  # its nominated domain is free again
-        if isinstance(decision, d.Preempt):
-            self.evicting.update(str(v.workload) for v in decision.victims)
 
 
 def _same(a: d.Pending, b: d.Pending) -> bool:

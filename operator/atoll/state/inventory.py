@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from atoll.api.core import Node, NodeSelector, Pod
 from atoll.api.islands import IslandsFormatError, NodeIslands
@@ -249,6 +250,11 @@ class ClusterInventory:
 
     def held(self) -> Mapping[str, Placement]:
         return dict(self._ledger)
+
+    def ledger(self) -> Mapping[str, Placement]:
+        """The ledger's placements by gang, read-only and not copied (valid until it
+        changes)."""
+        return MappingProxyType(self._ledger)
 
     def holds(self, gang: str) -> bool:
         return gang in self._ledger
