@@ -273,6 +273,37 @@ def _gated(pod: dict[str, Any]) -> bool:
     )
 
 
+def _gang_state(cluster: KubeCluster, ns: str, job: str, racks: dict[str, str | None]) -> str:
+    """The Job's pods (phase, node and rack, gates, nodeSelector) and its Workload's
+    conditions and admission, for a failure message."""
+    lines = []
+    pods = get_json(cluster, "get", "pods", "-n", ns, "-l", f"job-name={job}")["items"]
+    for p in sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"]):
+        node = p["spec"].get("nodeName")
+        gates = [g["name"] for g in p["spec"].get("schedulingGates") or []]
+        ended = [
+            (c.get("state") or {}).get("terminated", {}).get("finishedAt")
+            for c in p["status"].get("containerStatuses") or []
+        ]
+        lines.append(
+            f"pod {p['metadata']['name']}: {p['status'].get('phase')}"
+            f"{' deleting' if p['metadata'].get('deletionTimestamp') else ''}"
+            f" node={node} rack={racks.get(node or '')} gates={gates}"
+            f" nodeSelector={p['spec'].get('nodeSelector')}"
+            f" started={p['status'].get('startTime')} finished={ended[0] if ended else None}"
+        )
+    wl = workload_of(cluster, ns, job) or {}
+    status = wl.get("status") or {}
+    for c in status.get("conditions") or []:
+        lines.append(
+            f"workload {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+            f" ({c.get('lastTransitionTime')})"
+        )
+    lines.append(f"workload admission: {json.dumps(status.get('admission'))}")
+    lines.append(f"workload requeueState: {status.get('requeueState')}")
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("outside", [False, True], ids=["where-the-scheduler-puts-them", "outside"])
 def test_pods_ungated_by_hand_never_split_a_gang(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str], outside: bool
@@ -329,7 +360,11 @@ def test_pods_ungated_by_hand_never_split_a_gang(
             nodes = [p["spec"].get("nodeName") for p in live if not _gated(p)]
             return len(live) == 4 and len(nodes) == 4 and all(nodes)
 
-        recovered = timed("the second wave bound whole", cluster, whole, 120)
+        try:
+            recovered = timed("the second wave bound whole", cluster, whole, 120)
+        except AssertionError as e:
+            state = _gang_state(cluster, namespace, "ring", racks)
+            raise AssertionError(f"{e}\n{state}\noperator log:\n{operator.tail(40)}") from e
 
         def done() -> bool:
             j = get_json(cluster, "get", "job", "ring", "-n", namespace)
