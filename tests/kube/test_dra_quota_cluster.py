@@ -110,6 +110,24 @@ def _cq_usage(cluster: KubeCluster, cq: str) -> dict[str, str]:
     }
 
 
+def _state(cluster: KubeCluster, namespace: str, op: OperatorProcess) -> str:
+    """Each Workload's conditions, the pods' phases and nodes, and the operator log's tail,
+    for a failure message."""
+    lines = []
+    for wl in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
+        for c in (wl.get("status") or {}).get("conditions") or []:
+            lines.append(
+                f"workload {wl['metadata']['name']} {c['type']}={c['status']} {c.get('reason')}:"
+                f" {c.get('message')} ({c.get('lastTransitionTime')})"
+            )
+    for p in get_json(cluster, "get", "pods", "-n", namespace)["items"]:
+        lines.append(
+            f"pod {p['metadata']['name']}: {p['status'].get('phase')}"
+            f" node={p['spec'].get('nodeName')} started={p['status'].get('startTime')}"
+        )
+    return "\n".join([*lines, "operator log:", op.tail(30)])
+
+
 def test_quota_of_four_devices_admits_two_pair_jobs_and_holds_the_third(
     cluster: KubeCluster, dra_operator: OperatorProcess, namespace: str
 ) -> None:
@@ -121,14 +139,17 @@ def test_quota_of_four_devices_admits_two_pair_jobs_and_holds_the_third(
         cluster.wait_for(
             f"workload of {name}", lambda n=name: workload_of(cluster, namespace, n) is not None
         )
-    cluster.wait_for(
-        "a and b admitted",
-        lambda: all(is_true(workload_of(cluster, namespace, n), "Admitted") for n in "ab"),
-    )
-    cluster.wait_for(
-        "c waiting for quota",
-        lambda: _quota_reserved(cluster, namespace, "c").get("reason") == "WaitingForQuota",
-    )
+    try:
+        cluster.wait_for(
+            "a and b admitted",
+            lambda: all(is_true(workload_of(cluster, namespace, n), "Admitted") for n in "ab"),
+        )
+        cluster.wait_for(
+            "c waiting for quota",
+            lambda: _quota_reserved(cluster, namespace, "c").get("reason") == "WaitingForQuota",
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_state(cluster, namespace, dra_operator)}") from e
     held = _quota_reserved(cluster, namespace, "c")
     assert held["status"] == "False"
     assert (

@@ -26,6 +26,7 @@ from tests.kube.watches import ClusterWatch, timed
 pytestmark = pytest.mark.cluster
 WEBHOOK_CONFIGURATION = "mutating.atoll.dev"
 QUEUE_FIELD = f"metadata.labels[{b.QUEUE_LABEL}]"
+RUN_DURATION = "atoll.dev/run-duration"
 
 
 def _queue(cluster: KubeCluster, ns: str, gpus: int, lq: str = "q") -> None:
@@ -273,6 +274,48 @@ def _gated(pod: dict[str, Any]) -> bool:
     )
 
 
+def _gang_state(cluster: KubeCluster, ns: str, job: str, racks: dict[str, str | None]) -> str:
+    """The Job's pods (phase, node and rack, gates, nodeSelector) and its Workload's
+    conditions and admission, for a failure message."""
+    lines = []
+    pods = get_json(cluster, "get", "pods", "-n", ns, "-l", f"job-name={job}")["items"]
+    for p in sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"]):
+        node = p["spec"].get("nodeName")
+        gates = [g["name"] for g in p["spec"].get("schedulingGates") or []]
+        ended = [
+            (c.get("state") or {}).get("terminated", {}).get("finishedAt")
+            for c in p["status"].get("containerStatuses") or []
+        ]
+        lines.append(
+            f"pod {p['metadata']['name']}: {p['status'].get('phase')}"
+            f"{' deleting' if p['metadata'].get('deletionTimestamp') else ''}"
+            f" node={node} rack={racks.get(node or '')} gates={gates}"
+            f" nodeSelector={p['spec'].get('nodeSelector')}"
+            f" started={p['status'].get('startTime')} finished={ended[0] if ended else None}"
+        )
+    wl = workload_of(cluster, ns, job) or {}
+    status = wl.get("status") or {}
+    for c in status.get("conditions") or []:
+        lines.append(
+            f"workload {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+            f" ({c.get('lastTransitionTime')})"
+        )
+    lines.append(f"workload admission: {json.dumps(status.get('admission'))}")
+    lines.append(f"workload requeueState: {status.get('requeueState')}")
+    return "\n".join(lines)
+
+
+HELD = "1h"
+"""The run time of pods that run until the test ends them (`_end`)."""
+
+
+def _end(cluster: KubeCluster, ns: str, pods: list[str]) -> None:
+    """End running pods of a Job one second from now: KWOK counts a pod's run time from the
+    pod's last change, so a new `atoll.dev/run-duration` starts it again."""
+    for name in pods:
+        cluster.kubectl("annotate", "pod", name, "-n", ns, f"{RUN_DURATION}=1s", "--overwrite")
+
+
 @pytest.mark.parametrize("outside", [False, True], ids=["where-the-scheduler-puts-them", "outside"])
 def test_pods_ungated_by_hand_never_split_a_gang(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str], outside: bool
@@ -282,8 +325,12 @@ def test_pods_ungated_by_hand_never_split_a_gang(
     apply(cluster, topo, rf, b.cluster_queue(cq, rf["metadata"]["name"], gpus=128))
     apply(cluster, b.local_queue("q", namespace, cq))
     # Two waves of four 8-GPU pods in one rack: the second wave is created gated while the
-    # operator is down, and a user removes the gate of two of its pods by hand.
-    job = b.job("ring", namespace, queue="q", pods=4, gpus=8, run="15s", required_topology=b.RACK)
+    # operator is down, and a user removes the gate of two of its pods by hand. Every pod runs
+    # until the test ends it: the first wave once the operator is down, the second once it is
+    # bound whole. With a fixed run time, the pods ungated by hand could finish before the
+    # operator is back (its restart takes as long as the machine makes it): it would then
+    # see two pods to ungate, not a gang split by hand, and the wave would never be whole.
+    job = b.job("ring", namespace, queue="q", pods=4, gpus=8, run=HELD, required_topology=b.RACK)
     job["spec"]["completions"] = 8
     racks = {
         n["metadata"]["name"]: n["metadata"]["labels"].get(b.RACK)
@@ -297,6 +344,7 @@ def test_pods_ungated_by_hand_never_split_a_gang(
         elsewhere = [n for n in dgx if racks[n] != rack]
         operator.kill()
         try:
+            _end(cluster, namespace, sorted(first))
             cluster.wait_for(
                 "the second wave, gated",
                 lambda: sum(_gated(p) for p in _gang_pods(cluster, namespace, "ring")) == 4,
@@ -323,13 +371,23 @@ def test_pods_ungated_by_hand_never_split_a_gang(
         finally:
             operator.start()
 
-        def whole() -> bool:
-            live = _gang_pods(cluster, namespace, "ring")
-            live = [p for p in live if p["status"].get("phase") not in ("Succeeded", "Failed")]
-            nodes = [p["spec"].get("nodeName") for p in live if not _gated(p)]
-            return len(live) == 4 and len(nodes) == 4 and all(nodes)
+        def live() -> list[dict[str, Any]]:
+            pods = _gang_pods(cluster, namespace, "ring")
+            return [p for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
 
-        recovered = timed("the second wave bound whole", cluster, whole, 120)
+        def whole() -> bool:
+            pods = live()
+            nodes = [p["spec"].get("nodeName") for p in pods if not _gated(p)]
+            return len(pods) == 4 and len(nodes) == 4 and all(nodes)
+
+        try:
+            recovered = timed("the second wave bound whole", cluster, whole, 120)
+        except AssertionError as e:
+            state = _gang_state(cluster, namespace, "ring", racks)
+            raise AssertionError(f"{e}\n{state}\noperator log:\n{operator.tail(40)}") from e
+        second_wave = [p["metadata"]["name"] for p in live()]
+        assert not first & set(second_wave)
+        _end(cluster, namespace, second_wave)
 
         def done() -> bool:
             j = get_json(cluster, "get", "job", "ring", "-n", namespace)
