@@ -106,11 +106,13 @@ class FakeCluster:
 
 @dataclass
 class FakePods(FakeCluster):
-    """FakeCluster with the plain-pod port: what was ungated, deleted, released (finalizer
+    """FakeCluster with the plain-pod port: what was ungated, marked, deleted, released (finalizer
     removed) and which owners were added to which Workload (the Workload updated too)."""
 
     ungated: list[tuple[str, TemplateStart]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    marked: list[tuple[str, str, str]] = field(default_factory=list)
+    """Pods given the TerminationTarget condition: (key, reason, message)."""
     released: list[str] = field(default_factory=list)
     owners_added: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -119,6 +121,9 @@ class FakePods(FakeCluster):
 
     async def delete_pod(self, key: str) -> None:
         self.deleted.append(key)
+
+    async def mark_termination_target(self, key: str, reason: str, message: str) -> None:
+        self.marked.append((key, reason, message))
 
     async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
         del finalizer

@@ -106,6 +106,9 @@ async def test_an_evicted_groups_failed_pods_wait_with_the_evictions_reason() ->
     _sync(ctl, fake)
     await ctl.reconcile("ns/g")
     assert sorted(fake.deleted) == ["ns/a", "ns/b", "ns/c", "ns/d"]
+    assert sorted(fake.marked) == [  # each marked TerminationTarget before its deletion
+        (f"ns/{n}", "WorkloadEvictedDueToPreempted", "Preempted to fit x") for n in "abcd"
+    ]
     _add(ctl, *(_with(p, phase="Failed", deleted=True) for p in running))  # kept by finalizer
     _sync(ctl, fake)
     await ctl.reconcile("ns/g")

@@ -3,9 +3,10 @@ and kept by the `kueue.x-k8s.io/managed` finalizer; a pod group is admitted whol
 pods exist and its pods are ungated together; an incomplete group waits, saying how many pods
 it misses; a failed pod's replacement joins the group's Workload; a pod beyond the group's
 count is deleted; a `retriable-in-group: "false"` pod finishes its group once none runs; a
-preempted group's pods are deleted (kept Failed by their finalizer), which releases its quota
-to the preemptor, and the group waits for replacements, readmitted whole once they come;
-unlabelled pods are left alone."""
+preempted group's pods are deleted (kept Failed by their finalizer, marked TerminationTarget),
+which releases its quota to the preemptor, and the group waits for replacements, readmitted
+whole once they come; pods of a group that disagree on its size get no Workload; unlabelled
+pods are left alone. An excess pod's deletion and a replacement's joining are Events."""
 
 from __future__ import annotations
 
@@ -165,6 +166,33 @@ def test_a_single_labelled_pod_is_a_gang_of_one_and_unlabelled_pods_are_left_alo
     assert _workload(cluster, namespace, "pod-plain-") is None
 
 
+def _events(cluster: KubeCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = get_json(cluster, "get", "events", "-n", namespace)["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def test_pods_that_disagree_on_the_groups_size_get_no_workload_and_a_warning(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    del pod_operator
+    one_queue(cluster, namespace, gpus=8)
+    create(
+        cluster,
+        pod("a", namespace, group="odd", total=2),
+        pod("b", namespace, group="odd", total=3),
+        pod("c", namespace, group="odd", total=3),
+    )
+    cluster.wait_for(
+        "a Warning naming the total-count annotation",
+        lambda: any(
+            "kueue.x-k8s.io/pod-group-total-count" in e["message"]
+            for e in _events(cluster, namespace, "ErrWorkloadCompose")
+        ),
+    )
+    assert _workload(cluster, namespace, "odd") is None
+    assert all(_gates(p) == [GATE] for p in _pods(cluster, namespace).values())
+
+
 def _finalized(p: dict[str, Any]) -> bool:
     return FINALIZER in (p["metadata"].get("finalizers") or [])
 
@@ -189,8 +217,9 @@ def _all_bound(cluster: KubeCluster, namespace: str, names: list[str]) -> bool:
     return all(n in pods and not _gates(pods[n]) and pods[n]["spec"].get("nodeName") for n in names)
 
 
-def _condition(wl: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for c in (wl or {}).get("status", {}).get("conditions") or []:
+def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The condition `type_` of a Workload or a pod ({} without it)."""
+    for c in (obj or {}).get("status", {}).get("conditions") or []:
         if c["type"] == type_:
             return dict(c)
     return {}
@@ -255,6 +284,13 @@ def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_compl
     assert wl["metadata"]["uid"] == uid
     assert len(get_json(cluster, "get", "workloads", "-n", namespace)["items"]) == 1
     assert "r4" in {r["name"] for r in wl["metadata"]["ownerReferences"]}
+    cluster.wait_for(
+        "an OwnerReferencesAdded event on the Workload",
+        lambda: any(
+            e["involvedObject"]["kind"] == "Workload" and e["involvedObject"]["name"] == "ring"
+            for e in _events(cluster, namespace, "OwnerReferencesAdded")
+        ),
+    )
     (role,) = {ps["name"] for ps in wl["spec"]["podSets"]}
     roles = {p["metadata"]["annotations"].get(ROLE) for p in _pods(cluster, namespace).values()}
     assert roles == {role}  # stamped at creation, the replacement's too
@@ -286,6 +322,13 @@ def test_a_pod_beyond_the_groups_count_is_deleted(
     assert wl["metadata"]["uid"] == uid
     assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 4
     assert _all_bound(cluster, namespace, RING)
+    cluster.wait_for(
+        "an ExcessPodDeleted event on the excess pod",
+        lambda: any(
+            e["involvedObject"]["name"] == "extra"
+            for e in _events(cluster, namespace, "ExcessPodDeleted")
+        ),
+    )
 
 
 def test_an_unretriable_pod_finishes_its_group_once_none_runs(
@@ -338,6 +381,12 @@ def test_a_preempted_group_waits_for_replacements_and_is_readmitted_whole_when_t
     ]
     assert stopped, "no Stopped event on the group's pod"
     assert any(e["message"].startswith("Preempted to accommodate") for e in stopped)
+    for n, p in _pods(cluster, namespace).items():
+        if n in names:
+            target = _condition(p, "TerminationTarget")
+            assert target.get("status") == "True", f"{n} lacks TerminationTarget: {p['status']}"
+            assert target["reason"] == "WorkloadEvictedDueToPreempted"
+            assert target["message"].startswith("Preempted to accommodate")
     cluster.wait_for(
         "the preempted group to wait for replacements",
         lambda: _condition(_workload(cluster, namespace, "ring"), WAITING).get("status") == "True",

@@ -39,6 +39,7 @@ from atoll.control.ports import (
     PodGroupStore,
     TrainJobStore,
 )
+from atoll.control.scheduler import workload_ref
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -195,6 +196,16 @@ def _owned_by(obj: KubeObject, owners: tuple[tuple[str, str], ...]) -> bool:
 
 def _key(obj: KubeObject) -> str:
     return f"{obj.namespace or ''}/{obj.name}"
+
+
+def _pod_ref(pod: Pod) -> ObjectRef:
+    return ObjectRef(
+        kind="Pod",
+        api_version="v1",
+        namespace=pod.namespace or "",
+        name=pod.name,
+        uid=pod.metadata.uid or "",
+    )
 
 
 class JobIntegration(Integration[Job]):
@@ -509,14 +520,10 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         return "Pod"
 
     def ref(self, obj: pg.PodGroup) -> ObjectRef:
-        first = obj.pods[0] if obj.pods else None
-        return ObjectRef(
-            kind="Pod",
-            api_version="v1",
-            namespace=obj.namespace or "",
-            name=first.name if first else obj.name,
-            uid=(first.metadata.uid if first else None) or "",
-        )
+        """The group's first pod (Events about the group go there)."""
+        if obj.pods:
+            return _pod_ref(obj.pods[0])
+        return ObjectRef("Pod", "v1", namespace=obj.namespace or "", name=obj.name, uid="")
 
     def objects(self, cache: Cache) -> Mapping[str, pg.PodGroup]:
         return {k: g for k in cache.pod_groups if (g := self.get(cache, k)) is not None}
@@ -609,14 +616,17 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
         """Delete the group's running pods (Kueue's Stop of a pod group): a running pod can
         be neither suspended nor gated again. Pods still gated, ended or already being
         deleted are left as they are."""
-        del wl
-        await self.delete_running(obj)
+        await self.delete_running(obj, wl)
 
     async def suspend(self, obj: pg.PodGroup) -> None:
         del obj  # a running pod cannot be gated again; it runs unadmitted until it ends
 
-    async def delete_running(self, obj: pg.PodGroup) -> None:
+    async def delete_running(self, obj: pg.PodGroup, wl: Workload | None) -> None:
+        """Delete the group's running pods, each after it gets the `TerminationTarget`
+        condition saying why (`pg.termination_target`), as Kueue marks them."""
+        reason, message = pg.termination_target(wl)
         for pod in pg.running_pods(obj):
+            await self.store.mark_termination_target(_key(pod), reason, message)
             await self.store.delete_pod(_key(pod))
 
     async def align(self, obj: pg.PodGroup, wl: Workload | None) -> tuple[pg.PodGroup, int | None]:
@@ -637,10 +647,24 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
             ]
             if lacking:
                 await self.store.add_workload_owners(wls.wl_key(wl), lacking)
+                await self.store.emit(
+                    workload_ref(wl),
+                    "Normal",
+                    "OwnerReferencesAdded",
+                    f"{len(lacking)} pod(s) of group {obj.name} now own this Workload: "
+                    + ", ".join(r.name for r in lacking),
+                )
         for pod in found.excess:
             await self._release(pod)
             if pod.metadata.deletion_timestamp is None:
                 await self.store.delete_pod(_key(pod))
+                await self.store.emit(
+                    _pod_ref(pod),
+                    "Normal",
+                    "ExcessPodDeleted",
+                    f"Deleted: pod group {obj.name} already has every pod its "
+                    f"{pg.role_hash(pod)} pod set counts",
+                )
         for pod in found.released:
             await self._release(pod)
         kept = pg.with_pods(obj, found.kept) if found.kept else obj
@@ -752,12 +776,11 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
         return template.model_copy(update={"metadata": meta.model_copy(update=update)})
 
     async def stop(self, obj: pg.PodGroup, wl: Workload) -> None:
-        del wl
-        await self.suspend(obj)
+        await self.delete_running(obj, wl)
 
     async def suspend(self, obj: pg.PodGroup) -> None:
         """Delete the group's running pods (the LWS controller recreates them gated)."""
-        await self.delete_running(obj)
+        await self.delete_running(obj, None)
 
 
 class Stores(JobStore, JobSetStore, MPIJobStore, TrainJobStore, PodGroupStore, Protocol):

@@ -5,7 +5,9 @@ A pod labelled with a queue name is gated (`kueue.x-k8s.io/admission`) at creati
 one gang of `kueue.x-k8s.io/pod-group-total-count` pods: its Workload (named after the group)
 is created once that many pods exist, with one pod set per role (pods of the same shape, named
 by the first 8 hex of a hash of it, as Kueue's role hash), and its pods are ungated together
-when it is admitted. A group that is not complete waits, and says how many pods it misses.
+when it is admitted. A group that is not complete waits, and says how many pods it misses;
+a group whose pods disagree on the total count or the queue name gets no Workload
+(`inconsistency`).
 A pod without a group is a gang of one (`pod-<name>-<hash>`). Pure functions over
 `atoll.api` models.
 
@@ -29,14 +31,14 @@ stands in for, an excess pod. A group keeps its Workload (named after it) for it
   alone never finishes a retriable group: it waits for its replacement.
 
 A group whose Workload is evicted (preempted, deactivated, timed out) or deleted is stopped
-as Kueue stops it: its running pods are deleted (gated, ended and terminating pods are left);
+as Kueue stops it: each running pod first gets the `TerminationTarget` condition saying why
+(`termination_target`), then is deleted (gated, ended and terminating pods are left);
 they keep their finalizer, so they stay as Failed pods and the Workload stays, waiting for
 replacements; its quota is released once none of its pods runs.
 
 Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (`Finished`, `Stop`,
 `FindMatchingWorkloads`, `waitingForReplacementPodsCondition`, `Finalize`). Not mirrored:
-fast admission, serving groups, the `TerminationTarget` pod condition Kueue sets before it
-deletes a pod; a deleted pod no longer counts as running (Kueue's
+fast admission, serving groups; a deleted pod no longer counts as running (Kueue's
 `FastQuotaReleaseInPodIntegration` gate, off by default in Kueue, where a pod counts until
 it stops running or its grace period is over).
 """
@@ -55,8 +57,11 @@ from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.workload import MAIN_POD_SET, PodSet, Workload
 from atoll.control import jobframework as jf
+from atoll.state import workloads as wls
 
 TERMINAL = ("Succeeded", "Failed")
+TERMINATION_TARGET = "TerminationTarget"
+"""The pod condition a pod gets just before atoll deletes it to stop its group."""
 TOTAL_COUNT_FIELD = f"metadata.annotations[{keys.POD_GROUP_TOTAL_COUNT_ANNOTATION}]"
 
 
@@ -117,6 +122,57 @@ def finalized(pod: Pod) -> bool:
 def unretriable(pod: Pod) -> bool:
     ann = pod.metadata.annotations or {}
     return ann.get(keys.RETRIABLE_IN_GROUP_ANNOTATION) == "false"
+
+
+def termination_target(wl: Workload | None) -> tuple[str, str]:
+    """Reason and message of the `TerminationTarget` condition of a pod deleted to stop its
+    group, by why the group stops (Kueue's stop reasons): its Workload evicted
+    (`WorkloadEvictedDueTo<eviction reason>`, the eviction's message), being deleted
+    (`WorkloadDeleted`), not admitted (`NotAdmitted`), or no longer the group's
+    (`NoMatchingWorkload`, also with no Workload at all)."""
+    if wl is None:
+        return "NoMatchingWorkload", "No matching Workload"
+    evicted = wls.condition(wl, wls.EVICTED)
+    if evicted is not None and wls.is_evicted(wl):
+        return f"WorkloadEvictedDueTo{evicted.reason}", evicted.message or ""
+    if wls.is_deleting(wl):
+        return "WorkloadDeleted", "The workload is being deleted"
+    if not wls.is_admitted(wl):
+        return "NotAdmitted", "Not admitted by cluster queue"
+    return "NoMatchingWorkload", "No matching Workload"
+
+
+def _total_count(pod: Pod) -> str | None:
+    return (pod.metadata.annotations or {}).get(keys.POD_GROUP_TOTAL_COUNT_ANNOTATION)
+
+
+def _queue(pod: Pod) -> str | None:
+    return (pod.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
+
+
+def inconsistency(group: PodGroup) -> str | None:
+    """Why the group's pods cannot make one Workload, or None: every pod of a group that has
+    not failed must name the same total count (annotation) and the same queue (label), as
+    Kueue requires before it builds the group's Workload."""
+    if not group.grouped:
+        return None
+    alive = [p for p in group.pods if p.status.phase != "Failed"]
+    if not alive:
+        return None
+    first = alive[0]
+    rules = (
+        (f"annotation {keys.POD_GROUP_TOTAL_COUNT_ANNOTATION}", "same group size"),
+        (f"label {keys.QUEUE_NAME_LABEL}", "same queue"),
+    )
+    for (field, same), value_of in zip(rules, (_total_count, _queue), strict=True):
+        for pod in alive[1:]:
+            if value_of(pod) != value_of(first):
+                return (
+                    f"pod group {group.name}: pods {first.name} and {pod.name} disagree on "
+                    f"{field} ({value_of(first)!r} != {value_of(pod)!r}): all pods of a "
+                    f"group must name the {same}; the group gets no Workload until they agree"
+                )
+    return None
 
 
 def group_of(key: str, pods: Mapping[str, Pod]) -> PodGroup | None:
@@ -216,7 +272,11 @@ def build_workload(
 ) -> Workload:
     """The group's Workload (named after the group, owned by every pod), or a single pod's
     (`pod-<name>-<hash>`, owned by the pod). Raises jf.ComposeError while the group is
-    incomplete, saying how many pods are missing."""
+    incomplete, saying how many pods are missing, or when its pods disagree
+    (`inconsistency`)."""
+    disagreement = inconsistency(group)
+    if disagreement is not None:
+        raise jf.ComposeError("ErrWorkloadCompose", disagreement)
     lacking = missing(group)
     if group.grouped and lacking:
         have = group.total - lacking

@@ -129,6 +129,15 @@ class PodGroupStore(Protocol):
         the group); a pod already gone is no error."""
         ...
 
+    async def mark_termination_target(self, key: str, reason: str, message: str) -> None:
+        """Set the pod's `TerminationTarget` condition (True, `reason`, `message`) before it
+        is deleted to stop its group; a pod already gone is no error."""
+        ...
+
+    async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """Record an Event (about a pod, or a group's Workload)."""
+        ...
+
     async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
         """Remove `finalizer` from the pod (gone already, or without it, is no error)."""
         ...

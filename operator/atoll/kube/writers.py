@@ -29,6 +29,7 @@ from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.meta import OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec
+from atoll.control import podgroups
 from atoll.control import trainjob as trainer_rules
 from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, TemplateStart
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
@@ -40,6 +41,7 @@ log = structlog.get_logger("atoll.kube")
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 UNREAD_MERGE: dict[str, Any] = {"_content_type": MERGE, "_preload_content": False}
 """A merge patch whose response is returned unread (`read_ok` reads it)."""
 _JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -828,6 +830,30 @@ class KubeWriter:
         ns, name = _split(key)
         try:
             await self._call("delete", lambda: self.core.delete_namespaced_pod(name, ns))
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    async def mark_termination_target(self, key: str, reason: str, message: str) -> None:
+        """Set the pod's `TerminationTarget` condition (a strategic merge of its status
+        conditions, by type; a pod gone is fine)."""
+        ns, name = _split(key)
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": podgroups.TERMINATION_TARGET,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        }
+        body = {"status": {"conditions": [condition]}}
+        try:
+            await self._call(
+                "patch",
+                lambda: self.core.patch_namespaced_pod_status(
+                    name, ns, body, _content_type=STRATEGIC
+                ),
+            )
         except ApiError as e:
             if e.status != 404:
                 raise
