@@ -72,13 +72,7 @@ class Integration(ABC, Generic[J]):
         return self.model.KIND
 
     def ref(self, obj: J) -> ObjectRef:
-        return ObjectRef(
-            kind=self.model.KIND,
-            api_version=self.model.API_VERSION,
-            namespace=obj.namespace or "",
-            name=obj.name,
-            uid=obj.metadata.uid or "",
-        )
+        return ObjectRef.of(obj, self.model.KIND, self.model.API_VERSION)
 
     @abstractmethod
     def objects(self, cache: Cache) -> Mapping[str, J]:
@@ -199,13 +193,7 @@ def _key(obj: KubeObject) -> str:
 
 
 def _pod_ref(pod: Pod) -> ObjectRef:
-    return ObjectRef(
-        kind="Pod",
-        api_version="v1",
-        namespace=pod.namespace or "",
-        name=pod.name,
-        uid=pod.metadata.uid or "",
-    )
+    return ObjectRef.of(pod, "Pod", "v1")
 
 
 class JobIntegration(Integration[Job]):
@@ -701,13 +689,7 @@ class LeaderWorkerSetIntegration(PodGroupIntegration):
 
     def ref(self, obj: pg.PodGroup) -> ObjectRef:
         assert isinstance(obj, lws.ReplicaGroup)
-        return ObjectRef(
-            kind=lws.LeaderWorkerSet.KIND,
-            api_version=lws.LeaderWorkerSet.API_VERSION,
-            namespace=obj.namespace or "",
-            name=obj.lws.name,
-            uid=obj.lws.metadata.uid or "",
-        )
+        return ObjectRef.of(obj.lws, lws.LeaderWorkerSet.KIND, lws.LeaderWorkerSet.API_VERSION)
 
     def objects(self, cache: Cache) -> Mapping[str, pg.PodGroup]:
         return {k: g for k in self.keys(cache) if (g := self.get(cache, k)) is not None}

@@ -61,13 +61,7 @@ class JobSettings:
 
 
 def job_ref(job: Job) -> ObjectRef:
-    return ObjectRef(
-        kind="Job",
-        api_version="batch/v1",
-        namespace=job.namespace or "",
-        name=job.name,
-        uid=job.metadata.uid or "",
-    )
+    return ObjectRef.of(job, "Job", "batch/v1")
 
 
 def is_suspended(job: Job) -> bool:

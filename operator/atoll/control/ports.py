@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from atoll.api.clusterqueue import ClusterQueueStatus
 from atoll.api.core import PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
-from atoll.api.meta import OwnerReference
+from atoll.api.meta import KubeObject, OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
 from atoll.control.jobframework import JobStart, TemplateStart
 
@@ -41,6 +41,11 @@ class ObjectRef:
     namespace: str
     name: str
     uid: str
+
+    @classmethod
+    def of(cls, obj: KubeObject, kind: str, api_version: str) -> ObjectRef:
+        """The reference to `obj` (its namespace, name and uid) as a `kind`."""
+        return cls(kind, api_version, obj.namespace or "", obj.name, obj.metadata.uid or "")
 
 
 class WorkloadStore(Protocol):

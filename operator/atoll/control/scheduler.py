@@ -35,13 +35,7 @@ Emit = Callable[[ObjectRef, str, str, str], Awaitable[None]]
 
 
 def workload_ref(wl: Workload) -> ObjectRef:
-    return ObjectRef(
-        kind="Workload",
-        api_version="kueue.x-k8s.io/v1beta2",
-        namespace=wl.namespace or "",
-        name=wl.name,
-        uid=wl.metadata.uid or "",
-    )
+    return ObjectRef.of(wl, "Workload", "kueue.x-k8s.io/v1beta2")
 
 
 @dataclass(slots=True)
