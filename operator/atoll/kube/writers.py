@@ -859,38 +859,25 @@ class KubeWriter:
                 raise
 
     async def remove_pod_finalizer(self, key: str, finalizer: str) -> None:
-        """Remove `finalizer` from the pod, guarded by its resourceVersion (a pod gone, or
-        without the finalizer, is left alone)."""
+        """Remove `finalizer` from the pod in one strategic merge patch
+        (`$deleteFromPrimitiveList`: only that entry goes, whatever else the list holds, so
+        neither a read nor a resourceVersion guard is needed); a pod gone, or without the
+        finalizer, is left alone."""
         ns, name = _split(key)
-        for _ in range(_RETRIES):
-            try:
-                raw = await self._call("get", lambda: self.core.read_namespaced_pod(name, ns))
-            except ApiError as e:
-                if e.status == 404:
-                    return
-                raise
-            meta = raw.metadata
-            finalizers = list(meta.finalizers or [])
-            if finalizer not in finalizers:
-                return
-            finalizers.remove(finalizer)
-            body = {
-                "metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}
-            }
-            try:
-                await self._call(
-                    "patch",
-                    lambda body=body: self.core.patch_namespaced_pod(  # type: ignore[misc]
-                        name, ns, body, _content_type=MERGE
-                    ),
+        body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
+
+        async def patch() -> None:
+            await read_ok(
+                await self.core.patch_namespaced_pod(
+                    name, ns, body, _content_type=STRATEGIC, _preload_content=False
                 )
-                return
-            except ApiError as e:
-                if e.status == 404:
-                    return
-                if e.status != 409:
-                    raise
-        raise RuntimeError(f"pod {key}: finalizer removal kept conflicting")
+            )
+
+        try:
+            await self._call("patch", patch)
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     async def add_workload_owners(self, key: str, owners: Sequence[OwnerReference]) -> None:
         """Append the owner references the Workload lacks (by uid), guarded by its
