@@ -387,11 +387,9 @@ def members(group: PodGroup, wl: Workload | None) -> Members:
     active = sorted((p for p in group.pods if runnable(p)), key=_kept_first)
     inactive = sorted((p for p in group.pods if not runnable(p)), key=_inactive_kept_first)
     if wl is None:
-        cut = max(0, len(active) - group.total)
-        kept = active[: len(active) - cut]
         return Members(
-            kept=tuple(kept),
-            excess=tuple(active[len(kept) :]),
+            kept=tuple(active[: group.total]),
+            excess=tuple(active[group.total :]),
             released=tuple(inactive),
             absent=max(0, group.total - len(active)),
         )
@@ -405,8 +403,7 @@ def members(group: PodGroup, wl: Workload | None) -> Members:
         absent += max(0, ps.count - len(role_active))
         kept_all += role_active[: ps.count]
         excess += role_active[ps.count :]
-        drop = min(len(role_inactive), len(role_inactive) + len(role_active) - ps.count)
-        drop = max(0, drop)
+        drop = max(0, min(len(role_inactive), len(role_inactive) + len(role_active) - ps.count))
         kept_all += role_inactive[: len(role_inactive) - drop]
         released += role_inactive[len(role_inactive) - drop :]
     return Members(
