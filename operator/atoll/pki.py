@@ -173,21 +173,42 @@ class ServingPki:
     serving_key: Path
 
 
+def serving_pems(
+    dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
+) -> tuple[bytes, bytes, bytes]:
+    """A fresh CA and a serving certificate for the given names (an admission webhook's; the
+    first name is its subject), as PEM: (CA certificate, certificate, key)."""
+    ca = make_ca("atoll-webhook-ca")
+    cert, key = issue(ca, (dns or ips or ("atoll-webhook",))[0], dns=dns, ips=ips, server=True)
+    return cert_pem(ca[0]), cert_pem(cert), key_pem(key)
+
+
 def write_serving_pki(
     directory: Path, *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
 ) -> ServingPki:
-    """A fresh CA and a serving certificate for the given names (an admission webhook's)."""
+    """`serving_pems` written to `directory` (ca.crt, tls.crt, tls.key)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    ca = make_ca("atoll-webhook-ca")
-    cert, key = issue(ca, (dns or ips or ("atoll-webhook",))[0], dns=dns, ips=ips, server=True)
+    ca, cert, key = serving_pems(dns, ips)
     out = ServingPki(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "tls.crt",
         serving_key=directory / "tls.key",
     )
-    out.ca_cert.write_bytes(cert_pem(ca[0]))
-    out.serving_cert.write_bytes(cert_pem(cert))
-    out.serving_key.write_bytes(key_pem(key))
+    out.ca_cert.write_bytes(ca)
+    out.serving_cert.write_bytes(cert)
+    out.serving_key.write_bytes(key)
     out.serving_key.chmod(0o600)
     return out
+
+
+if __name__ == "__main__":
+    # `python -m atoll.pki '{"dns": [...], "ips": [...]}'`: `serving_pems` as a JSON list of
+    # PEM strings on stdout (how the operator makes its webhook certificate without loading
+    # `cryptography` itself: atoll.kube.webhook.serving_certificate).
+    import json
+    import sys
+
+    names = json.loads(sys.argv[1])
+    pems = serving_pems(tuple(names["dns"]), tuple(names["ips"]))
+    print(json.dumps([p.decode() for p in pems]))

@@ -206,24 +206,12 @@ class UrlServer:
     ca: bytes
 
 
-_MAKE_CERTIFICATE = """
-import json, sys
-from atoll import pki
-names = json.loads(sys.argv[1])
-ca = pki.make_ca("atoll-webhook-ca")
-cn = (names["dns"] or names["ips"])[0]
-cert, key = pki.issue(ca, cn, dns=tuple(names["dns"]), ips=tuple(names["ips"]), server=True)
-pems = (pki.cert_pem(ca[0]), pki.cert_pem(cert), pki.key_pem(key))
-print(json.dumps([p.decode() for p in pems]))
-"""
-
-
 def serving_certificate(
     *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
 ) -> tuple[bytes, bytes, bytes]:
     """A fresh CA and a serving certificate for `dns` and `ips` (the first name is its
-    subject), as PEM: (CA certificate, certificate, key). Made by `atoll.pki` in a child
-    Python process, so that `cryptography` is never loaded in the operator."""
+    subject), as PEM: (CA certificate, certificate, key). Made by `python -m atoll.pki` in a
+    child process, so that `cryptography` is never loaded in the operator."""
     if not dns and not ips:
         raise ValueError("a serving certificate needs a DNS name or an IP address")
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the atoll package
@@ -231,7 +219,7 @@ def serving_certificate(
     names = json.dumps({"dns": list(dns), "ips": list(ips)})
     try:
         out = subprocess.run(
-            [sys.executable, "-P", "-c", _MAKE_CERTIFICATE, names],
+            [sys.executable, "-P", "-m", "atoll.pki", names],
             env=dict(os.environ, PYTHONPATH=path),
             stdin=subprocess.DEVNULL,
             capture_output=True,
