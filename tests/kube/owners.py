@@ -225,18 +225,26 @@ def check_first_admitted_whole_second_waits(
     *,
     cq: str,
     pod_sets: list[tuple[str, int]],
+    first: Obj,
+    second: Obj,
 ) -> Obj:
-    """Objects `first` and `second` were created together: `first` is admitted whole (these
-    pod sets), all its pods bound and none created before its admission; `second` waits
-    whole, suspended, without a pod, saying which resource it lacks. The first's Workload."""
+    """Creates `first` (named "first"); once it is admitted, creates `second` ("second"),
+    which does not fit beside it. `first` is admitted whole (these pod sets), all its pods
+    bound and none created before its admission; `second` waits whole, suspended, without
+    a pod, saying which resource it lacks. The first's Workload.
+
+    The second is created only after the first's admission: created together, their
+    Workloads may get the same creation second, and then the queue orders them by UID (as
+    Kueue does), so either could go first."""
     prefix = kind.kind.lower()
-    # The webhook suspends both at creation (the first may already be admitted and started
-    # again by now, so its pods are checked against its admission time below).
-    assert kind.suspended(cluster, ns, "second")
+    assert create(cluster, first).returncode == 0
     cluster.wait_for(
         f"the first {kind.kind}'s Workload to be Admitted",
         lambda: is_true(kind.workload_of(cluster, ns, "first"), "Admitted"),
     )
+    assert create(cluster, second).returncode == 0
+    # The webhook suspends it at creation.
+    assert kind.suspended(cluster, ns, "second")
     wl = kind.workload_of(cluster, ns, "first")
     assert wl is not None
     assert wl["metadata"]["name"].startswith(f"{prefix}-first-")

@@ -94,9 +94,14 @@ def test_a_jobset_is_admitted_whole_and_a_second_waits_whole_with_the_numbers(
 ) -> None:
     del jobset_operator
     cq = queue(cluster, namespace, gpus=40)
-    assert create(cluster, jobset("first", namespace), jobset("second", namespace)).returncode == 0
     check_first_admitted_whole_second_waits(
-        cluster, JOBSET, namespace, cq=cq, pod_sets=[("leader", 1), ("workers", 4)]
+        cluster,
+        JOBSET,
+        namespace,
+        cq=cq,
+        pod_sets=[("leader", 1), ("workers", 4)],
+        first=jobset("first", namespace),
+        second=jobset("second", namespace),
     )
 
 

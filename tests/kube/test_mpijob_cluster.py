@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, create, get_json, is_true
+from tests.kube.conftest import OperatorProcess, get_json, is_true
 from tests.kube.owners import (
     MPIJOB,
     check_first_admitted_whole_second_waits,
@@ -91,9 +91,14 @@ def test_an_mpijobs_launcher_and_workers_start_together_and_a_second_waits_whole
 ) -> None:
     del mpi_operator
     cq = queue(cluster, namespace, gpus=40, node_labels=H100)
-    assert create(cluster, mpijob("first", namespace), mpijob("second", namespace)).returncode == 0
     check_first_admitted_whole_second_waits(
-        cluster, MPIJOB, namespace, cq=cq, pod_sets=[("launcher", 1), ("worker", 4)]
+        cluster,
+        MPIJOB,
+        namespace,
+        cq=cq,
+        pod_sets=[("launcher", 1), ("worker", 4)],
+        first=mpijob("first", namespace),
+        second=mpijob("second", namespace),
     )
     products = {
         n["metadata"]["name"]: n["metadata"]["labels"].get(PRODUCT)

@@ -185,13 +185,16 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
     cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
     try:
         first, second = trainjob("first", namespace, rt), trainjob("second", namespace, rt)
-        assert create(cluster, first, second).returncode == 0
-        # The webhook suspended both at creation.
-        assert TRAINJOB.suspended(cluster, namespace, "second")
+        # The second is created once the first is admitted: created together, their
+        # Workloads may get the same creation second, and the queue then orders them by UID.
+        assert create(cluster, first).returncode == 0
         cluster.wait_for(
             "the first TrainJob's Workload to be Admitted",
             lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
         )
+        assert create(cluster, second).returncode == 0
+        # The webhook suspended it at creation.
+        assert TRAINJOB.suspended(cluster, namespace, "second")
         wl = workload_of(cluster, namespace, "first")
         assert wl is not None
         assert wl["metadata"]["name"].startswith("trainjob-first-")
