@@ -133,6 +133,12 @@ class Cache:
     requeue_at: float | None = None
     """When the requested requeue is due: `requeue_period` after the first step that saw the
     request (the step's clock; the cache reads none)."""
+    promised: frozenset[str] = frozenset()
+    """The workloads holding a backfill reservation (set by each step): the first step after
+    a change (`bump`) wakes them at once, not a batch period later, since their
+    reservation's start time is a promise; the other parked workloads wait for the batch."""
+    promised_due: bool = False
+    """A change since the last step may let the `promised` workloads in."""
     inventory: ClusterInventory = field(
         default_factory=lambda: ClusterInventory(island_attribute=ISLAND_ATTRIBUTE)
     )
@@ -179,6 +185,7 @@ class Cache:
         requeue. As Kueue, the requeue is batched (`requeue_due`): changes within one
         period wake the parked workloads once, not once per change."""
         self.requeue_requested = True
+        self.promised_due = True
 
     def requeue_due(self, now: float) -> None:
         """The batched requeue at `now`, the step's clock. A request not timed yet is due
@@ -189,6 +196,10 @@ class Cache:
             self.requeue_at = now + self.requeue_period
         if self.requeue_at is not None and self.requeue_at <= now:
             self.wake_parked()
+        if self.promised_due:
+            self.promised_due = False
+            for key in self.promised:
+                self.queues.wake(key, self.epoch, self.parked)
 
     def wake_parked(self) -> None:
         """Wake every parked workload now (a new epoch); what-if copies that ask about
@@ -197,6 +208,7 @@ class Cache:
         self.parked.clear()
         self.requeue_requested = False
         self.requeue_at = None
+        self.promised_due = False
 
     def _queues_changed(self) -> None:
         self._structure = None

@@ -166,6 +166,7 @@ class Decider:
         # remembered (`_fail`): a workload of the same class is told its own, not the head's.
         told = list(decisions)
         told += self.book.update(holders, reservations, backfilled, told, now)
+        cache.promised = frozenset(self.book.current)
         decisions = tuple(told)
         for dec in decisions:
             self._tell(dec)

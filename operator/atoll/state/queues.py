@@ -178,6 +178,19 @@ class PendingQueues:
         q.marker = (epoch, self.next_seq - 1)
         q.fresh = set()
 
+    def wake(self, key: str, epoch: int, parked: MutableMapping[str, int]) -> None:
+        """Wake `key` alone if it is parked at `epoch` (on its own or by its queue's marker);
+        the rest of its queue stays as it is."""
+        if parked.get(key) == epoch:
+            del parked[key]
+        group = self.group_of.get(key)
+        if group is None:
+            return
+        q = self.groups[group]
+        if self._covered(q, key, epoch):
+            q.fresh.add(key)
+        q.cursor = 0
+
     def parked_keys(self, epoch: int, parked: MutableMapping[str, int]) -> set[str]:
         out = {k for k, e in parked.items() if e == epoch}
         for q in self.groups.values():
