@@ -89,6 +89,31 @@ def test_parked_workloads_are_released_by_any_change() -> None:
     assert cache.parked_keys() == frozenset()
 
 
+def test_a_workload_holding_a_reservation_is_woken_by_the_next_step_alone() -> None:
+    cache = _settled(cache_with_queue())
+    holder, other = workload_for(job("holder")), workload_for(job("other"))
+    for wl in (holder, other):
+        cache.set_workload(wl)
+    keys = [wls.wl_key(holder), wls.wl_key(other)]
+    assert [w.name for _, w in cache.queue_heads(NOW)] == [holder.metadata.name]
+    assert not cache.requeue_requested
+    cache.queue_park_all(cache.queues.group_of[keys[0]])  # parked by its queue's marker
+    cache.park(keys[1])
+    cache.promised = frozenset({keys[0]})
+    assert cache.parked_keys() == set(keys)
+    cache.requeue_due(NOW)
+    assert cache.parked_keys() == set(keys)  # no change yet: the promise wakes nothing
+    cache.bump()
+    cache.requeue_due(NOW)
+    assert cache.parked_keys() == {keys[1]}  # the holder at once, the other in the batch
+    assert [k for _, k in cache.queues.heads(cache.epoch, cache.parked)] == [keys[0]]
+    cache.park(keys[0])  # tried and parked again: not woken again until the next change
+    cache.requeue_due(NOW + REQUEUE_BATCH_PERIOD / 2)
+    assert cache.parked_keys() == set(keys)
+    cache.requeue_due(NOW + REQUEUE_BATCH_PERIOD)
+    assert cache.parked_keys() == frozenset()
+
+
 def test_an_older_watch_event_does_not_overwrite_a_newer_write() -> None:
     cache = cache_with_queue()
     raw = workload_for(job("a")).to_dict()

@@ -39,7 +39,8 @@ class _Queue:
     marker: tuple[int, int] | None = None
     """(epoch, seq): the members with a seq up to this one were all parked at that epoch."""
     fresh: set[str] = field(default_factory=set)
-    """Members that joined after the marker was set."""
+    """Members the marker does not cover: those that joined after it was set, and those
+    woken alone since (`wake`)."""
     cursor: int = 0
     """`order[:cursor]` are known to be parked at `cursor_epoch`."""
     cursor_epoch: int = -1
@@ -163,7 +164,9 @@ class PendingQueues:
     # -- parking --------------------------------------------------------------------------
     def _covered(self, q: _Queue, key: str, epoch: int) -> bool:
         m = q.marker
-        return m is not None and m[0] == epoch and self.seq.get(key, 0) <= m[1]
+        return (
+            m is not None and m[0] == epoch and self.seq.get(key, 0) <= m[1] and key not in q.fresh
+        )
 
     def asleep(self, key: str, epoch: int, parked: MutableMapping[str, int]) -> bool:
         """Whether `key` is parked at `epoch` (on its own or by its queue's marker)."""
@@ -196,7 +199,7 @@ class PendingQueues:
         for q in self.groups.values():
             m = q.marker
             if m is not None and m[0] == epoch:
-                out.update(k for k in q.entry if self.seq[k] <= m[1])
+                out.update(k for k in q.entry if self.seq[k] <= m[1] and k not in q.fresh)
         return out
 
     def any_parked(self, epoch: int, parked: MutableMapping[str, int]) -> bool:
