@@ -181,7 +181,7 @@ class KubeWriter:
         limiter: TokenBucket,
         *,
         component: str = "kueue-admission",
-        on_request: Callable[[str, str], None] | None = None,
+        on_request: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
@@ -193,11 +193,11 @@ class KubeWriter:
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
 
-    def _count(self, verb: str, code: str) -> None:
+    def _count(self, verb: str, code: str, resource: str) -> None:
         if self.on_request:
-            self.on_request(verb, code)
+            self.on_request(verb, code, resource)
 
-    async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, verb: str, resource: str, fn: Callable[[], Awaitable[T]]) -> T:
         """One request under the rate limit, retried while it fails transiently (`retry`);
         a refusal becomes `ApiError`."""
 
@@ -206,12 +206,12 @@ class KubeWriter:
             try:
                 result = await fn()
             except ApiException as e:
-                self._count(verb, str(e.status))
+                self._count(verb, str(e.status), resource)
                 raise
             except Exception:
-                self._count(verb, "error")
+                self._count(verb, "error", resource)
                 raise
-            self._count(verb, "200")
+            self._count(verb, "200", resource)
             return result
 
         try:
@@ -226,6 +226,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "get",
+                "workloads",
                 lambda: self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name
                 ),
@@ -265,6 +266,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "create",
+                "workloads",
                 lambda: self.custom.create_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", wl.to_dict()
                 ),
@@ -299,6 +301,7 @@ class KubeWriter:
             try:
                 version = await self._call(
                     "patch",
+                    "workloads/status",
                     lambda body=body: self._patch_status(ns, name, body),  # type: ignore[misc]
                 )
             except ApiError as e:
@@ -346,6 +349,7 @@ class KubeWriter:
         try:
             written: dict[str, Any] = await self._call(
                 "patch",
+                "workloads",
                 lambda: self.custom.patch_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
                 ),
@@ -396,6 +400,7 @@ class KubeWriter:
         try:
             await self._call(
                 "delete",
+                "workloads",
                 lambda: self.custom.delete_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name
                 ),
@@ -419,7 +424,7 @@ class KubeWriter:
             return raw
 
         try:
-            return await self._call("get", get)
+            return await self._call("get", "jobs", get)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -434,7 +439,7 @@ class KubeWriter:
             await read_ok(await fn(name, ns, body, _content_type=MERGE, _preload_content=False))
 
         try:
-            await self._call("patch", patch)
+            await self._call("patch", "jobs/status" if status else "jobs", patch)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -565,6 +570,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "get",
+                plural,
                 lambda: self.custom.get_namespaced_custom_object(group, version, ns, plural, name),
             )
         except ApiError as e:
@@ -599,6 +605,7 @@ class KubeWriter:
             try:
                 await self._call(
                     "patch",
+                    plural,
                     lambda body=body: self.custom.patch_namespaced_custom_object(  # type: ignore[misc]
                         group,
                         version,
@@ -806,6 +813,7 @@ class KubeWriter:
         try:
             await self._call(
                 "patch",
+                "pods",
                 lambda: self.core.patch_namespaced_pod(name, ns, body, _content_type=MERGE),
             )
         except ApiError as e:
@@ -829,7 +837,7 @@ class KubeWriter:
         """Delete a pod its controller recreates (gone already is fine)."""
         ns, name = _split(key)
         try:
-            await self._call("delete", lambda: self.core.delete_namespaced_pod(name, ns))
+            await self._call("delete", "pods", lambda: self.core.delete_namespaced_pod(name, ns))
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -850,6 +858,7 @@ class KubeWriter:
         try:
             await self._call(
                 "patch",
+                "pods/status",
                 lambda: self.core.patch_namespaced_pod_status(
                     name, ns, body, _content_type=STRATEGIC
                 ),
@@ -874,7 +883,7 @@ class KubeWriter:
             )
 
         try:
-            await self._call("patch", patch)
+            await self._call("patch", "pods", patch)
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -913,28 +922,30 @@ class KubeWriter:
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}
         await self._patch_unread(
+            "clusterqueues/status",
             lambda: self.custom.patch_cluster_custom_object_status(
                 GROUP, VERSION, "clusterqueues", name, body, **UNREAD_MERGE
-            )
+            ),
         )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
         body = {"status": status.to_dict()}
         await self._patch_unread(
+            "localqueues/status",
             lambda: self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, ns, "localqueues", name, body, **UNREAD_MERGE
-            )
+            ),
         )
 
-    async def _patch_unread(self, send: Callable[[], Awaitable[Any]]) -> None:
+    async def _patch_unread(self, resource: str, send: Callable[[], Awaitable[Any]]) -> None:
         """A merge patch sent with `UNREAD_MERGE`: the response (the whole object) is read,
         not decoded."""
 
         async def patch() -> None:
             await read_ok(await send())
 
-        await self._call("patch", patch)
+        await self._call("patch", resource, patch)
 
     # -- events ---------------------------------------------------------------------------
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
@@ -979,7 +990,7 @@ class KubeWriter:
 
             try:
                 await retry.call(post, what="create event", attempts=_EVENT_ATTEMPTS)
-                self._count("create", "200")
+                self._count("create", "200", "events")
             except Exception as e:
                 self.events_dropped += 1
                 log.warning("event not recorded", reason=body["reason"], error=retry.describe(e))
