@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from atoll.api import labels as keys
 from atoll.api import mpijob, trainjob
 from atoll.api.clusterqueue import ClusterQueueStatus
-from atoll.api.core import PodTemplateSpec
+from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.meta import OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec
@@ -467,13 +467,17 @@ class KubeWriter:
             key, lambda raw: None if raw["spec"].get("suspend") else {"spec": {"suspend": True}}
         )
 
-    async def start_job(self, key: str, plan: JobStart) -> None:
-        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
-            spec = raw["spec"]
-            if not spec.get("suspend"):
+    async def start_job(self, key: str, plan: JobStart, seen: Job | None = None) -> None:
+        """Unsuspend the Job with the admission merged into its pod template. `seen`, the Job
+        as the watch last showed it, is the base of a first patch without a GET (its
+        resourceVersion guards it: a stale base is a 409, then the Job is read and the
+        patch built again)."""
+
+        def build(
+            suspended: bool, node_selector: Mapping[str, str] | None
+        ) -> dict[str, Any] | None:
+            if not suspended:
                 return None
-            template = spec.get("template") or {}
-            tspec = template.get("spec") or {}
             body: dict[str, Any] = {
                 "spec": {
                     "suspend": False,
@@ -484,7 +488,7 @@ class KubeWriter:
                         },
                         "spec": {
                             "nodeSelector": _removed(
-                                tspec.get("nodeSelector"), dict(plan.node_selector)
+                                dict(node_selector or {}), dict(plan.node_selector)
                             ),
                             "tolerations": [t.to_dict() for t in plan.tolerations] or None,
                             "schedulingGates": [{"name": g} for g in plan.scheduling_gates] or None,
@@ -496,7 +500,23 @@ class KubeWriter:
                 body["spec"]["parallelism"] = plan.parallelism
             return body
 
-        await self._patch_job_retrying(key, build)
+        version = seen.metadata.resource_version if seen is not None else None
+        if seen is not None and version:
+            body = build(bool(seen.spec.suspend), seen.spec.template.spec.node_selector)
+            if body is not None:
+                body["metadata"] = {"resourceVersion": version}
+                try:
+                    await self._patch_job(key, body)
+                    return
+                except ApiError as e:
+                    if e.status != 409:
+                        raise
+
+        def from_raw(raw: dict[str, Any]) -> dict[str, Any] | None:
+            tspec = (raw["spec"].get("template") or {}).get("spec") or {}
+            return build(bool(raw["spec"].get("suspend")), tspec.get("nodeSelector"))
+
+        await self._patch_job_retrying(key, from_raw)
 
     async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
         """Kueue's three-step stop: suspend (with the stopping annotation), clear startTime,
