@@ -13,8 +13,9 @@ that run `--run` seconds on KWOK) are created one every `--interval` seconds, mo
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
 first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
 max), Jobs done, the controller's Workload writes per Job (the API server's request counters:
-only the controller writes Workloads; a 409 counts too), controller CPU seconds per Job and
-peak RSS, and the atoll/Kueue ratios.
+only the controller writes Workloads; a 409 counts too), the controller's Events per Job (by
+reason under the table), controller CPU seconds per Job and peak RSS, and the atoll/Kueue
+ratios; for atoll also its own requests per Job by verb, resource and result.
 
 `--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
 instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
