@@ -446,14 +446,26 @@ class KubeWriter:
             raise
 
     async def _patch_job_retrying(
-        self, key: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]
+        self,
+        key: str,
+        build: Callable[[dict[str, Any]], dict[str, Any] | None],
+        first: dict[str, Any] | None = None,
     ) -> None:
-        for _ in range(_RETRIES):
-            raw = await self._get_job(key)
-            body = build(raw)
-            if body is None:
-                return
-            body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"]["resourceVersion"]
+        """Merge-patch the Job with what `build` makes of it as read, under its
+        resourceVersion; `first`, a patch already carrying the resourceVersion it was built
+        from, is tried before any read. A conflict reads the Job and builds again."""
+        for attempt in range(_RETRIES):
+            if attempt == 0 and first is not None:
+                body = first
+            else:
+                raw = await self._get_job(key)
+                built = build(raw)
+                if built is None:
+                    return
+                body = built
+                body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"][
+                    "resourceVersion"
+                ]
             try:
                 await self._patch_job(key, body)
                 return
@@ -500,23 +512,17 @@ class KubeWriter:
                 body["spec"]["parallelism"] = plan.parallelism
             return body
 
-        version = seen.metadata.resource_version if seen is not None else None
-        if seen is not None and version:
-            body = build(bool(seen.spec.suspend), seen.spec.template.spec.node_selector)
-            if body is not None:
-                body["metadata"] = {"resourceVersion": version}
-                try:
-                    await self._patch_job(key, body)
-                    return
-                except ApiError as e:
-                    if e.status != 409:
-                        raise
+        first = None
+        if seen is not None and seen.metadata.resource_version:
+            first = build(bool(seen.spec.suspend), seen.spec.template.spec.node_selector)
+            if first is not None:
+                first["metadata"] = {"resourceVersion": seen.metadata.resource_version}
 
         def from_raw(raw: dict[str, Any]) -> dict[str, Any] | None:
             tspec = (raw["spec"].get("template") or {}).get("spec") or {}
             return build(bool(raw["spec"].get("suspend")), tspec.get("nodeSelector"))
 
-        await self._patch_job_retrying(key, from_raw)
+        await self._patch_job_retrying(key, from_raw, first)
 
     async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
         """Kueue's three-step stop: suspend (with the stopping annotation), clear startTime,
