@@ -13,8 +13,9 @@ that run `--run` seconds on KWOK) are created one every `--interval` seconds, mo
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
 first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
 max), Jobs done, the controller's Workload writes per Job (the API server's request counters:
-only the controller writes Workloads; a 409 counts too), controller CPU seconds per Job and
-peak RSS, and the atoll/Kueue ratios.
+only the controller writes Workloads; a 409 counts too), the controller's Events per Job (by
+reason under the table), controller CPU seconds per Job and peak RSS, and the atoll/Kueue
+ratios; for atoll also its own requests per Job by verb, resource and result.
 
 `--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
 instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
@@ -261,6 +262,7 @@ async def drive(
             "GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads"
         )
         writes = await apiserver_writes(client)
+        events = await controller_events(client)
     waits = []
     for name, t0 in created.items():
         seen = watch.running.get(name, {})
@@ -282,10 +284,26 @@ async def drive(
         "workload_writes": {k: v for k, v in writes.items() if " workloads" in k},
         "workload_writes_per_job": sum(v for k, v in writes.items() if " workloads" in k)
         / max(1, len(created)),
+        # the controller's Events by reason (occurrences: an Event repeated counts each time)
+        "events": events,
+        "events_per_job": sum(events.values()) / max(1, len(created)),
         "cpu_s": sample["cpu_total_s"] - cpu0,
         "cpu_per_job_ms": 1000 * (sample["cpu_total_s"] - cpu0) / max(1, len(created)),
         "peak_rss_mib": sample["peak_rss_mib"],
     }
+
+
+async def controller_events(client: KubeClient) -> dict[str, int]:
+    """The controller's Events in the namespace by reason, counting each occurrence (the
+    `count` of an Event its recorder repeated): those whose source names Kueue (Kueue's
+    recorders, and atoll's, which posts as `kueue-admission`)."""
+    listing = await client.request("GET", f"/api/v1/namespaces/{NS}/events")
+    out: dict[str, int] = {}
+    for ev in listing.get("items") or []:
+        source = (ev.get("source") or {}).get("component") or ev.get("reportingComponent") or ""
+        if "kueue" in source:
+            out[ev.get("reason", "")] = out.get(ev.get("reason", ""), 0) + (ev.get("count") or 1)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _collection(obj: dict[str, Any]) -> str:
@@ -338,6 +356,8 @@ def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -
             spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
         with BackgroundLoad(args.background_load):
             result.update(asyncio.run(drive(controller, sandbox, args, shape.gpu_count())))
+        if isinstance(controller, Atoll):
+            result["api_requests"] = controller.scrape()
         if spy is not None:
             stop_py_spy(spy)
             result["profile"] = profile_top(workdir / "atoll.pyspy.txt")
@@ -357,6 +377,7 @@ ROWS = (
     ("Jobs with all pods Running", "started", False),
     ("Jobs done", "done", False),
     ("controller Workload writes per Job", "workload_writes_per_job", True),
+    ("controller Events per Job", "events_per_job", True),
     ("Job created → all pods Running p50 (s)", "start_p50_s", True),
     ("Job created → all pods Running p99 (s)", "start_p99_s", True),
     ("Job created → all pods Running max (s)", "start_max_s", True),
@@ -425,6 +446,17 @@ def kinds_table(
     return t
 
 
+def print_requests(res: dict[str, Any], out: Console) -> None:
+    """atoll's own requests (`atoll_api_requests_total`, its writer's: the watches' lists
+    are not in it) per Job, by verb, resource and result, most first."""
+    jobs = max(1, res.get("jobs", 0))
+    rows = sorted(res.get("api_requests", {}).items(), key=lambda kv: -kv[1])
+    total = sum(n for _, n in rows)
+    out.print(f"atoll API requests per Job: {total / jobs:.2f} in all")
+    for labels, n in rows:
+        out.print(f"  {n / jobs:6.2f}  {labels}")
+
+
 def _fmt(v: float) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "—"
@@ -477,8 +509,15 @@ def main() -> None:
     systems = [args.only] if args.only else ["kueue", "atoll"]
     results = {s: run_one(s, args, budget, base) for s in systems}
     out.print(table(args, budget, results))
+    for system, res in results.items():
+        per_job = ", ".join(
+            f"{reason} {n / max(1, res.get('jobs', 0)):.2f}"
+            for reason, n in res.get("events", {}).items()
+        )
+        out.print(f"{system} Events per Job by reason: {per_job}")
     if "atoll" in results:
         print_profile(results["atoll"], out)
+        print_requests(results["atoll"], out)
     (base / "results.json").write_text(json.dumps(results, indent=2, default=str))
     if args.json:
         print(json.dumps(results, indent=2, default=str))

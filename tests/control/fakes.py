@@ -77,7 +77,7 @@ class FakeCluster:
             wl.model_copy(update={"spec": wl.spec.model_copy(update={"active": False})})
         )
 
-    async def start_job(self, key: str, plan: JobStart) -> None:
+    async def start_job(self, key: str, plan: JobStart, seen: Job | None = None) -> None:
         self.started.append((key, plan))
         job = self.jobs[key]
         self.jobs[key] = job.model_copy(

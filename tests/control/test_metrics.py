@@ -322,14 +322,15 @@ def test_pods_ready_histograms(metrics: Metrics, registry: CollectorRegistry) ->
 
 def test_atoll_metrics(metrics: Metrics, registry: CollectorRegistry) -> None:
     metrics.scheduling_cycle(0.002, heads=3)
-    metrics.api_request("patch_status", "conflict", 0.05)
-    metrics.api_request("patch_status", "ok")
+    metrics.api_request("patch", "409", "workloads/status", seconds=0.05)
+    metrics.api_request("patch", "200", "workloads/status")
     metrics.set_gangs_partially_running(2)
 
     assert _value(registry, "atoll_scheduling_cycle_duration_seconds_count") == 1
     assert _value(registry, "atoll_scheduling_cycle_heads_sum") == 3
-    assert _value(registry, "atoll_api_requests_total", verb="patch_status", result="conflict") == 1
-    assert _value(registry, "atoll_api_request_duration_seconds_count", verb="patch_status") == 1
+    requests = {"verb": "patch", "resource": "workloads/status"}
+    assert _value(registry, "atoll_api_requests_total", result="409", **requests) == 1
+    assert _value(registry, "atoll_api_request_duration_seconds_count", verb="patch") == 1
     assert _value(registry, "atoll_gangs_partially_running") == 2
     assert _value(registry, "atoll_build_info", version="0.1.0") == 1
     assert _value(registry, "atoll_leader") == 0

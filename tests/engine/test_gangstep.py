@@ -350,12 +350,19 @@ class Converted:
 
 
 def cycle(
-    heads: list[Workload], gangs: dict[str, Gang | str]
+    heads: list[Workload], gangs: dict[str, Gang | str], asked: list[int] | None = None
 ) -> tuple[dict[str, str], gs.CyclePlacer]:
+    """One cycle of `heads`; `asked` counts how often the placer asked for the inventory."""
     s = snap([])
+
+    def live() -> Inventory:
+        if asked is not None:
+            asked.append(1)
+        return empty()
+
     placer = gs.CyclePlacer.on(
         s,
-        live=empty(),
+        live=live,
         held={},
         memory=gs.PlacementMemory(),
         converter=Converted(gangs, {str(w.key): w for w in heads}),
@@ -382,3 +389,15 @@ def test_a_gang_the_converter_cannot_build_is_misconfigured_and_one_without_need
     got, placer = cycle([bad, plain], {str(bad.key): "pod set main: no such device class"})
     assert got == {str(bad.key): "pending:Misconfigured", str(plain.key): "admit:f"}
     assert placer.placed == {}
+
+
+def test_the_inventory_is_asked_only_when_a_gang_is_placed_and_then_once() -> None:
+    plain = [job(f"p{i}", 8) for i in range(3)]
+    asked: list[int] = []
+    got, _ = cycle(plain, {}, asked)
+    assert set(got.values()) == {"admit:f"}
+    assert asked == []  # no gang needs placement: the inventory is never built
+    heads = [job(f"g{i}", 16, priority=10 - i) for i in range(2)]
+    got, _ = cycle(heads, {str(w.key): gang(str(w.key), 2, 8) for w in heads}, asked)
+    assert set(got.values()) == {"admit:f"}
+    assert asked == [1]  # both gangs placed on one inventory

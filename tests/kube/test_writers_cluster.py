@@ -1,7 +1,8 @@
 """The writer against the sandbox API server: a Workload's finalizer is removed with the
 version the writer last saw as the base (no GET), and when that base is stale (the object
 changed since) the conflict is resolved on the fresh object, keeping the other change; a Job
-is read and patched as raw JSON."""
+is read and patched as raw JSON, and started from the version last seen (no GET) unless that
+version is stale."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
+from atoll.api.core import Job
 from atoll.api.labels import RESOURCE_IN_USE_FINALIZER
 from atoll.api.workload import Workload
+from atoll.control.jobframework import JobStart
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.writers import KubeWriter
 from tests.api import builders as ab
@@ -32,7 +35,7 @@ async def writer(cluster: KubeCluster) -> AsyncIterator[tuple[KubeWriter, list[s
     verbs: list[str] = []
     async with client.ApiClient(conf) as api:
         yield (
-            KubeWriter(api, TokenBucket(50, 100), on_request=lambda v, _c: verbs.append(v)),
+            KubeWriter(api, TokenBucket(50, 100), on_request=lambda v, _c, _r: verbs.append(v)),
             verbs,
         )
 
@@ -118,3 +121,59 @@ async def test_a_job_is_suspended_from_its_raw_json_and_a_suspended_one_is_left_
     assert verbs == ["get", "patch"] * (n // 2)
     await kw.suspend_job(f"{namespace}/raw")
     assert verbs[n:] == ["get"]  # already suspended: nothing to write
+
+
+def _suspended_job(cluster: KubeCluster, namespace: str, name: str) -> Job:
+    """A suspended Job whose template selects `old: x`, once the Job controller has marked
+    it Suspended (so that nothing else writes it meanwhile), as the watch would show it."""
+    job = b.job(name, namespace, queue=None, pods=1, run="60s", node_selector={"old": "x"})
+    job["spec"]["suspend"] = True
+    cluster.kubectl("create", "-f", "-", input=json.dumps(job))
+
+    def marked() -> bool:
+        status = _get(cluster, "jobs", namespace, name).get("status") or {}
+        return any(c.get("type") == "Suspended" for c in status.get("conditions") or ())
+
+    cluster.wait_for(f"Job {name} marked Suspended", marked)
+    return Job.from_dict(_get(cluster, "jobs", namespace, name))
+
+
+def _plan() -> JobStart:
+    return JobStart(
+        node_selector={"pool": "a"},
+        tolerations=(),
+        labels={"kueue.x-k8s.io/workload": "w"},
+        annotations={},
+        parallelism=None,
+    )
+
+
+async def test_a_job_is_started_from_the_version_last_seen_without_a_read(
+    cluster: KubeCluster, namespace: str, writer: tuple[KubeWriter, list[str]]
+) -> None:
+    kw, verbs = writer
+    seen = _suspended_job(cluster, namespace, "seen")
+    await kw.start_job(f"{namespace}/seen", _plan(), seen)
+    after = _get(cluster, "jobs", namespace, "seen")
+    assert verbs == ["patch"]
+    assert after["spec"]["suspend"] is False
+    template = after["spec"]["template"]
+    assert template["spec"]["nodeSelector"] == {"pool": "a"}  # the seen `old` key is gone
+    assert template["metadata"]["labels"]["kueue.x-k8s.io/workload"] == "w"
+
+
+async def test_a_stale_seen_job_conflicts_and_the_start_is_built_on_the_fresh_one(
+    cluster: KubeCluster, namespace: str, writer: tuple[KubeWriter, list[str]]
+) -> None:
+    kw, verbs = writer
+    seen = _suspended_job(cluster, namespace, "stale")
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"newer": "y"}}}}}
+    cluster.kubectl(
+        "patch", "job", "stale", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+    await kw.start_job(f"{namespace}/stale", _plan(), seen)
+    after = _get(cluster, "jobs", namespace, "stale")
+    assert verbs == ["patch", "get", "patch"]  # the conflict, the fresh read, the start
+    assert after["spec"]["suspend"] is False
+    # built on the fresh Job: its `newer` key is dropped too, not only the seen `old` one
+    assert after["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "a"}

@@ -255,7 +255,7 @@ class JobIntegration(Integration[Job]):
             admitted_count=assignment.count or wl.spec.pod_sets[0].count,
             topology=assignment.topology_assignment is not None,
         )
-        await self.store.start_job(_key(obj), plan)
+        await self.store.start_job(_key(obj), plan, obj)
 
     async def stop(self, obj: Job, wl: Workload) -> None:
         pod_set = wl.spec.pod_sets[0]

@@ -430,9 +430,9 @@ class Metrics:
         )
         self._api_requests = Counter(
             "atoll_api_requests_total",
-            "Requests atoll made to the API server, by verb and result "
-            "(ok, conflict, not_found, error).",
-            ("verb", "result"),
+            "Requests atoll's writer made to the API server, by verb, result (the HTTP "
+            "status, or error) and resource (such as workloads/status).",
+            ("verb", "result", "resource"),
             registry=self._registry,
         )
         self._api_duration = Histogram(
@@ -837,10 +837,12 @@ class Metrics:
 
     # ------------------------------------------------------------------ atoll's own
 
-    def api_request(self, verb: str, result: str, seconds: float | None = None) -> None:
-        """A request to the API server ended (`verb` such as `patch_status`, `result` such as
-        `ok`, `conflict`, `not_found`, `error`)."""
-        self._api_requests.labels(verb, result).inc()
+    def api_request(
+        self, verb: str, result: str, resource: str = "", seconds: float | None = None
+    ) -> None:
+        """A request to the API server ended (`verb` such as `patch`, `result` such as `200`,
+        `409` or `error`, `resource` such as `workloads/status`)."""
+        self._api_requests.labels(verb, result, resource).inc()
         if seconds is not None:
             self._api_duration.labels(verb).observe(max(seconds, 0.0))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from atoll.api.clusterqueue import ClusterQueueStatus
-from atoll.api.core import PodTemplateSpec
+from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.meta import KubeObject, OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec, WorkloadStatus
@@ -72,8 +72,9 @@ class WorkloadStore(Protocol):
 
 
 class JobStore(Protocol):
-    async def start_job(self, key: str, plan: JobStart) -> None:
-        """Unsuspend the Job and merge the admission into its pod template (one patch)."""
+    async def start_job(self, key: str, plan: JobStart, seen: Job | None = None) -> None:
+        """Unsuspend the Job and merge the admission into its pod template (one patch; `seen`,
+        the Job as last seen, spares reading it first)."""
         ...
 
     async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:

@@ -261,8 +261,9 @@ class CyclePlacer:
 
     snapshot: Snapshot
     """The cycle's snapshot (the preemption policy's and the requeue strategy's input)."""
-    live: Inventory
-    """The live inventory, with the ledger's placements taken."""
+    live: Inventory | Callable[[], Inventory]
+    """The live inventory, with the ledger's placements taken, or how to get it: asked
+    only when a gang needs placing (most cycles place none)."""
     held: Mapping[str, Placement]
     """The ledger's placements, by workload."""
     memory: PlacementMemory
@@ -284,7 +285,7 @@ class CyclePlacer:
         cls,
         snapshot: Snapshot,
         *,
-        live: Inventory,
+        live: Inventory | Callable[[], Inventory],
         held: Mapping[str, Placement],
         memory: PlacementMemory,
         converter: Converter,
@@ -311,6 +312,8 @@ class CyclePlacer:
         if gang is None:
             self.memory.settle(key, None)
             return None
+        if callable(self.live):
+            self.live = self.live()
         got = decide(
             admit,
             gang,

@@ -47,6 +47,9 @@ from atoll.state.cache import Cache, requeue_period
 from atoll.state.devicequota import class_resources
 
 LWS_KIND = leaderworkerset.LeaderWorkerSet.KIND
+QUEUE_STATUS_BATCH = 1.0
+"""Seconds the queue statuses wait after a change before they are written, so that the
+changes of that second go in one write per queue (Kueue's `UpdatesBatchPeriod`)."""
 
 log = structlog.get_logger("atoll.operator")
 __all__ = ["SERVICE_ACCOUNT_TOKEN", "Operator", "RunOptions", "configure_logging", "run"]
@@ -302,7 +305,7 @@ class Operator:
     async def _queue_status_loop(self) -> None:
         while True:
             await self._queues_dirty.wait()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(QUEUE_STATUS_BATCH)
             self._queues_dirty.clear()
             try:
                 await self.queues.report()

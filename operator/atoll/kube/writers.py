@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from atoll.api import labels as keys
 from atoll.api import mpijob, trainjob
 from atoll.api.clusterqueue import ClusterQueueStatus
-from atoll.api.core import PodTemplateSpec
+from atoll.api.core import Job, PodTemplateSpec
 from atoll.api.localqueue import LocalQueueStatus
 from atoll.api.meta import OwnerReference
 from atoll.api.workload import Workload, WorkloadSpec
@@ -181,7 +181,7 @@ class KubeWriter:
         limiter: TokenBucket,
         *,
         component: str = "kueue-admission",
-        on_request: Callable[[str, str], None] | None = None,
+        on_request: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
@@ -193,11 +193,11 @@ class KubeWriter:
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
 
-    def _count(self, verb: str, code: str) -> None:
+    def _count(self, verb: str, code: str, resource: str) -> None:
         if self.on_request:
-            self.on_request(verb, code)
+            self.on_request(verb, code, resource)
 
-    async def _call(self, verb: str, fn: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, verb: str, resource: str, fn: Callable[[], Awaitable[T]]) -> T:
         """One request under the rate limit, retried while it fails transiently (`retry`);
         a refusal becomes `ApiError`."""
 
@@ -206,12 +206,12 @@ class KubeWriter:
             try:
                 result = await fn()
             except ApiException as e:
-                self._count(verb, str(e.status))
+                self._count(verb, str(e.status), resource)
                 raise
             except Exception:
-                self._count(verb, "error")
+                self._count(verb, "error", resource)
                 raise
-            self._count(verb, "200")
+            self._count(verb, "200", resource)
             return result
 
         try:
@@ -226,6 +226,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "get",
+                "workloads",
                 lambda: self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name
                 ),
@@ -265,6 +266,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "create",
+                "workloads",
                 lambda: self.custom.create_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", wl.to_dict()
                 ),
@@ -299,6 +301,7 @@ class KubeWriter:
             try:
                 version = await self._call(
                     "patch",
+                    "workloads/status",
                     lambda body=body: self._patch_status(ns, name, body),  # type: ignore[misc]
                 )
             except ApiError as e:
@@ -346,6 +349,7 @@ class KubeWriter:
         try:
             written: dict[str, Any] = await self._call(
                 "patch",
+                "workloads",
                 lambda: self.custom.patch_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
                 ),
@@ -396,6 +400,7 @@ class KubeWriter:
         try:
             await self._call(
                 "delete",
+                "workloads",
                 lambda: self.custom.delete_namespaced_custom_object(
                     GROUP, VERSION, ns, "workloads", name
                 ),
@@ -419,7 +424,7 @@ class KubeWriter:
             return raw
 
         try:
-            return await self._call("get", get)
+            return await self._call("get", "jobs", get)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -434,21 +439,33 @@ class KubeWriter:
             await read_ok(await fn(name, ns, body, _content_type=MERGE, _preload_content=False))
 
         try:
-            await self._call("patch", patch)
+            await self._call("patch", "jobs/status" if status else "jobs", patch)
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
             raise
 
     async def _patch_job_retrying(
-        self, key: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]
+        self,
+        key: str,
+        build: Callable[[dict[str, Any]], dict[str, Any] | None],
+        first: dict[str, Any] | None = None,
     ) -> None:
-        for _ in range(_RETRIES):
-            raw = await self._get_job(key)
-            body = build(raw)
-            if body is None:
-                return
-            body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"]["resourceVersion"]
+        """Merge-patch the Job with what `build` makes of it as read, under its
+        resourceVersion; `first`, a patch already carrying the resourceVersion it was built
+        from, is tried before any read. A conflict reads the Job and builds again."""
+        for attempt in range(_RETRIES):
+            if attempt == 0 and first is not None:
+                body = first
+            else:
+                raw = await self._get_job(key)
+                built = build(raw)
+                if built is None:
+                    return
+                body = built
+                body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"][
+                    "resourceVersion"
+                ]
             try:
                 await self._patch_job(key, body)
                 return
@@ -462,13 +479,17 @@ class KubeWriter:
             key, lambda raw: None if raw["spec"].get("suspend") else {"spec": {"suspend": True}}
         )
 
-    async def start_job(self, key: str, plan: JobStart) -> None:
-        def build(raw: dict[str, Any]) -> dict[str, Any] | None:
-            spec = raw["spec"]
-            if not spec.get("suspend"):
+    async def start_job(self, key: str, plan: JobStart, seen: Job | None = None) -> None:
+        """Unsuspend the Job with the admission merged into its pod template. `seen`, the Job
+        as the watch last showed it, is the base of a first patch without a GET (its
+        resourceVersion guards it: a stale base is a 409, then the Job is read and the
+        patch built again)."""
+
+        def build(
+            suspended: bool, node_selector: Mapping[str, str] | None
+        ) -> dict[str, Any] | None:
+            if not suspended:
                 return None
-            template = spec.get("template") or {}
-            tspec = template.get("spec") or {}
             body: dict[str, Any] = {
                 "spec": {
                     "suspend": False,
@@ -479,7 +500,7 @@ class KubeWriter:
                         },
                         "spec": {
                             "nodeSelector": _removed(
-                                tspec.get("nodeSelector"), dict(plan.node_selector)
+                                dict(node_selector or {}), dict(plan.node_selector)
                             ),
                             "tolerations": [t.to_dict() for t in plan.tolerations] or None,
                             "schedulingGates": [{"name": g} for g in plan.scheduling_gates] or None,
@@ -491,7 +512,17 @@ class KubeWriter:
                 body["spec"]["parallelism"] = plan.parallelism
             return body
 
-        await self._patch_job_retrying(key, build)
+        first = None
+        if seen is not None and seen.metadata.resource_version:
+            first = build(bool(seen.spec.suspend), seen.spec.template.spec.node_selector)
+            if first is not None:
+                first["metadata"] = {"resourceVersion": seen.metadata.resource_version}
+
+        def from_raw(raw: dict[str, Any]) -> dict[str, Any] | None:
+            tspec = (raw["spec"].get("template") or {}).get("spec") or {}
+            return build(bool(raw["spec"].get("suspend")), tspec.get("nodeSelector"))
+
+        await self._patch_job_retrying(key, from_raw, first)
 
     async def stop_job(self, key: str, template: PodTemplateSpec, parallelism: int | None) -> None:
         """Kueue's three-step stop: suspend (with the stopping annotation), clear startTime,
@@ -565,6 +596,7 @@ class KubeWriter:
         try:
             raw: dict[str, Any] = await self._call(
                 "get",
+                plural,
                 lambda: self.custom.get_namespaced_custom_object(group, version, ns, plural, name),
             )
         except ApiError as e:
@@ -599,6 +631,7 @@ class KubeWriter:
             try:
                 await self._call(
                     "patch",
+                    plural,
                     lambda body=body: self.custom.patch_namespaced_custom_object(  # type: ignore[misc]
                         group,
                         version,
@@ -806,6 +839,7 @@ class KubeWriter:
         try:
             await self._call(
                 "patch",
+                "pods",
                 lambda: self.core.patch_namespaced_pod(name, ns, body, _content_type=MERGE),
             )
         except ApiError as e:
@@ -829,7 +863,7 @@ class KubeWriter:
         """Delete a pod its controller recreates (gone already is fine)."""
         ns, name = _split(key)
         try:
-            await self._call("delete", lambda: self.core.delete_namespaced_pod(name, ns))
+            await self._call("delete", "pods", lambda: self.core.delete_namespaced_pod(name, ns))
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -850,6 +884,7 @@ class KubeWriter:
         try:
             await self._call(
                 "patch",
+                "pods/status",
                 lambda: self.core.patch_namespaced_pod_status(
                     name, ns, body, _content_type=STRATEGIC
                 ),
@@ -874,7 +909,7 @@ class KubeWriter:
             )
 
         try:
-            await self._call("patch", patch)
+            await self._call("patch", "pods", patch)
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -913,28 +948,30 @@ class KubeWriter:
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         body = {"status": status.to_dict()}
         await self._patch_unread(
+            "clusterqueues/status",
             lambda: self.custom.patch_cluster_custom_object_status(
                 GROUP, VERSION, "clusterqueues", name, body, **UNREAD_MERGE
-            )
+            ),
         )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
         body = {"status": status.to_dict()}
         await self._patch_unread(
+            "localqueues/status",
             lambda: self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, ns, "localqueues", name, body, **UNREAD_MERGE
-            )
+            ),
         )
 
-    async def _patch_unread(self, send: Callable[[], Awaitable[Any]]) -> None:
+    async def _patch_unread(self, resource: str, send: Callable[[], Awaitable[Any]]) -> None:
         """A merge patch sent with `UNREAD_MERGE`: the response (the whole object) is read,
         not decoded."""
 
         async def patch() -> None:
             await read_ok(await send())
 
-        await self._call("patch", patch)
+        await self._call("patch", resource, patch)
 
     # -- events ---------------------------------------------------------------------------
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
@@ -979,7 +1016,7 @@ class KubeWriter:
 
             try:
                 await retry.call(post, what="create event", attempts=_EVENT_ATTEMPTS)
-                self._count("create", "200")
+                self._count("create", "200", "events")
             except Exception as e:
                 self.events_dropped += 1
                 log.warning("event not recorded", reason=body["reason"], error=retry.describe(e))

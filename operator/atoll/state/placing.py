@@ -134,7 +134,7 @@ class TopologyChecker:
         this checker as the converter of the gangs quota admits."""
         return gs.CyclePlacer.on(
             snapshot,
-            live=self.cache.inventory.snapshot(),
+            live=self.cache.inventory.snapshot,
             held=self.cache.inventory.ledger(),
             memory=self.memory,
             converter=self,
