@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atoll.api.core import PodTemplateSpec
+from atoll.api.core import Job, PodSpec, PodTemplateSpec
 from atoll.api.workload import Workload
-from atoll.kube.handlers import Shared, _parse_workload
+from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload
 from atoll.kube.writers import merge_patch
 from tests.api.builders import pod_set, pod_template, workload
 
@@ -151,3 +151,39 @@ def test_the_merge_patch_carries_only_what_changed() -> None:
     old = {"conditions": [1], "admission": {"clusterQueue": "a", "x": 1}, "gone": 2}
     new = {"conditions": [1], "admission": {"clusterQueue": "b", "x": 1}}
     assert merge_patch(old, new) == {"admission": {"clusterQueue": "b"}, "gone": None}
+
+
+def _job(name: str, image: str = "registry.invalid/a:1", parallelism: int = 2) -> Any:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "d", "uid": f"uid-{name}"},
+        "spec": {
+            "parallelism": parallelism,
+            "template": {
+                "metadata": {"labels": {"job-name": name}},
+                "spec": pod_template()["spec"] | {"containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
+
+
+def test_jobs_of_one_manifest_share_their_pod_spec_and_parse_as_a_full_parse() -> None:
+    specs: Shared[PodSpec] = Shared(16)
+    path = ("spec", "template", "spec")
+
+    def parse(raw: Any) -> Job | None:
+        return _parse_sharing(Job, raw, path, specs, lambda job: job.spec.template.spec)
+
+    raws = [_job("a"), _job("b", parallelism=3), _job("c", image="registry.invalid/b:1")]
+    a, b, c = (parse(raw) for raw in raws)
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert [a, b, c] == [Job.from_dict(raw) for raw in raws]
+    assert b.spec.template.spec is a.spec.template.spec
+    assert c.spec.template.spec is not a.spec.template.spec
+    assert (b.spec.template.metadata and b.spec.template.metadata.labels) == {"job-name": "b"}
+    assert len(specs) == 2
+    no_template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}}
+    assert parse(no_template) == Job.from_dict(no_template)

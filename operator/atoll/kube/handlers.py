@@ -159,6 +159,35 @@ def _parse_workload(
         return _parse(Workload, body)  # logs what is wrong
 
 
+def _parse_sharing(
+    model: type[K],
+    body: Mapping[str, Any],
+    path: tuple[str, ...],
+    parts: Shared[P],
+    part_of: Callable[[K], P],
+) -> K | None:
+    """`body` as a `model`; its part at `path` (raw keys) is the one in `parts` when equal to
+    one parsed before, else the parsed one (`part_of`) joins `parts`."""
+    outer: list[Mapping[str, Any]] = []
+    here: Any = body
+    for step in path:
+        if not isinstance(here, Mapping) or step not in here:
+            return _parse(model, body)
+        outer.append(here)
+        here = here[step]
+    text = json_text(here)
+    known = parts.get(text)
+    if known is None:
+        parsed = _parse(model, body)
+        if parsed is not None:
+            parts.put(text, part_of(parsed))
+        return parsed
+    value: Any = known
+    for step, holder in zip(reversed(path), reversed(outer), strict=True):
+        value = {**holder, step: value}
+    return _parse(model, value)
+
+
 def _parse_shared(body: Mapping[str, Any], templates: Shared[PodTemplateSpec]) -> Workload | None:
     spec = body.get("spec")
     pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
@@ -456,6 +485,13 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
 
     watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
     jobs = Digests(job_view)
+    pod_specs: Shared[PodSpec] = Shared(POD_SPECS)
+
+    def parse_job(raw: Mapping[str, Any]) -> Job | None:
+        """`raw` as a Job; its pods' spec equal to one parsed before is that one (the Jobs
+        made from one manifest differ in their template's labels, not in its spec)."""
+        path = ("spec", "template", "spec")
+        return _parse_sharing(Job, raw, path, pod_specs, lambda job: job.spec.template.spec)
 
     def job(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
@@ -463,7 +499,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            parsed = jobs.parse(key, body, lambda raw: _parse(Job, raw))
+            parsed = jobs.parse(key, body, parse_job)
             if parsed is None:
                 return
             c.set_job(parsed)
@@ -501,14 +537,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
         """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
-        text = json_text(body.get("spec"))
-        spec = specs.get(text)
-        if spec is not None:
-            return _parse(Pod, {**body, "spec": spec})
-        pod = _parse(Pod, body)
-        if pod is not None:
-            specs.put(text, pod.spec)
-        return pod
+        return _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
 
     def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
         pods.forget(key)
