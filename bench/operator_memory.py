@@ -7,6 +7,8 @@ Imports the operator as `atoll run` does, then feeds the Kueue baseline's queue 
 of its Workloads (as the API server sends them: uid, resourceVersion, generation, creation
 time, managedFields) through the operator's own Workload watch handler into a cache and the
 status writer's memory, and runs one scheduling step (the engine forms of every Workload).
+Then, as on a live cluster, every Workload comes back once more with the pending status the
+operator writes (QuotaReserved=False and Admitted=False, `lifecycle.pending`).
 Prints the resident memory after the imports, with the Workloads, and per Workload. With
 `--top N`, runs under tracemalloc and prints the N biggest live allocation sites (tracemalloc
 then adds its own memory to the resident numbers).
@@ -15,6 +17,7 @@ then adds its own memory to the resident numbers).
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import sys
@@ -27,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent / "kueue_baseline")]
+PENDING_MESSAGE = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
+    "default, 1 more needed"
+)
 
 import generator as gen  # noqa: E402
 
@@ -44,7 +51,7 @@ class _Queue:
 
 
 def _served(body: dict[str, Any], version: int) -> dict[str, Any]:
-    """`body` as the API server returns it (a fresh decode, as from a watch line)."""
+    """`body` as the API server returns it."""
     body["metadata"].update(
         uid=str(uuid.uuid4()),
         resourceVersion=str(version),
@@ -61,7 +68,14 @@ def _served(body: dict[str, Any], version: int) -> dict[str, Any]:
             }
         ],
     )
-    loaded: dict[str, Any] = json.loads(json.dumps(body))
+    return _decoded(body)
+
+
+def _decoded(body: dict[str, Any]) -> dict[str, Any]:
+    """A fresh decode of `body`'s JSON text by the watch's decoder, as from a watch line."""
+    from atoll.kube.watch import decode  # noqa: PLC0415 (imported with the operator)
+
+    loaded: dict[str, Any] = decode(json.dumps(body).encode())
     return loaded
 
 
@@ -70,6 +84,7 @@ def run(workloads: int, top: int) -> dict[str, Any]:
     from atoll.kube import handlers  # noqa: PLC0415
     from atoll.kube.watch import Watches  # noqa: PLC0415
     from atoll.kube.writers import KubeWriter  # noqa: PLC0415
+    from atoll.state import lifecycle  # noqa: PLC0415
     from atoll.state.cache import Cache  # noqa: PLC0415
     from atoll.state.decide import Decider  # noqa: PLC0415
 
@@ -113,6 +128,18 @@ def run(workloads: int, top: int) -> dict[str, Any]:
     decisions = Decider(cache, None).decide(time.time())
     step_s = time.process_time() - started
     gc.collect()
+    added = _rss_mib()
+    pending = lifecycle.pending("Pending", PENDING_MESSAGE, datetime.datetime.now(datetime.UTC))
+    for key in list(cache.workloads):
+        wl = cache.workloads[key]
+        status = pending(wl)
+        if status is None:
+            continue
+        version += 1
+        body = {**wl.to_dict(), "status": status.to_dict()}
+        body["metadata"] = {**body["metadata"], "resourceVersion": str(version)}
+        on["workloads"]("MODIFIED", _decoded(body))
+    gc.collect()
     loaded = _rss_mib()
     sites: list[tuple[float, int, str]] = []
     if top:
@@ -123,7 +150,8 @@ def run(workloads: int, top: int) -> dict[str, Any]:
     return {
         "workloads": workloads,
         "rss_after_imports_mib": imported,
-        "rss_with_workloads_mib": loaded,
+        "rss_with_workloads_mib": added,
+        "rss_with_pending_statuses_mib": loaded,
         "kib_per_workload": (loaded - imported) * 1024 / max(1, workloads),
         "first_step_cpu_s": step_s,
         "decisions": len(decisions),

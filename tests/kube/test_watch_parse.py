@@ -1,6 +1,6 @@
-"""The Workload watch's shortcut (a status-only change reuses the known spec) gives the same
-Workload as a full parse, and the status merge patch the writer sends turns the old status
-into the new one."""
+"""The Workload watch's shortcuts (a status-only change reuses the known spec; a pod-set
+template equal to one parsed before is that one) give the same Workload as a full parse, and
+the status merge patch the writer sends turns the old status into the new one."""
 
 from __future__ import annotations
 
@@ -10,10 +10,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atoll.api.core import Job, PodSpec, PodTemplateSpec
 from atoll.api.workload import Workload
-from atoll.kube.handlers import _parse_workload
+from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload
 from atoll.kube.writers import merge_patch
-from tests.api.builders import pod_set, workload
+from tests.api.builders import pod_set, pod_template, workload
+
+
+def _templates() -> Shared[PodTemplateSpec]:
+    return Shared(16)
 
 
 def _raw(generation: int = 1, uid: str = "u1", status: dict[str, Any] | None = None) -> Any:
@@ -45,7 +50,7 @@ def test_a_status_change_at_the_same_generation_shares_the_spec_and_parses_the_r
     known = Workload.from_dict(_raw())
     new = _raw(status=ADMITTED)
     new["metadata"]["resourceVersion"] = "9"
-    fast = _parse_workload(new, known)
+    fast = _parse_workload(new, known, _templates())
     assert fast is not None
     assert fast == Workload.from_dict(new)
     assert fast.spec is known.spec
@@ -56,7 +61,7 @@ def test_a_new_generation_or_another_object_is_parsed_whole() -> None:
     known = Workload.from_dict(_raw())
     for other in (_raw(generation=2), _raw(uid="u2")):
         other["spec"]["queueName"] = "elsewhere"
-        parsed = _parse_workload(other, known)
+        parsed = _parse_workload(other, known, _templates())
         assert parsed is not None
         assert parsed.spec.queue_name == "elsewhere"
         assert parsed.spec is not known.spec
@@ -65,7 +70,53 @@ def test_a_new_generation_or_another_object_is_parsed_whole() -> None:
 def test_an_invalid_status_is_refused_as_by_a_full_parse() -> None:
     known = Workload.from_dict(_raw())
     bad = _raw(status={"conditions": [{"type": "Admitted"}]})
-    assert _parse_workload(bad, known) is None
+    assert _parse_workload(bad, known, _templates()) is None
+
+
+def test_equal_pod_set_templates_are_parsed_once_and_shared() -> None:
+    templates = _templates()
+    gpu = pod_template(cpu="8")
+    first = _raw()
+    first["spec"]["podSets"].append(pod_set("workers", count=4, template=gpu))
+    second = copy.deepcopy(first)
+    second["metadata"] |= {"name": "other", "uid": "u2"}
+    second["spec"]["podSets"][1]["count"] = 3
+    a = _parse_workload(first, None, templates)
+    b = _parse_workload(second, None, templates)
+    assert a is not None
+    assert b is not None
+    assert len(templates) == 2  # the two distinct templates
+    assert a == Workload.from_dict(first)
+    assert b == Workload.from_dict(second)
+    for x, y in zip(a.spec.pod_sets, b.spec.pod_sets, strict=True):
+        assert x.template is y.template
+    changed = copy.deepcopy(second)
+    changed["metadata"]["uid"] = "u3"
+    changed["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"] = "other"
+    c = _parse_workload(changed, None, templates)
+    assert c is not None
+    assert c == Workload.from_dict(changed)
+    assert c.spec.pod_sets[0].template is not a.spec.pod_sets[0].template
+    assert c.spec.pod_sets[1].template is a.spec.pod_sets[1].template
+
+
+def test_a_template_shared_by_a_workload_is_refused_with_it() -> None:
+    templates = _templates()
+    good = _raw()
+    assert _parse_workload(good, None, templates) is not None
+    bad = copy.deepcopy(good)
+    bad["metadata"]["uid"] = "u2"
+    bad["spec"]["podSets"][0]["count"] = -1  # the template is known, the pod set is not valid
+    assert _parse_workload(bad, None, templates) is None
+
+
+def test_the_shared_parts_keep_the_last_used() -> None:
+    parts: Shared[str] = Shared(2)
+    parts.put(b"a", "A")
+    parts.put(b"b", "B")
+    assert parts.get(b"a") == "A"  # now the last used
+    parts.put(b"c", "C")
+    assert (parts.get(b"a"), parts.get(b"b"), parts.get(b"c")) == ("A", None, "C")
 
 
 def _apply(doc: Any, patch: Any) -> Any:
@@ -100,3 +151,39 @@ def test_the_merge_patch_carries_only_what_changed() -> None:
     old = {"conditions": [1], "admission": {"clusterQueue": "a", "x": 1}, "gone": 2}
     new = {"conditions": [1], "admission": {"clusterQueue": "b", "x": 1}}
     assert merge_patch(old, new) == {"admission": {"clusterQueue": "b"}, "gone": None}
+
+
+def _job(name: str, image: str = "registry.invalid/a:1", parallelism: int = 2) -> Any:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "d", "uid": f"uid-{name}"},
+        "spec": {
+            "parallelism": parallelism,
+            "template": {
+                "metadata": {"labels": {"job-name": name}},
+                "spec": pod_template()["spec"] | {"containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
+
+
+def test_jobs_of_one_manifest_share_their_pod_spec_and_parse_as_a_full_parse() -> None:
+    specs: Shared[PodSpec] = Shared(16)
+    path = ("spec", "template", "spec")
+
+    def parse(raw: Any) -> Job | None:
+        return _parse_sharing(Job, raw, path, specs, lambda job: job.spec.template.spec)
+
+    raws = [_job("a"), _job("b", parallelism=3), _job("c", image="registry.invalid/b:1")]
+    a, b, c = (parse(raw) for raw in raws)
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert [a, b, c] == [Job.from_dict(raw) for raw in raws]
+    assert b.spec.template.spec is a.spec.template.spec
+    assert c.spec.template.spec is not a.spec.template.spec
+    assert (b.spec.template.metadata and b.spec.template.metadata.labels) == {"job-name": "b"}
+    assert len(specs) == 2
+    no_template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}}
+    assert parse(no_template) == Job.from_dict(no_template)

@@ -11,17 +11,19 @@ Models are frozen, so each instance's set of explicitly set field names (pydanti
 `model_fields_set`, a `set` of at least 216 bytes) is shared with every other instance that
 set the same names: about a third of a parsed Workload's memory otherwise. pydantic mutates
 that set only in place of a copy (`model_copy` copies it first) or on attribute assignment,
-which frozen models refuse.
+which frozen models refuse; a copy's set is shared again (the cache holds copies: a status
+change of a Workload is its known form with the new metadata and status).
 """
 
 from __future__ import annotations
 
 import datetime
 import enum
+import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 # Name patterns as Kubernetes and Kueue validate them.
@@ -44,8 +46,17 @@ Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX, json_schema_extra={"for
 """A Kubernetes int32 field (the CRD generator drops the implied bounds)."""
 Int64 = Annotated[int, Field(json_schema_extra={"format": "int64"})]
 """A Kubernetes int64 field."""
-DnsSubdomain = Annotated[str, StringConstraints(max_length=253, pattern=DNS1123_SUBDOMAIN)]
-"""An object name (RFC 1123 subdomain, at most 253 characters)."""
+INTERNED: Final = AfterValidator(sys.intern)
+"""Marks a string field whose values repeat across objects (a namespace, a queue or flavor
+name, a condition's reason and message): each parsed value is Python's one interned copy,
+not a string per object (10,000 pending Workloads held ~1 KiB each of such copies)."""
+Interned = Annotated[str, INTERNED]
+"""A string of few distinct values (see `INTERNED`)."""
+DnsSubdomain = Annotated[
+    str, StringConstraints(max_length=253, pattern=DNS1123_SUBDOMAIN), INTERNED
+]
+"""The name of an object another refers to (a queue, a flavor, a priority class: RFC 1123
+subdomain, at most 253 characters); interned (`INTERNED`)."""
 DnsLabel = Annotated[str, StringConstraints(max_length=63, pattern=DNS1123_LABEL)]
 """An RFC 1123 label (at most 63 characters)."""
 ResourceName = Annotated[str, StringConstraints(min_length=1, max_length=317)]
@@ -78,6 +89,12 @@ class ApiModel(BaseModel):
         shared = _FIELDS_SETS.setdefault(frozenset(names), names)
         if shared is not names:
             object.__setattr__(self, "__pydantic_fields_set__", shared)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy, with its set of set field names shared as a parsed model's is."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.model_post_init(None)
+        return copied
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form to send to the API server: camelCase, only the fields we model and set."""
@@ -123,7 +140,7 @@ class ObjectMeta(ApiModel):
     """Name of the object, unique within its namespace."""
     generate_name: str | None = None
     """Prefix the server uses to generate a name."""
-    namespace: str | None = None
+    namespace: Interned | None = None
     """Namespace of the object (namespaced kinds only)."""
     uid: str | None = None
     """UID assigned by the server."""
@@ -135,7 +152,7 @@ class ObjectMeta(ApiModel):
     """When the object was created."""
     deletion_timestamp: Time | None = None
     """When the object was asked to be deleted."""
-    labels: dict[str, str] | None = None
+    labels: dict[str, Interned] | None = None
     """Labels of the object."""
     annotations: dict[str, str] | None = None
     """Annotations of the object."""
@@ -210,17 +227,17 @@ class ConditionStatus(StrEnum):
 class Condition(ApiModel):
     """A meta/v1 Condition: one observation of an aspect of an object's state."""
 
-    type: Annotated[str, StringConstraints(max_length=316)]
+    type: Annotated[str, StringConstraints(max_length=316), INTERNED]
     """Type of the condition, in CamelCase."""
     status: ConditionStatus
     """True, False or Unknown."""
     last_transition_time: Time
     """When the status last changed."""
     reason: Annotated[
-        str, StringConstraints(min_length=1, max_length=1024, pattern=CONDITION_REASON)
+        str, StringConstraints(min_length=1, max_length=1024, pattern=CONDITION_REASON), INTERNED
     ]
     """Machine-readable CamelCase reason for the last transition."""
-    message: Annotated[str, StringConstraints(max_length=32768)]
+    message: Annotated[str, StringConstraints(max_length=32768), INTERNED]
     """Human-readable details about the last transition."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
     """The metadata.generation the condition was set for."""

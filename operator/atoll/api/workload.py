@@ -23,6 +23,7 @@ from atoll.api.core import PodTemplateSpec, ResourceList
 from atoll.api.meta import (
     ATOMIC,
     DNS1123_LABEL,
+    INTERNED,
     ApiModel,
     DnsSubdomain,
     Int32,
@@ -38,7 +39,7 @@ from atoll.api.topologyassignment import DelayedTopologyRequestState, TopologyAs
 
 MAIN_POD_SET: Final = "main"
 
-PodSetName = Annotated[str, StringConstraints(max_length=63, pattern=DNS1123_LABEL)]
+PodSetName = Annotated[str, StringConstraints(max_length=63, pattern=DNS1123_LABEL), INTERNED]
 
 
 class WorkloadConditionType(StrEnum):

@@ -17,7 +17,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import kopf
 import orjson
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, Node, Pod, PodSpec, PriorityClass
+from atoll.api.core import Job, Node, Pod, PodSpec, PodTemplateSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.labels import (
     MANAGED_LABEL,
@@ -50,10 +50,15 @@ from atoll.state.cache import Cache
 
 log = structlog.get_logger("atoll.handlers")
 K = TypeVar("K", bound=KubeObject)
+P = TypeVar("P")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JSON_SEPARATORS = (",", ":")
 POD_SPECS = 1024
 """Parsed pod specs kept by their JSON text (the pods of a Job share theirs until bound)."""
+POD_TEMPLATES = 1024
+"""Parsed pod-set templates of Workloads kept by their JSON text (the Workloads of Jobs made
+from one manifest share theirs: the Job controller's labels are left out of a Workload's
+template)."""
 OWN_INVENTORY = (("", "v1", "nodes"), ("", "v1", "pods"))
 """Inventory kinds watched by atoll's own loops (`register_watches`), not by kopf."""
 
@@ -87,6 +92,33 @@ def json_text(obj: object) -> bytes:
         return json.dumps(obj, separators=JSON_SEPARATORS).encode()
 
 
+class Shared(Generic[P]):
+    """The last `size` parsed parts (pod specs, pod templates) by their JSON text (`json_text`):
+    a part equal to one parsed before is not parsed again, and the objects holding it share
+    one parsed form (models are frozen)."""
+
+    __slots__ = ("_by_text", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._by_text: OrderedDict[bytes, P] = OrderedDict()
+        self._size = size
+
+    def get(self, text: bytes) -> P | None:
+        found = self._by_text.get(text)
+        if found is not None:
+            self._by_text.move_to_end(text)
+        return found
+
+    def put(self, text: bytes, part: P) -> None:
+        self._by_text[text] = part
+        self._by_text.move_to_end(text)
+        if len(self._by_text) > self._size:
+            self._by_text.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._by_text)
+
+
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
     try:
         return model.from_dict(dict(body))
@@ -97,12 +129,15 @@ def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
         return None
 
 
-def _parse_workload(body: Mapping[str, Any], known: Workload | None) -> Workload | None:
+def _parse_workload(
+    body: Mapping[str, Any], known: Workload | None, templates: Shared[PodTemplateSpec]
+) -> Workload | None:
     """`body` as a Workload. When the cache holds the same object at the same
     metadata.generation, its spec is unchanged (the API server bumps the generation of a
     custom resource with a status subresource on every spec change): only the metadata and
     the status are parsed, and the known spec is shared (most of a Workload's parsing cost
-    is its pod templates)."""
+    is its pod templates). Otherwise each pod-set template equal to one in `templates` is
+    that one (parsed once, held once)."""
     meta = body.get("metadata") or {}
     if (
         known is None
@@ -110,7 +145,7 @@ def _parse_workload(body: Mapping[str, Any], known: Workload | None) -> Workload
         or meta.get("generation") != known.metadata.generation
         or meta.get("uid") != known.metadata.uid
     ):
-        return _parse(Workload, body)
+        return _parse_shared(body, templates)
     try:
         return known.model_copy(
             update={
@@ -122,6 +157,59 @@ def _parse_workload(body: Mapping[str, Any], known: Workload | None) -> Workload
         )
     except ValidationError:
         return _parse(Workload, body)  # logs what is wrong
+
+
+def _parse_sharing(
+    model: type[K],
+    body: Mapping[str, Any],
+    path: tuple[str, ...],
+    parts: Shared[P],
+    part_of: Callable[[K], P],
+) -> K | None:
+    """`body` as a `model`; its part at `path` (raw keys) is the one in `parts` when equal to
+    one parsed before, else the parsed one (`part_of`) joins `parts`."""
+    outer: list[Mapping[str, Any]] = []
+    here: Any = body
+    for step in path:
+        if not isinstance(here, Mapping) or step not in here:
+            return _parse(model, body)
+        outer.append(here)
+        here = here[step]
+    text = json_text(here)
+    known = parts.get(text)
+    if known is None:
+        parsed = _parse(model, body)
+        if parsed is not None:
+            parts.put(text, part_of(parsed))
+        return parsed
+    value: Any = known
+    for step, holder in zip(reversed(path), reversed(outer), strict=True):
+        value = {**holder, step: value}
+    return _parse(model, value)
+
+
+def _parse_shared(body: Mapping[str, Any], templates: Shared[PodTemplateSpec]) -> Workload | None:
+    spec = body.get("spec")
+    pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(pod_sets, list):
+        return _parse(Workload, body)
+    texts = [
+        json_text(ps["template"]) if isinstance(ps, Mapping) and "template" in ps else None
+        for ps in pod_sets
+    ]
+    known = [templates.get(t) if t is not None else None for t in texts]
+    if any(k is not None for k in known):
+        sets = [
+            {**ps, "template": k} if k is not None else ps
+            for ps, k in zip(pod_sets, known, strict=True)
+        ]
+        body = {**body, "spec": {**spec, "podSets": sets}}
+    wl = _parse(Workload, body)
+    if wl is not None and len(wl.spec.pod_sets) == len(texts):
+        for text, k, parsed in zip(texts, known, wl.spec.pod_sets, strict=True):
+            if text is not None and k is None:
+                templates.put(text, parsed.template)
+    return wl
 
 
 def queue_owner(wl: Workload, w: Wiring) -> None:
@@ -258,6 +346,8 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
 def register_watches(watches: Watches, w: Wiring) -> None:
     """Register the kinds atoll watches without kopf (`atoll.kube.watch`) on `watches`."""
 
+    templates: Shared[PodTemplateSpec] = Shared(POD_TEMPLATES)
+
     def workload(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
         if type == "DELETED":
@@ -265,7 +355,7 @@ def register_watches(watches: Watches, w: Wiring) -> None:
             w.cache.delete_workload(key)
             w.gone_workload(key)
         else:
-            wl = _parse_workload(body, w.cache.workloads.get(key))
+            wl = _parse_workload(body, w.cache.workloads.get(key), templates)
             if wl is None:
                 return
             w.cache.set_workload(wl)
@@ -395,6 +485,13 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
 
     watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
     jobs = Digests(job_view)
+    pod_specs: Shared[PodSpec] = Shared(POD_SPECS)
+
+    def parse_job(raw: Mapping[str, Any]) -> Job | None:
+        """`raw` as a Job; its pods' spec equal to one parsed before is that one (the Jobs
+        made from one manifest differ in their template's labels, not in its spec)."""
+        path = ("spec", "template", "spec")
+        return _parse_sharing(Job, raw, path, pod_specs, lambda job: job.spec.template.spec)
 
     def job(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
@@ -402,7 +499,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            parsed = jobs.parse(key, body, lambda raw: _parse(Job, raw))
+            parsed = jobs.parse(key, body, parse_job)
             if parsed is None:
                 return
             c.set_job(parsed)
@@ -436,21 +533,11 @@ def _pods(watches: Watches, w: Wiring) -> None:
     pods = Digests(pod_view)
     last: dict[str, Pod] = {}
     """The last state of the pods `_kept` needs, by key."""
-    specs: OrderedDict[bytes, PodSpec] = OrderedDict()
+    specs: Shared[PodSpec] = Shared(POD_SPECS)
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
         """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
-        text = json_text(body.get("spec"))
-        spec = specs.get(text)
-        if spec is not None:
-            specs.move_to_end(text)
-            return _parse(Pod, {**body, "spec": spec})
-        pod = _parse(Pod, body)
-        if pod is not None:
-            specs[text] = pod.spec
-            if len(specs) > POD_SPECS:
-                specs.popitem(last=False)
-        return pod
+        return _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
 
     def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
         pods.forget(key)

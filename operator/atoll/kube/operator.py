@@ -562,7 +562,7 @@ def configure_logging(fmt: str, level: str) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json" or (fmt == "auto" and not os.isatty(2))
-        else structlog.dev.ConsoleRenderer()
+        else structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
     )
     structlog.configure(
         processors=[

@@ -14,6 +14,7 @@ import asyncio
 import copy
 import datetime as dt
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -55,6 +56,9 @@ _REMEMBERED = 200_000
 """Workloads whose last seen version the writer keeps as the base of its next write (the
 parsed Workloads the cache holds too: a reference each)."""
 _EVENT_QUEUE = 1000
+REQUEST_SECONDS = 0.1
+"""The request time the writer's concurrency is sized for (`in_flight`)."""
+MIN_IN_FLIGHT = 8
 _EVENT_ATTEMPTS = 5
 T = TypeVar("T")
 
@@ -172,8 +176,18 @@ def _removed(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def in_flight(qps: float) -> int:
+    """How many of the writer's requests may be in flight at once: enough to keep up `qps`
+    when each takes `REQUEST_SECONDS` (30 at the default 300), at least `MIN_IN_FLIGHT`.
+    Each request in flight holds one connection to the API server (HTTP/1.1), and each
+    connection a 256 KiB TLS read buffer (asyncio's): unbounded, a burst of status writes
+    (10,000 pending Workloads at once) opened the client's 100 connections, ~30 MiB."""
+    return max(MIN_IN_FLIGHT, math.ceil(qps * REQUEST_SECONDS))
+
+
 class KubeWriter:
-    """Writes Workloads, Jobs, queue statuses and Events; counts requests per verb."""
+    """Writes Workloads, Jobs, queue statuses and Events; counts requests per verb (at most
+    `in_flight(qps)` at once)."""
 
     def __init__(
         self,
@@ -189,6 +203,7 @@ class KubeWriter:
         self.limiter = limiter
         self.component = component
         self.on_request = on_request
+        self._in_flight = asyncio.Semaphore(in_flight(limiter.qps))
         self._last: OrderedDict[str, Workload] = OrderedDict()
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
@@ -204,7 +219,8 @@ class KubeWriter:
         async def once() -> T:
             await self.limiter.acquire()
             try:
-                result = await fn()
+                async with self._in_flight:
+                    result = await fn()
             except ApiException as e:
                 self._count(verb, str(e.status), resource)
                 raise
