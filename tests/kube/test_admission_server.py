@@ -46,6 +46,7 @@ from atoll.kube.admission import (
 )
 from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.sandbox.processes import free_port
+from tests.kube.mergepatch import apply_merge_patch
 
 # ------------------------------------------------------------------------- the JSON patch
 
@@ -59,19 +60,6 @@ JSON_VALUES = st.recursive(
 OBJECTS = st.dictionaries(KEYS, JSON_VALUES, max_size=4)
 
 
-def merged(target: Any, patch: Any) -> Any:
-    """RFC 7386's MergePatch, as its section 2 writes it (the reference for `json_patch`)."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merged(result.get(key), value)
-    return result
-
-
 def text(value: Any) -> str:
     """JSON text, keys sorted: `True` and `1` differ, as they do for the API server."""
     return json.dumps(value, sort_keys=True)
@@ -83,7 +71,7 @@ def test_the_json_patch_turns_the_object_into_the_merge_patched_one(
 ) -> None:
     before = copy.deepcopy(obj)
     ops = json_patch(obj, merge)
-    assert text(jsonpatch.apply_patch(obj, ops)) == text(merged(obj, merge))
+    assert text(jsonpatch.apply_patch(obj, ops)) == text(apply_merge_patch(obj, merge))
     assert obj == before  # the object is read, never changed
 
 
@@ -91,7 +79,7 @@ def test_the_json_patch_turns_the_object_into_the_merge_patched_one(
 def test_a_merge_patch_already_applied_gives_no_op(
     obj: dict[str, Any], merge: dict[str, Any]
 ) -> None:
-    assert json_patch(merged(obj, merge), merge) == []
+    assert json_patch(apply_merge_patch(obj, merge), merge) == []
 
 
 def test_a_missing_labels_map_is_added_whole_and_keys_are_escaped() -> None:
