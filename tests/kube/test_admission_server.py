@@ -455,9 +455,10 @@ async def test_the_url_server_serves_https_with_its_ca() -> None:
     url_server = webhook.make_url_server(addr="127.0.0.1", port=free_port(), host="127.0.0.1")
     task = asyncio.create_task(url_server.server.serve(HOOKS))
     try:
-        while not await webhook.listening(url_server.url):
-            assert not task.done(), task
-            await asyncio.sleep(0.05)
+        assert not url_server.server.listening.is_set()
+        async with asyncio.timeout(60):
+            await url_server.server.listening.wait()
+        assert await webhook.listening(url_server.url)
         trusted = ssl.create_default_context(cadata=url_server.ca.decode())
         job = a_job()
         async with aiohttp.ClientSession() as session:
@@ -471,3 +472,5 @@ async def test_the_url_server_serves_https_with_its_ca() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+    assert not url_server.server.listening.is_set()
+    assert not await webhook.listening(url_server.url)

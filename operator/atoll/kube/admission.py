@@ -219,6 +219,8 @@ class AdmissionServer:
         self.port = port
         self.context = context
         """None only in tests: plain HTTP."""
+        self.listening = asyncio.Event()
+        """Set once `serve` listens (cleared when it stops)."""
 
     def app(self, hooks: Sequence[Webhook]) -> web.Application:
         by_id = {h.id: h for h in hooks}
@@ -248,6 +250,8 @@ class AdmissionServer:
             )
             await site.start()
             log.info("webhook server listening", addr=self.addr, port=self.port)
+            self.listening.set()
             await asyncio.Event().wait()
         finally:
+            self.listening.clear()
             await runner.cleanup()

@@ -336,7 +336,9 @@ class Operator:
         when it is missing or names a URL where nothing listens (a replica that stopped).
         The configuration is watched (one object, by name), so a steady state costs no API
         request: a change is handled at once, and a URL of another replica is checked for a
-        listener every second. `/readyz` waits for the first check."""
+        listener every second. This replica's own server is checked at its URL once, when it
+        starts listening (it runs in this process: if it stops, the operator stops), not
+        every second. `/readyz` waits for the first check."""
         server = self._url_server
         if server is None:
             await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
@@ -351,10 +353,12 @@ class Operator:
             all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
         )
         mine = {h["clientConfig"]["url"] for h in hooks}
+        await server.server.listening.wait()
+        while True:  # reachable at its URL's host too
+            if await webhook.listening(server.url):
+                break
+            await asyncio.sleep(0.1)
         while True:
-            if not await webhook.listening(server.url):
-                await asyncio.sleep(0.1)  # the webhook server is not up yet
-                continue
             current = self._webhook_urls
             if current is not None:
                 try:
