@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from atoll.control.workqueue import WorkQueue
-from atoll.kube import handlers, webhook
+from atoll.kube import handlers
 from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
@@ -90,9 +90,6 @@ def _watched() -> set[Grant]:
     handlers.register(registry, wiring)
     for kind in CUSTOM_KINDS.values():  # every integration
         handlers.register_kind(registry, wiring, WorkQueue(kind.plural), kind)
-        webhook.register_kind(registry, lambda _obj: True, kind)
-    webhook.register(registry, lambda _job: True, all_jobs=False)
-    webhook.register_pods(registry, lambda _pod: True)
     watches = Watches()
     handlers.register_watches(watches, wiring)
     grants = {

@@ -82,7 +82,7 @@ async def test_leaderworkersets_gate_pods_through_the_pod_webhook_without_the_po
     )
     async with client.ApiClient() as api:
         op = Operator(RunOptions(configuration=cfg, leader_elect=False), api)
-    ids = {str(h.id) for h in op._kopf._webhooks.get_all_handlers()}
+    ids = {h.id for h in op.webhooks}
     assert "mutate--v1-pod" in ids
     assert "mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset" in ids
     assert op._wiring.group_pod is not None

@@ -4,7 +4,6 @@ the status merge patch the writer sends turns the old status into the new one.""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from hypothesis import given
@@ -15,6 +14,7 @@ from atoll.api.workload import Workload
 from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload
 from atoll.kube.writers import merge_patch
 from tests.api.builders import pod_set, pod_template, workload
+from tests.kube.mergepatch import apply_merge_patch
 
 
 def _templates() -> Shared[PodTemplateSpec]:
@@ -119,19 +119,6 @@ def test_the_shared_parts_keep_the_last_used() -> None:
     assert (parts.get(b"a"), parts.get(b"b"), parts.get(b"c")) == ("A", None, "C")
 
 
-def _apply(doc: Any, patch: Any) -> Any:
-    """RFC 7386 applied to `doc`."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(doc) if isinstance(doc, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _apply(out.get(k), v)
-    return out
-
-
 json_values = st.recursive(
     st.integers() | st.text(max_size=3) | st.booleans(),
     lambda inner: (
@@ -144,7 +131,7 @@ documents = st.dictionaries(st.sampled_from("abcde"), json_values, max_size=4)
 
 @given(documents, documents)
 def test_the_merge_patch_turns_the_old_status_into_the_new(old: Any, new: Any) -> None:
-    assert _apply(old, merge_patch(old, new)) == new
+    assert apply_merge_patch(old, merge_patch(old, new)) == new
 
 
 def test_the_merge_patch_carries_only_what_changed() -> None:

@@ -1,5 +1,6 @@
 """`atoll run`: the operator process. The watches (atoll's own for the busy and core kinds,
-kopf's for the kinds a cluster may not serve) and the webhook run on every replica; the leader
+kopf's for the kinds a cluster may not serve) and the webhooks (atoll's own HTTPS server,
+`kube/admission.py`) run on every replica; the leader
 also runs the scheduling loop, the Job reconcilers and the queue status writer."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from atoll.control.scheduler import Scheduler
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
-from atoll.kube import bootstrap, connection, handlers, retry, webhook
+from atoll.kube import admission, bootstrap, connection, handlers, retry, webhook
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN
 from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.kube.leader import LeaderElector, LeaseSettings
@@ -194,6 +195,8 @@ class Operator:
             else None
         )
         self._kopf = self._kopf_registry()
+        self.webhooks = self._webhooks()
+        """The mutating webhooks this replica serves (none with `--webhook off`)."""
         self.watches = Watches()
         handlers.register_watches(self.watches, self._wiring)
         self._webhook_urls: list[str] | None = None
@@ -253,19 +256,6 @@ class Operator:
             group_pod=self._group_pod if {"Pod", LWS_KIND} & set(self.kinds) else None,
         )
         handlers.register(registry, self._wiring)
-        if self.opts.webhook != "off":
-            webhook.register(
-                registry,
-                self.jobs.manages,
-                all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
-            )
-            for kind, (ctl, _) in self.kinds.items():
-                if kind in CUSTOM_KINDS:
-                    webhook.register_kind(registry, ctl.manages, CUSTOM_KINDS[kind])
-            if {"Pod", LWS_KIND} & set(self.kinds):
-                plain = self.kinds["Pod"][0].manages if "Pod" in self.kinds else lambda _: False
-                parents = frozenset({leaderworkerset.FRAMEWORK} if LWS_KIND in self.kinds else ())
-                webhook.register_pods(registry, plain, parents=parents)
 
         @kopf.on.login(registry=registry)
         def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -274,6 +264,34 @@ class Operator:
             return kopf.login_with_kubeconfig(**kwargs)
 
         return registry
+
+    def _webhooks(self) -> list[admission.Webhook]:
+        if self.opts.webhook == "off":
+            return []
+        hooks = [webhook.job_webhook(self.jobs.manages)]
+        for kind, (ctl, _) in self.kinds.items():
+            if kind in CUSTOM_KINDS:
+                hooks.append(webhook.kind_webhook(ctl.manages, CUSTOM_KINDS[kind]))
+        if {"Pod", LWS_KIND} & set(self.kinds):
+            plain = self.kinds["Pod"][0].manages if "Pod" in self.kinds else lambda _: False
+            parents = frozenset({leaderworkerset.FRAMEWORK} if LWS_KIND in self.kinds else ())
+            hooks.append(webhook.pod_webhook(plain, parents=parents))
+        return hooks
+
+    async def _serve_webhooks(self) -> None:
+        """Serve the webhooks (url or service mode) until cancelled; started once the
+        initial listing is done, as the handlers read the cache's namespaces."""
+        o = self.opts
+        if self._url_server is not None:
+            server = self._url_server.server
+        elif o.webhook == "service" and self._shared_cert is not None:
+            server = webhook.make_service_server(
+                addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
+            )
+        else:
+            await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
+            return
+        await server.serve(self.webhooks)
 
     def _kopf_settings(self) -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
@@ -293,13 +311,6 @@ class Operator:
             prefix="atoll.dev", key="last-handled-configuration"
         )
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
-        o = self.opts
-        if self._url_server is not None:
-            settings.admission.server = self._url_server.server
-        elif o.webhook == "service" and self._shared_cert is not None:
-            settings.admission.server = webhook.make_service_server(
-                addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
-            )
         return settings
 
     async def _queue_status_loop(self) -> None:
@@ -328,14 +339,16 @@ class Operator:
         when it is missing or names a URL where nothing listens (a replica that stopped).
         The configuration is watched (one object, by name), so a steady state costs no API
         request: a change is handled at once, and a URL of another replica is checked for a
-        listener every second. `/readyz` waits for the first check."""
+        listener every second. This replica's own server is checked at its URL once, when it
+        starts listening (it runs in this process: if it stops, the operator stops), not
+        every second. `/readyz` waits for the first check."""
         server = self._url_server
         if server is None:
             await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
             return
         name = self.opts.configuration.atoll.webhook_configuration_name
         hooks = webhook.url_webhooks(
-            self._kopf,
+            self.webhooks,
             configuration=name,
             url=server.url,
             ca=server.ca,
@@ -343,10 +356,12 @@ class Operator:
             all_jobs=self.opts.configuration.manage_jobs_without_queue_name,
         )
         mine = {h["clientConfig"]["url"] for h in hooks}
+        await server.server.listening.wait()
+        while True:  # reachable at its URL's host too
+            if await webhook.listening(server.url):
+                break
+            await asyncio.sleep(0.1)
         while True:
-            if not await webhook.listening(server.url):
-                await asyncio.sleep(0.1)  # kopf's server is not up yet
-                continue
             current = self._webhook_urls
             if current is not None:
                 try:
@@ -531,6 +546,7 @@ class Operator:
                 stop_flag=stop,
             ),
             self.watches.run(self.api),
+            self._serve_webhooks(),
             self._keep_webhook(),
         ]
         elector = self.elector

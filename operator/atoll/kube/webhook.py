@@ -1,9 +1,12 @@
-"""The mutating admission webhook on Job CREATE and UPDATE: a Job that atoll manages starts
-suspended, its queue name must be a DNS-1123 subdomain and cannot change while it runs (Kueue's
-queue-name rules of pkg/controller/jobframework/validation.go).
+"""The mutating admission webhooks: of Jobs, of the managed custom kinds and of plain pods. On
+Job CREATE and UPDATE, a Job that atoll manages starts suspended, its queue name must be a
+DNS-1123 subdomain and cannot change while it runs (Kueue's queue-name rules of
+pkg/controller/jobframework/validation.go).
 
 Mirrors Kueue's `/mutate-batch-v1-job` (pkg/controller/jobs/job/job_webhook.go): the handler id
-is the webhook path. kopf serves it. The MutatingWebhookConfiguration belongs to the
+is the webhook path. atoll's own HTTPS server serves it (`atoll.kube.admission`: AdmissionReview
+v1 in and out, each handler a plain function returning a merge patch, sent to the API server as
+a JSON patch). The MutatingWebhookConfiguration belongs to the
 deployment, not to one process, and no replica ever removes or empties it: in a cluster
 (`service` mode) it is installed by `deploy/` and every replica serves one certificate kept in
 a Secret, whose CA the operator patches into the configuration; in the sandbox (`url` mode)
@@ -25,15 +28,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
-import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -49,6 +49,12 @@ from atoll.api.labels import (
 from atoll.control import jobframework as jf
 from atoll.control import podgroups
 from atoll.kube import retry
+from atoll.kube.admission import (
+    AdmissionServer,
+    Refused,
+    Webhook,
+    server_context,
+)
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 
 WEBHOOK_ID = "mutate-batch-v1-job"
@@ -60,93 +66,79 @@ RULES: dict[str, tuple[str, str, str]] = {
     POD_WEBHOOK_ID: ("", "v1", "pods"),
 }
 """(group, version, plural) each mutating handler is called for."""
-MAX_REVIEW_BYTES = 32 * 1024 * 1024
-"""The largest AdmissionReview the webhook reads. The API server takes request bodies up to
-3 MiB and an UPDATE review carries the object twice (old and new), so this leaves room for
-JSON escaping; aiohttp's default (1 MiB) answered 413 to labelled Jobs above ~1 MiB."""
 
 
-def register(
-    registry: kopf.OperatorRegistry, manages: Callable[[Job], bool], *, all_jobs: bool
-) -> None:
-    """The handler filters Jobs itself rather than with a kopf label filter: kopf matches
-    that filter on the new object only, and a Job whose queue-name label is removed must
-    still be seen. In a cluster the configuration's objectSelector (deploy/webhook.yaml)
-    sends only labelled Jobs here (the API server matches it on the old or the new object),
-    so no other Job depends on atoll running; `all_jobs` (manageJobsWithoutQueueName) is
-    read by `manages`."""
-    del all_jobs
+def _refuse(errors: list[str]) -> None:
+    if errors:
+        raise Refused(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]", code=422)
 
-    @kopf.on.mutate(
-        "batch",
-        "v1",
-        "jobs",
-        id=WEBHOOK_ID,
-        operations=["CREATE", "UPDATE"],
-        registry=registry,
-    )
-    async def admit_jobs(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-        old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
+
+def _merge(into: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Merge the merge patch `patch` into the merge patch `into` (mappings deeply)."""
+    for key, value in patch.items():
+        if isinstance(value, Mapping):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def job_webhook(manages: Callable[[Job], bool]) -> Webhook:
+    """The Job webhook. It filters Jobs itself rather than with a label filter, on the new
+    and the old object: a Job whose queue-name label is removed must still be seen. In a
+    cluster the configuration's objectSelector (deploy/webhook.yaml) sends only labelled Jobs
+    here (the API server matches it on the old or the new object), so no other Job depends
+    on atoll running; manageJobsWithoutQueueName is read by `manages`."""
+
+    def admit_jobs(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
-            job = Job.from_dict(dict(body))
-            before = Job.from_dict(dict(old)) if old else None
+            job = Job.from_dict(body)
+            before = Job.from_dict(old) if old else None
         except ValueError:
-            return  # the API server validates Jobs; never block one we cannot read
+            return {}  # the API server validates Jobs; never block one we cannot read
         if not manages(job) and not (before is not None and manages(before)):
-            return
-        errors = jf.job_update_errors(before, job) if before is not None else jf.job_errors(job)
-        if errors:
-            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
-            raise kopf.AdmissionError(message, code=422)
+            return {}
+        _refuse(jf.job_update_errors(before, job) if before is not None else jf.job_errors(job))
         if before is None and not job.spec.suspend:
-            patch.setdefault("spec", {})["suspend"] = True
-        elif before is not None and jf.suspends_on_update(before, job):
-            patch.setdefault("spec", {})["suspend"] = True  # the reconciler rebuilds its Workload
+            return {"spec": {"suspend": True}}
+        if before is not None and jf.suspends_on_update(before, job):
+            return {"spec": {"suspend": True}}  # the reconciler rebuilds its Workload
+        return {}
+
+    return Webhook(WEBHOOK_ID, *RULES[WEBHOOK_ID], ("CREATE", "UPDATE"), admit_jobs)
 
 
-def register_kind(
-    registry: kopf.OperatorRegistry, manages: Callable[[Any], bool], kind: CustomKind
-) -> None:
+def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
     """A managed custom kind's webhook (Kueue's): a managed object is suspended at creation,
     and its queue name follows the same rules as a Job's."""
 
-    @kopf.on.mutate(
-        kind.group,
-        kind.version,
-        kind.plural,
-        id=kind.webhook_id,
-        operations=["CREATE", "UPDATE"],
-        registry=registry,
-    )
-    async def admit_owner(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-        old = kwargs.get("old") if kwargs.get("operation") == "UPDATE" else None
+    def admit_owner(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
-            obj = kind.model.from_dict(dict(body))
-            before = kind.model.from_dict(dict(old)) if old else None
+            obj = kind.model.from_dict(body)
+            before = kind.model.from_dict(old) if old else None
         except ValueError:
-            return  # the kind's own webhook validates it; never block one we cannot read
+            return {}  # the kind's own webhook validates it; never block one we cannot read
         if not manages(obj) and not (before is not None and manages(before)):
-            return
-        errors = (
+            return {}
+        _refuse(
             jf.job_update_errors(before, obj, suspended=kind.suspended(obj))
             if before is not None
             else jf.job_errors(obj)
         )
-        if errors:
-            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
-            raise kopf.AdmissionError(message, code=422)
+        patch: dict[str, Any] = {}
         if before is None and not kind.suspended(obj):
-            patch.update(copy.deepcopy(dict(kind.suspend_patch)))
+            _merge(patch, kind.suspend_patch)
         if kind.defaults is not None and manages(obj):
-            patch.update(copy.deepcopy(dict(kind.defaults(obj))))
+            _merge(patch, kind.defaults(obj))
+        return patch
+
+    return Webhook(kind.webhook_id, *RULES[kind.webhook_id], ("CREATE", "UPDATE"), admit_owner)
 
 
-def register_pods(
-    registry: kopf.OperatorRegistry,
-    manages: Callable[[Pod], bool],
-    *,
-    parents: frozenset[str] = frozenset(),
-) -> None:
+def pod_webhook(
+    manages: Callable[[Pod], bool], *, parents: frozenset[str] = frozenset()
+) -> Webhook:
     """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
     controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed`, gets
     the `kueue.x-k8s.io/managed` finalizer (kept until its Workload has accounted for it), a
@@ -156,52 +148,38 @@ def register_pods(
     `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
     (LeaderWorkerSet), is gated whatever its controller."""
 
-    @kopf.on.mutate("", "v1", "pods", id=POD_WEBHOOK_ID, operations=["CREATE"], registry=registry)
-    async def admit_pods(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    def admit_pods(body: Mapping[str, Any], _old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
-            pod = Pod.from_dict(dict(body))
+            pod = Pod.from_dict(body)
         except ValueError:
-            return  # the API server validates pods; never block one we cannot read
+            return {}  # the API server validates pods; never block one we cannot read
+        gated = podgroups.gated(pod)
+        gates = [*((body.get("spec") or {}).get("schedulingGates") or ())]
+        gate = {"spec": {"schedulingGates": [*gates, {"name": ADMISSION_GATE}]}}
         parent = (pod.metadata.annotations or {}).get(SUSPENDED_BY_PARENT_ANNOTATION)
         if parent is not None and parent in parents:
-            if not podgroups.gated(pod):
-                gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
-                patch.setdefault("spec", {})["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
-            return
+            return {} if gated else gate
         labels = pod.metadata.labels or {}
         owned = any(r.controller for r in pod.metadata.owner_references or ())
         if QUEUE_NAME_LABEL not in labels or owned or not manages(pod):
-            return
-        errors = [*jf.job_errors(pod), *filter(None, [podgroups.total_count_error(pod)])]
-        if errors:
-            message = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
-            raise kopf.AdmissionError(message, code=422)
-        patch.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
+            return {}
+        _refuse([*jf.job_errors(pod), *filter(None, [podgroups.total_count_error(pod)])])
+        meta: dict[str, Any] = {"labels": {MANAGED_LABEL: "true"}}
         if podgroups.group_name(pod) is not None:
-            role = podgroups.shape_hash(pod)
-            patch["metadata"].setdefault("annotations", {})[ROLE_HASH_ANNOTATION] = role
-        if POD_FINALIZER not in (pod.metadata.finalizers or ()):
-            patch["metadata"]["finalizers"] = [*(pod.metadata.finalizers or ()), POD_FINALIZER]
-        gates = [g.to_dict() for g in pod.spec.scheduling_gates or ()]
-        if not podgroups.gated(pod):
-            patch.setdefault("spec", {})["schedulingGates"] = [*gates, {"name": ADMISSION_GATE}]
+            meta["annotations"] = {ROLE_HASH_ANNOTATION: podgroups.shape_hash(pod)}
+        finalizers = [*((body.get("metadata") or {}).get("finalizers") or ())]
+        if POD_FINALIZER not in finalizers:
+            meta["finalizers"] = [*finalizers, POD_FINALIZER]
+        return {"metadata": meta, **({} if gated else gate)}
 
-
-class WebhookServer(kopf.WebhookServer):
-    """kopf's server, reading reviews up to MAX_REVIEW_BYTES (kopf builds its aiohttp
-    application with the default limit of 1 MiB and offers no setting for it)."""
-
-    @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        larger = request.clone(client_max_size=MAX_REVIEW_BYTES)
-        return await kopf.WebhookServer._serve(fn, larger)
+    return Webhook(POD_WEBHOOK_ID, *RULES[POD_WEBHOOK_ID], ("CREATE",), admit_pods)
 
 
 @dataclass(frozen=True, slots=True)
 class UrlServer:
     """A webhook server reached by URL (the sandbox), and what its configuration needs."""
 
-    server: WebhookServer
+    server: AdmissionServer
     url: str
     ca: bytes
 
@@ -236,21 +214,9 @@ def serving_certificate(
 def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
     """For the sandbox: a fresh CA and serving certificate for `host`, served at
     `https://host:port`."""
-    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))  # 0700
     is_ip = host.replace(".", "").isdigit()
     ca, cert, key = serving_certificate(dns=() if is_ip else (host,), ips=(host,) if is_ip else ())
-    certfile, keyfile = folder / "tls.crt", folder / "tls.key"
-    certfile.write_bytes(cert)
-    keyfile.touch(mode=0o600)
-    keyfile.write_bytes(key)
-    server = WebhookServer(
-        addr=addr,
-        port=port,
-        host=host,
-        certfile=certfile,
-        pkeyfile=keyfile,
-        cadata=ca,
-    )
+    server = AdmissionServer(addr=addr, port=port, context=server_context(cert, key))
     return UrlServer(server=server, url=f"https://{host}:{port}", ca=ca)
 
 
@@ -265,7 +231,7 @@ def object_selector(*, all_jobs: bool) -> dict[str, Any] | None:
 
 
 def url_webhooks(
-    registry: kopf.OperatorRegistry,
+    hooks: Iterable[Webhook],
     *,
     configuration: str,
     url: str,
@@ -273,20 +239,17 @@ def url_webhooks(
     skip_namespaces: tuple[str, ...],
     all_jobs: bool,
 ) -> list[dict[str, Any]]:
-    """The webhooks of the configuration `configuration` for the mutating handlers of
-    `registry` (named `<handler id>.<configuration>`), called at `url`: the same shape as
-    deploy/webhook.yaml, with a URL instead of a Service."""
-    hooks = []
-    for handler in registry._webhooks.get_all_handlers():
-        if str(handler.reason) != "mutating":
-            continue
-        group, version, plural = RULES.get(str(handler.id), ("batch", "v1", "jobs"))
-        hooks.append(
+    """The webhooks of the configuration `configuration` for `hooks` (named
+    `<webhook id>.<configuration>`), called at `url`: the same shape as deploy/webhook.yaml,
+    with a URL instead of a Service."""
+    config = []
+    for hook in hooks:
+        config.append(
             {
-                "name": f"{handler.id}.{configuration}",
+                "name": f"{hook.id}.{configuration}",
                 "admissionReviewVersions": ["v1"],
                 "clientConfig": {
-                    "url": f"{url}/{urllib.parse.quote(handler.id)}",
+                    "url": f"{url}/{urllib.parse.quote(hook.id)}",
                     "caBundle": base64.b64encode(ca).decode(),
                 },
                 "failurePolicy": "Fail",
@@ -304,21 +267,19 @@ def url_webhooks(
                     ]
                 },
                 # plain pods are managed only with a queue name, whatever manageJobs… says
-                "objectSelector": object_selector(
-                    all_jobs=all_jobs and str(handler.id) != POD_WEBHOOK_ID
-                ),
+                "objectSelector": object_selector(all_jobs=all_jobs and hook.id != POD_WEBHOOK_ID),
                 "rules": [
                     {
-                        "apiGroups": [group],
-                        "apiVersions": [version],
-                        "operations": list(handler.operations or ["*"]),
-                        "resources": [plural],
+                        "apiGroups": [hook.group],
+                        "apiVersions": [hook.version],
+                        "operations": list(hook.operations),
+                        "resources": [hook.plural],
                         "scope": "Namespaced",
                     }
                 ],
             }
         )
-    return hooks
+    return config
 
 
 async def listening(url: str) -> bool:
@@ -447,15 +408,6 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
     raise RuntimeError(f"MutatingWebhookConfiguration {configuration} kept changing")
 
 
-def make_service_server(*, addr: str, port: int, cert: SharedCert) -> WebhookServer:
-    folder = Path(tempfile.mkdtemp(prefix="atoll-webhook-"))
-    (folder / "tls.crt").write_bytes(cert.cert)
-    (folder / "tls.key").write_bytes(cert.key)
-    (folder / "tls.key").chmod(0o600)
-    return WebhookServer(
-        addr=addr,
-        port=port,
-        certfile=folder / "tls.crt",
-        pkeyfile=folder / "tls.key",
-        cadata=cert.ca,
-    )
+def make_service_server(*, addr: str, port: int, cert: SharedCert) -> AdmissionServer:
+    """For a cluster: the shared certificate (`shared_certificate`), served at addr:port."""
+    return AdmissionServer(addr=addr, port=port, context=server_context(cert.cert, cert.key))
