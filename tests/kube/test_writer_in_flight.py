@@ -32,6 +32,6 @@ async def test_a_burst_of_requests_runs_at_most_the_bound_at_once() -> None:
 
     async with client.ApiClient(client.Configuration()) as api:
         kw = KubeWriter(api, TokenBucket(100, 1000))
-        await asyncio.gather(*(kw._call("patch", request) for _ in range(100)))
+        await asyncio.gather(*(kw._call("patch", "workloads", request) for _ in range(100)))
     assert done == 100
     assert most == in_flight(100) == 10
