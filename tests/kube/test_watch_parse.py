@@ -4,6 +4,7 @@ the status merge patch the writer sends turns the old status into the new one.""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import given
