@@ -96,6 +96,13 @@ def test_a_missing_labels_map_is_added_whole_and_keys_are_escaped() -> None:
     ) == [{"op": "remove", "path": "/metadata/labels/a~0b"}]
 
 
+def test_a_list_whose_items_change_json_type_is_replaced() -> None:
+    assert json_patch({"a": [1]}, {"a": [True]}) == [
+        {"op": "replace", "path": "/a", "value": [True]}
+    ]
+    assert json_patch({"a": [1]}, {"a": [1]}) == []
+
+
 def test_a_value_of_another_json_type_is_replaced() -> None:
     assert json_patch({"spec": {"suspend": 1}}, {"spec": {"suspend": True}}) == [
         {"op": "replace", "path": "/spec/suspend", "value": True}
@@ -447,6 +454,25 @@ async def test_the_server_answers_400_to_a_malformed_review_and_404_elsewhere() 
         assert resp.status == 404
         resp = await client.get(f"/{webhook.WEBHOOK_ID}")
         assert resp.status == 405
+    finally:
+        await client.close()
+
+
+async def test_a_disabled_integrations_path_lets_everything_through_unchanged() -> None:
+    # Only Jobs are enabled; deploy/webhook.yaml still sends pods and TrainJobs here.
+    jobs_only = [JOBS, *webhook.passthrough([JOBS])]
+    assert {h.id for h in jobs_only} == set(webhook.RULES)
+    client = TestClient(
+        TestServer(AdmissionServer(addr="127.0.0.1", port=0, context=None).app(jobs_only))
+    )
+    await client.start_server()
+    try:
+        pod = review(a_pod(), resource=POD_RESOURCE, uid="u-1")
+        resp = await client.post(f"/{webhook.POD_WEBHOOK_ID}", data=encoded(pod))
+        assert resp.status == 200
+        assert (await resp.json())["response"] == {"uid": "u-1", "allowed": True}
+        resp = await client.post(f"/{webhook.WEBHOOK_ID}", data=encoded(review(a_job())))
+        assert "patch" in (await resp.json())["response"]  # the enabled one still suspends
     finally:
         await client.close()
 

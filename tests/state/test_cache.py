@@ -107,6 +107,8 @@ def test_a_workload_holding_a_reservation_is_woken_by_the_next_step_alone() -> N
     cache.requeue_due(NOW)
     assert cache.parked_keys() == {keys[1]}  # the holder at once, the other in the batch
     assert [k for _, k in cache.queues.heads(cache.epoch, cache.parked)] == [keys[0]]
+    cache.set_workload(holder.model_copy(deep=True))  # its own event, seen in the same step
+    assert [w.name for _, w in cache.queue_heads(NOW)] == [holder.metadata.name]
     cache.park(keys[0])  # tried and parked again: not woken again until the next change
     cache.requeue_due(NOW + REQUEUE_BATCH_PERIOD / 2)
     assert cache.parked_keys() == set(keys)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import enum
-import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final, Self
 
@@ -46,10 +45,43 @@ Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX, json_schema_extra={"for
 """A Kubernetes int32 field (the CRD generator drops the implied bounds)."""
 Int64 = Annotated[int, Field(json_schema_extra={"format": "int64"})]
 """A Kubernetes int64 field."""
-INTERNED: Final = AfterValidator(sys.intern)
+
+
+class _Shared:
+    """One copy of each equal string parsed lately: a string seen before is that first copy.
+    Bounded (unlike `sys.intern`, whose strings CPython 3.12.0–3.12.4 never frees): when the
+    strings held reach `limit` characters the table starts again, so a stream of unique
+    values (uids, per-object messages) costs at most that."""
+
+    __slots__ = ("_chars", "_limit", "_seen")
+
+    def __init__(self, limit: int) -> None:
+        self._seen: dict[str, str] = {}
+        self._chars = 0
+        self._limit = limit
+
+    def __call__(self, value: str) -> str:
+        found = self._seen.get(value)
+        if found is not None:
+            return found
+        if self._chars + len(value) > self._limit:
+            self._seen.clear()
+            self._chars = 0
+        self._seen[value] = value
+        self._chars += len(value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+SHARED_STRINGS: Final = _Shared(4 * 1024 * 1024)
+"""The table behind `INTERNED` (at most 4 Mi characters held)."""
+INTERNED: Final = AfterValidator(SHARED_STRINGS)
 """Marks a string field whose values repeat across objects (a namespace, a queue or flavor
-name, a condition's reason and message): each parsed value is Python's one interned copy,
-not a string per object (10,000 pending Workloads held ~1 KiB each of such copies)."""
+name, a condition's reason and message): each parsed value is one shared copy
+(`SHARED_STRINGS`), not a string per object (10,000 pending Workloads held ~1 KiB each of
+such copies)."""
 Interned = Annotated[str, INTERNED]
 """A string of few distinct values (see `INTERNED`)."""
 DnsSubdomain = Annotated[

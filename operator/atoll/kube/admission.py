@@ -133,6 +133,18 @@ def _pruned(merge: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values, of the same JSON types all the way down (Python's `==` has
+    1 == True == 1.0, inside lists and maps too)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The JSON patch ops (RFC 6902) that turn `obj` into `obj` with the merge patch `merge`
     applied (RFC 7386). Changes that change nothing (a value already there, a removal of
@@ -157,7 +169,7 @@ def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any]) -> list[dict[st
                     ops.append({"op": op, "path": _pointer(here), "value": _pruned(value)})
             elif not present:
                 ops.append({"op": "add", "path": _pointer(here), "value": value})
-            elif have[key] != value or type(have[key]) is not type(value):
+            elif not _same(have[key], value):
                 ops.append({"op": "replace", "path": _pointer(here), "value": value})
 
     walk(obj, merge, ())

@@ -13,6 +13,7 @@ it between awaits).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -93,30 +94,38 @@ def json_text(obj: object) -> bytes:
 
 
 class Shared(Generic[P]):
-    """The last `size` parsed parts (pod specs, pod templates) by their JSON text (`json_text`):
-    a part equal to one parsed before is not parsed again, and the objects holding it share
-    one parsed form (models are frozen)."""
+    """The last `size` parsed parts (pod specs, pod templates) by a digest of their JSON text
+    (`json_text`): a part equal to one parsed before is not parsed again, and the objects
+    holding it share one parsed form (models are frozen). Keyed by a 128-bit BLAKE2b digest,
+    not by the text, so that a large template that is never seen again costs 16 bytes of key
+    here, not its whole text."""
 
-    __slots__ = ("_by_text", "_size")
+    __slots__ = ("_by_digest", "_size")
 
     def __init__(self, size: int) -> None:
-        self._by_text: OrderedDict[bytes, P] = OrderedDict()
+        self._by_digest: OrderedDict[bytes, P] = OrderedDict()
         self._size = size
 
     def get(self, text: bytes) -> P | None:
-        found = self._by_text.get(text)
+        key = _digest(text)
+        found = self._by_digest.get(key)
         if found is not None:
-            self._by_text.move_to_end(text)
+            self._by_digest.move_to_end(key)
         return found
 
     def put(self, text: bytes, part: P) -> None:
-        self._by_text[text] = part
-        self._by_text.move_to_end(text)
-        if len(self._by_text) > self._size:
-            self._by_text.popitem(last=False)
+        key = _digest(text)
+        self._by_digest[key] = part
+        self._by_digest.move_to_end(key)
+        if len(self._by_digest) > self._size:
+            self._by_digest.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._by_text)
+        return len(self._by_digest)
+
+
+def _digest(text: bytes) -> bytes:
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:

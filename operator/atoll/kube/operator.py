@@ -187,6 +187,8 @@ class Operator:
         self.webhook_checked = asyncio.Event()
         self.leading = False
         self._shared_cert: webhook.SharedCert | None = None
+        self._service_server: admission.AdmissionServer | None = None
+        """The webhook server in `service` mode, once `_serve_webhooks` made it."""
         self._url_server = (
             webhook.make_url_server(
                 addr=opts.webhook_addr, port=opts.webhook_port, host=opts.webhook_host
@@ -231,12 +233,17 @@ class Operator:
         )
 
     def not_ready(self) -> str | None:
-        """Why `/readyz` is not ok (None: ready): the initial listing is not done, or (with
-        leader election) this replica neither leads nor can read the Lease."""
+        """Why `/readyz` is not ok (None: ready): the initial listing is not done, the webhook
+        is not served yet (its configuration unchecked in `url` mode, its server not
+        listening in `service` mode), or (with leader election) this replica neither leads
+        nor can read the Lease."""
         if not self.synced.is_set():
             return "initial sync not done"
         if self._url_server is not None and not self.webhook_checked.is_set():
             return "webhook configuration not checked yet"
+        served = self._service_server
+        if self.opts.webhook == "service" and (served is None or not served.listening.is_set()):
+            return "webhook server not listening yet"
         if self.elector is not None and not self.elector.healthy():
             return f"lease {self.elector.lease}: {self.elector.problem or 'not reachable'}"
         return None
@@ -288,10 +295,11 @@ class Operator:
             server = webhook.make_service_server(
                 addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
             )
+            self._service_server = server
         else:
             await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
             return
-        await server.serve(self.webhooks)
+        await server.serve([*self.webhooks, *webhook.passthrough(self.webhooks)])
 
     def _kopf_settings(self) -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()

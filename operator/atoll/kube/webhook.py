@@ -175,6 +175,19 @@ def pod_webhook(
     return Webhook(POD_WEBHOOK_ID, *RULES[POD_WEBHOOK_ID], ("CREATE",), admit_pods)
 
 
+def _unchanged(_body: Mapping[str, Any], _old: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {}
+
+
+def passthrough(served: Iterable[Webhook]) -> list[Webhook]:
+    """A webhook that lets every request through unchanged at each path of `RULES` not in
+    `served`: the paths of the integrations that are not enabled, which `deploy/webhook.yaml`
+    configures all the same (Kueue registers a no-op webhook for every disabled framework),
+    so that the API server, whose webhooks fail closed, is never refused there."""
+    ids = {h.id for h in served}
+    return [Webhook(i, *rule, (), _unchanged) for i, rule in RULES.items() if i not in ids]
+
+
 @dataclass(frozen=True, slots=True)
 class UrlServer:
     """A webhook server reached by URL (the sandbox), and what its configuration needs."""

@@ -191,6 +191,7 @@ class PendingQueues:
             return
         q = self.groups[group]
         if self._covered(q, key, epoch):
+            self.renew(key)  # newer than the marker, also once placed again
             q.fresh.add(key)
         q.cursor = 0
 
