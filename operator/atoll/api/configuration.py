@@ -636,7 +636,7 @@ class AtollSettings(ApiModel):
     """Log format: `auto`, `json` or `console`."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest level written to the log."""
-    batched_requeue: bool = True
+    batched_requeue: bool = False
     """Requeue the Workloads parked as inadmissible in batches, 1 s after a change that may
     let them fit, as Kueue does (its `requeueBatchPeriod`; 10 s with the feature gate
     `SchedulerLongRequeueInterval`). Off: they are tried again at the next step."""
