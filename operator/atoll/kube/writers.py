@@ -302,11 +302,20 @@ class KubeWriter:
         response is decoded for its resourceVersion only; the watch brings the object)."""
         ns, name = _split(key)
         wl = self._last.get(key)
+        read = False
         for _ in range(_RETRIES):
             if wl is None:
                 wl = await self._read_workload(key)
+                read = True
             status = mutate(wl)
             if status is None:
+                if not read:
+                    # Nothing to write on the remembered version: it may be stale (a
+                    # scheduler that admits a pending Workload would otherwise be told
+                    # "nothing to do" by an old admitted version, forget its decision and
+                    # admit again, without end). Decide on the object as the server has it.
+                    wl = None
+                    continue
                 return None
             new = status.to_dict()
             old = wl.status.to_dict() if wl.status is not None else {}
