@@ -12,6 +12,8 @@ from atoll.api.workload import Workload
 from atoll.control import jobframework as jf
 from atoll.control.integrations import Integration
 from atoll.control.jobs import JobController, JobSettings
+from atoll.engine import decisions as d
+from atoll.engine import model as m
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from tests.control.fakes import FakeCluster
@@ -113,4 +115,22 @@ def controller_for(integration: Integration[Any], fake: FakeCluster, *, gpus: in
         fake.emit,
         settings=JobSettings(),
         integration=integration,
+    )
+
+
+def gpu_admit(key: str, *, gpus: int = 2) -> d.Admit:
+    """The engine's decision to admit Workload `key` whole in ClusterQueue `cq`: its pod set
+    `main` of `gpus` pods of one GPU, on flavor `gpu`."""
+    return d.Admit(
+        workload=m.WorkloadKey(key),
+        cluster_queue=m.ClusterQueueName("cq"),
+        pod_sets=(
+            d.PodSetAdmission(
+                name=m.PodSetName("main"),
+                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("gpu")),),
+                resource_usage=((m.ResourceName("nvidia.com/gpu"), gpus),),
+                count=gpus,
+            ),
+        ),
+        borrowing=False,
     )

@@ -10,37 +10,19 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from atoll.engine import decisions as d
-from atoll.engine import model as m
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.writers import KubeWriter
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
-from tests.control.builders import job, workload_for
+from tests.control.builders import gpu_admit, job, workload_for
 
 NOW = dt.datetime(2026, 12, 6, tzinfo=dt.UTC)
-
-
-def _admit(key: str) -> d.Admit:
-    return d.Admit(
-        workload=m.WorkloadKey(key),
-        cluster_queue=m.ClusterQueueName("cq"),
-        pod_sets=(
-            d.PodSetAdmission(
-                name=m.PodSetName("main"),
-                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("gpu")),),
-                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
-                count=2,
-            ),
-        ),
-        borrowing=False,
-    )
 
 
 async def _write(remembered_admitted: bool, server_admitted: bool) -> tuple[Any, int, int]:
     pending = workload_for(job("a", pods=2))
     key = wls.wl_key(pending)
-    admitted = lc.applied(pending, lc.admit(_admit(key), NOW))
+    admitted = lc.applied(pending, lc.admit(gpu_admit(key), NOW))
     old = admitted.model_copy(
         update={"metadata": pending.metadata.model_copy(update={"resource_version": "5"})}
     )
@@ -61,7 +43,7 @@ async def _write(remembered_admitted: bool, server_admitted: bool) -> tuple[Any,
         kw._get_workload = get  # type: ignore[method-assign]
         kw._patch_status = patch  # type: ignore[method-assign]
         kw.observe_workload(old if remembered_admitted else pending)
-        written = await kw.update_workload_status(key, lc.admit(_admit(key), NOW))
+        written = await kw.update_workload_status(key, lc.admit(gpu_admit(key), NOW))
     return written, calls["get"], calls["patch"]
 
 

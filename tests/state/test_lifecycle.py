@@ -12,27 +12,14 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
-from tests.control.builders import job, workload_for
+from tests.control.builders import gpu_admit, job, workload_for
 
 T0 = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
 
 def _admitted(at: dt.datetime = T0) -> Workload:
     wl = workload_for(job("a", pods=2))
-    dec = d.Admit(
-        workload=m.WorkloadKey(wls.wl_key(wl)),
-        cluster_queue=m.ClusterQueueName("cq"),
-        pod_sets=(
-            d.PodSetAdmission(
-                name=m.PodSetName("main"),
-                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("gpu")),),
-                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
-                count=2,
-            ),
-        ),
-        borrowing=False,
-    )
-    return lc.applied(wl, lc.admit(dec, at))
+    return lc.applied(wl, lc.admit(gpu_admit(wls.wl_key(wl)), at))
 
 
 def _later(seconds: float) -> dt.datetime:
