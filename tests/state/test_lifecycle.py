@@ -160,6 +160,57 @@ def test_a_deactivation_is_evicted_with_its_cause() -> None:
     assert lc.eviction_cause(_admitted(), "Deactivated", "m") == ("Deactivated", "m")
 
 
+def _stats(wl: Workload) -> set[tuple[str, str, int]]:
+    stats = wl.status.scheduling_stats
+    return (
+        {(e.reason, e.underlying_cause, e.count) for e in (stats.evictions or ())}
+        if stats
+        else set()
+    )
+
+
+def test_evictions_are_counted_by_kueues_reason_and_cause() -> None:
+    """`schedulingStats.evictions` (what `kueue_evicted_workloads_once_total` reads): a
+    PodsReady timeout has the PodsReady reason as cause, a deactivation with a cause is
+    `Deactivated` with it; a second eviction for the same pair counts 2."""
+    wl = _admitted()
+    wl = lc.applied(wl, lc.set_condition(wls.PODS_READY, False, "WaitForStart", "m", _later(1)))
+    for n in (1, 2):
+        wl = lc.applied(wl, lc.pods_ready_timeout(_later(10 * n)))
+        assert lc.eviction_labels(wl, lc.PODS_READY_TIMEOUT) == ("PodsReadyTimeout", "WaitForStart")
+        assert wls.eviction_count(wl, "PodsReadyTimeout", "WaitForStart") == n
+        wl = lc.applied(wl, lc.release(_later(10 * n + 1)))
+        wl = lc.applied(wl, lc.admit(_decision_of(_admitted()), _later(10 * n + 2)))
+    wl = lc.applied(wl, lc.evict("Preempted", "m", _later(30), preempted_reason="InClusterQueue"))
+    wl = lc.applied(wl, lc.release(_later(31)))
+    wl = lc.applied(wl, lc.admit(_decision_of(_admitted()), _later(32)))
+    target = lc.deactivation_target(lc.REQUEUING_LIMIT_EXCEEDED, "m", _later(33))
+    wl = lc.deactivated(lc.applied(wl, target))
+    reason, message = lc.eviction_cause(wl, "Deactivated", "The workload is deactivated")
+    wl = lc.applied(wl, lc.evict(reason, message, _later(34)))
+    assert lc.eviction_labels(wl, reason) == ("Deactivated", "RequeuingLimitExceeded")
+    assert _stats(wl) == {
+        ("PodsReadyTimeout", "WaitForStart", 2),
+        ("Preempted", "", 1),
+        ("Deactivated", "RequeuingLimitExceeded", 1),
+    }
+    assert lc.evict("Preempted", "m", _later(35))(wl) is None  # already evicted: not counted
+
+
+def test_execution_time_adds_every_admission_up_to_the_finish() -> None:
+    """`kueue_execution_time_seconds`: 100 s admitted, evicted (Preempted), then 40 s more
+    until the Job finished; kept without `maximumExecutionTimeSeconds` too."""
+    wl = _admitted()
+    assert wl.spec.maximum_execution_time_seconds is None
+    wl = lc.applied(wl, lc.evict("Preempted", "m", _later(100), preempted_reason="InClusterQueue"))
+    wl = lc.applied(wl, lc.release(_later(103)))
+    assert wl.status.accumulated_past_execution_time_seconds == 100
+    wl = lc.applied(wl, lc.admit(_decision_of(_admitted()), _later(200)))
+    assert wls.execution_time(wl) is None  # not finished
+    wl = lc.applied(wl, lc.finish("Succeeded", "Job finished", _later(240)))
+    assert wls.execution_time(wl) == 140
+
+
 def test_finish_is_written_once() -> None:
     wl = lc.applied(_admitted(), lc.finish("Succeeded", "Job finished", _later(1)))
     assert wls.is_finished(wl)

@@ -11,8 +11,9 @@ read here. The rules:
   Evicted/Preempted turns False ("Previously: …").
 - `pending`: QuotaReserved=False with the engine's reason and message (Admitted=False,
   NoReservation); an unchanged message writes nothing.
-- `evict`: Evicted=True (and Preempted=True with the preemption reason); the quota stays
-  held until no pod of the gang is active. A deactivation drops DeactivationTarget.
+- `evict`: Evicted=True (and Preempted=True with the preemption reason), counted in
+  `schedulingStats.evictions` by Kueue's reason and cause (`eviction_labels`); the quota
+  stays held until no pod of the gang is active. A deactivation drops DeactivationTarget.
 - `release`: the quota released after an eviction (QuotaReserved=False PendingEvaluation,
   admission cleared, time admitted added to the past execution time); requeued at once
   (`requeues_at_once`), after the requeue backoff (`backoff`, PodsReadyTimeout), or on the
@@ -65,6 +66,8 @@ NO_RESERVATION_MESSAGE = "The workload has no reservation"
 PENDING_EVALUATION = "PendingEvaluation"
 PENDING_EVALUATION_MESSAGE = "The workload is pending evaluation"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
+DEACTIVATED_DUE_TO = "DeactivatedDueTo"
+"""Prefix of the Evicted reason of a deactivation with a cause (`DeactivatedDueTo<cause>`)."""
 PREEMPTED = "Preempted"
 OUTSIDE_ASSIGNMENT = "PodOutsideTopologyAssignment"
 """Eviction reason of a gang with a pod running outside its topology assignment."""
@@ -239,19 +242,35 @@ def eviction_cause(wl: Workload | None, reason: str, message: str) -> tuple[str,
     if reason == d.EvictionReason.DEACTIVATED.value and wl is not None:
         cause = wls.condition(wl, wls.DEACTIVATION_TARGET)
         if cause is not None and cause.status.value == "True":
-            return f"DeactivatedDueTo{cause.reason}", f"{message} due to {cause.message}"
+            return f"{DEACTIVATED_DUE_TO}{cause.reason}", f"{message} due to {cause.message}"
     return reason, message
+
+
+def eviction_labels(wl: Workload, reason: str) -> tuple[str, str]:
+    """Kueue's `reason` and `underlying_cause` of an eviction with Evicted reason `reason`,
+    as its metrics and `status.schedulingStats` name them: a deactivation with a cause is
+    `Deactivated` with that cause, a PodsReady timeout has the PodsReady reason
+    (`WaitForStart`, `WaitForRecovery`), the others no cause."""
+    if reason.startswith(DEACTIVATED_DUE_TO):
+        return d.EvictionReason.DEACTIVATED.value, reason.removeprefix(DEACTIVATED_DUE_TO)
+    if reason == PODS_READY_TIMEOUT:
+        ready = wls.condition(wl, wls.PODS_READY)
+        if ready is not None and ready.status == ConditionStatus.FALSE:
+            return reason, ready.reason
+    return reason, ""
 
 
 def evict(
     reason: str, message: str, now: dt.datetime, *, preempted_reason: str | None = None
 ) -> Mutation:
-    """Evicted=True (and Preempted=True for a preemption); quota is released later, when the
-    gang has no active pod (`release`)."""
+    """Evicted=True (and Preempted=True for a preemption), and the eviction counted in
+    `status.schedulingStats` (`eviction_labels`); quota is released later, when the gang
+    has no active pod (`release`)."""
 
     def mutate(wl: Workload) -> WorkloadStatus | None:
         if not wls.has_quota(wl) or wls.is_evicted(wl) or wls.is_finished(wl):
             return None
+        stats = wls.with_eviction_counted(wl, *eviction_labels(wl, reason))
         conds = wls.with_condition(
             wl.status.conditions or (),
             wls.EVICTED,
@@ -260,7 +279,7 @@ def evict(
             message=message,
             now=now,
         )
-        if reason.startswith("DeactivatedDueTo"):
+        if reason.startswith(DEACTIVATED_DUE_TO):
             # the deactivation is applied: Kueue removes its transient target condition
             conds = tuple(c for c in conds if c.type != wls.DEACTIVATION_TARGET)
         if preempted_reason is not None:
@@ -272,7 +291,7 @@ def evict(
                 message=message,
                 now=now,
             )
-        return wls.status_with(wl, conditions=conds)
+        return wls.status_with(wl, conditions=conds, scheduling_stats=stats)
 
     return mutate
 

@@ -11,7 +11,13 @@ import datetime as dt
 from collections.abc import Iterable
 
 from atoll.api.meta import Condition, ConditionStatus
-from atoll.api.workload import Workload, WorkloadConditionType, WorkloadStatus
+from atoll.api.workload import (
+    SchedulingStats,
+    Workload,
+    WorkloadConditionType,
+    WorkloadSchedulingStatsEviction,
+    WorkloadStatus,
+)
 
 QUOTA_RESERVED = WorkloadConditionType.QUOTA_RESERVED.value
 ADMITTED = WorkloadConditionType.ADMITTED.value
@@ -78,20 +84,60 @@ def is_evicted(wl: Workload) -> bool:
 def past_execution_time(wl: Workload, evicted: Condition | None, reason: str) -> int | None:
     """`accumulatedPastExecutionTimeSeconds` once the quota is released (the operator's
     Job reconciler, and the simulator): the time admitted until `evicted` is added, unless
-    the Workload was deactivated (a reactivated Workload starts afresh)."""
+    the Workload was deactivated (a reactivated Workload starts afresh). Kept with or
+    without `maximumExecutionTimeSeconds`, as Kueue does: `kueue_execution_time_seconds`
+    reads it too (`execution_time`)."""
     past = wl.status.accumulated_past_execution_time_seconds
     if reason.startswith("Deactivated") or reason == "InactiveWorkload":
         return None
     admitted = condition(wl, ADMITTED)
-    if (
-        wl.spec.maximum_execution_time_seconds is None
-        or admitted is None
-        or admitted.status.value != "True"
-    ):
+    if admitted is None or admitted.status.value != "True":
         return past
     end = evicted.last_transition_time if evicted is not None else admitted.last_transition_time
     ran = max(0, int((end - admitted.last_transition_time).total_seconds()))
     return (past or 0) + ran
+
+
+def execution_time(wl: Workload) -> float | None:
+    """A finished Workload's execution time (`kueue_execution_time_seconds`): the time
+    admitted in earlier admissions (`accumulatedPastExecutionTimeSeconds`) plus the last one,
+    from Admitted to Finished. None when it never ran admitted, or is not finished."""
+    finished = condition(wl, FINISHED)
+    if finished is None or finished.status != ConditionStatus.TRUE:
+        return None
+    past = wl.status.accumulated_past_execution_time_seconds
+    admitted = condition(wl, ADMITTED)
+    if admitted is None or admitted.status != ConditionStatus.TRUE:
+        return None if past is None else float(past)
+    ran = (finished.last_transition_time - admitted.last_transition_time).total_seconds()
+    return (past or 0) + max(0.0, ran)
+
+
+def eviction_count(wl: Workload, reason: str, underlying_cause: str) -> int:
+    """How often the Workload was evicted for `reason` and `underlying_cause`
+    (`status.schedulingStats.evictions`)."""
+    stats = wl.status.scheduling_stats
+    for e in (stats.evictions if stats else None) or ():
+        if (e.reason, e.underlying_cause) == (reason, underlying_cause):
+            return e.count
+    return 0
+
+
+def with_eviction_counted(wl: Workload, reason: str, underlying_cause: str) -> SchedulingStats:
+    """`status.schedulingStats` with one more eviction for `reason` and `underlying_cause`
+    (Kueue counts each pair; the first one is what `kueue_evicted_workloads_once_total`
+    counts)."""
+    stats = wl.status.scheduling_stats or SchedulingStats()
+    count = eviction_count(wl, reason, underlying_cause) + 1
+    entry = WorkloadSchedulingStatsEviction(
+        reason=reason, underlying_cause=underlying_cause, count=count
+    )
+    others = tuple(
+        e
+        for e in stats.evictions or ()
+        if (e.reason, e.underlying_cause) != (reason, underlying_cause)
+    )
+    return stats.model_copy(update={"evictions": (*others, entry)})
 
 
 def execution_time_left(wl: Workload, now: float) -> float | None:
