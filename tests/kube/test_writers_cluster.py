@@ -35,7 +35,7 @@ async def writer(cluster: KubeCluster) -> AsyncIterator[tuple[KubeWriter, list[s
     verbs: list[str] = []
     async with client.ApiClient(conf) as api:
         yield (
-            KubeWriter(api, TokenBucket(50, 100), on_request=lambda v, _c, _r: verbs.append(v)),
+            KubeWriter(api, TokenBucket(50, 100), on_request=lambda v, _c, _r, _s: verbs.append(v)),
             verbs,
         )
 

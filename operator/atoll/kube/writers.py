@@ -15,6 +15,7 @@ import copy
 import datetime as dt
 import json
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -195,7 +196,7 @@ class KubeWriter:
         limiter: TokenBucket,
         *,
         component: str = "kueue-admission",
-        on_request: Callable[[str, str, str], None] | None = None,
+        on_request: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
@@ -208,9 +209,10 @@ class KubeWriter:
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_EVENT_QUEUE)
         self.events_dropped = 0
 
-    def _count(self, verb: str, code: str, resource: str) -> None:
+    def _count(self, verb: str, code: str, resource: str, started: float) -> None:
+        """One request ended: its verb, result, resource and seconds (`on_request`)."""
         if self.on_request:
-            self.on_request(verb, code, resource)
+            self.on_request(verb, code, resource, time.perf_counter() - started)
 
     async def _call(self, verb: str, resource: str, fn: Callable[[], Awaitable[T]]) -> T:
         """One request under the rate limit, retried while it fails transiently (`retry`);
@@ -218,16 +220,17 @@ class KubeWriter:
 
         async def once() -> T:
             await self.limiter.acquire()
-            try:
-                async with self._in_flight:
+            async with self._in_flight:
+                started = time.perf_counter()
+                try:
                     result = await fn()
-            except ApiException as e:
-                self._count(verb, str(e.status), resource)
-                raise
-            except Exception:
-                self._count(verb, "error", resource)
-                raise
-            self._count(verb, "200", resource)
+                except ApiException as e:
+                    self._count(verb, str(e.status), resource, started)
+                    raise
+                except Exception:
+                    self._count(verb, "error", resource, started)
+                    raise
+            self._count(verb, "200", resource, started)
             return result
 
         try:
@@ -1039,9 +1042,10 @@ class KubeWriter:
             async def post(ns: str = ns, body: dict[str, Any] = body) -> None:
                 await self.core.create_namespaced_event(ns, body, _preload_content=False)
 
+            started = time.perf_counter()
             try:
                 await retry.call(post, what="create event", attempts=_EVENT_ATTEMPTS)
-                self._count("create", "200", "events")
+                self._count("create", "200", "events", started)
             except Exception as e:
                 self.events_dropped += 1
                 log.warning("event not recorded", reason=body["reason"], error=retry.describe(e))
