@@ -3,8 +3,9 @@ the API server would and record what was written."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +37,16 @@ class FakeCluster:
     stopped: list[str] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     fail_status_writes: bool = False
+    clock: Callable[[], float] | None = None
+    """When set, a created Workload gets `creationTimestamp` from it, as the API server sets
+    it (else it keeps the one it was given)."""
 
     async def create_workload(self, wl: Workload) -> Workload:
+        if self.clock is not None:
+            at = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
+            wl = wl.model_copy(
+                update={"metadata": wl.metadata.model_copy(update={"creation_timestamp": at})}
+            )
         created = _bump(wl)
         self.workloads[wls.wl_key(wl)] = created
         return created

@@ -101,7 +101,8 @@ def test_workload_admitted_counts_and_observes_wait_time(
     assert _value(registry, f"{wait}_count", **labels) == 2
     assert _value(registry, f"{wait}_bucket", le="5.0", **labels) == 1
     assert _value(registry, f"{wait}_bucket", le="40960.0", **labels) == 2
-    assert _value(registry, "kueue_admission_checks_wait_time_seconds_count", **labels) is None
+    # no admission checks in atoll: Kueue's family for their wait is not exported at all
+    assert "kueue_admission_checks_wait_time_seconds" not in generate_latest(registry).decode()
     lq = {"name": "user-queue", "namespace": "team-a", "priority_class": "high"}
     lq_role = {**lq, "replica_role": "standalone"}
     assert _value(registry, "kueue_local_queue_admitted_workloads_total", **lq_role) == 1
@@ -285,7 +286,7 @@ def test_finished_gauge_and_counter_share_a_base_name(
 
 def test_pods_ready_histograms(metrics: Metrics, registry: CollectorRegistry) -> None:
     metrics.pods_ready("cq", queued_seconds=30.0, admitted_seconds=12.0)
-    metrics.pods_ready_timed_out("cq", seconds=1800.0, underlying_cause="WaitForStart")
+    metrics.workload_evicted("cq", "Preempted", pods_ready_seconds=1800.0)
     metrics.quota_released("cq", "PodsReadyTimeout", seconds=4.0)
 
     labels = {"cluster_queue": "cq", "replica_role": "standalone"}
@@ -302,12 +303,12 @@ def test_pods_ready_histograms(metrics: Metrics, registry: CollectorRegistry) ->
     assert (
         _value(
             registry,
-            "kueue_pods_ready_to_evicted_time_seconds_count",
-            reason="PodsReadyTimeout",
-            underlying_cause="WaitForStart",
+            "kueue_pods_ready_to_evicted_time_seconds_sum",
+            reason="Preempted",
+            underlying_cause="",
             **labels,
         )
-        == 1
+        == 1800
     )
     assert (
         _value(
@@ -371,3 +372,19 @@ def test_several_reservations_of_one_queue_show_their_sum_and_earliest_start(
     assert registry.get_sample_value(start, {"cluster_queue": "cpus"}) == 900
     metrics.set_reservations([])
     assert registry.get_sample_value("atoll_backfill_reserved_quota", gpus) is None
+
+
+def test_forgetting_a_cluster_queue_drops_its_backfill_series(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    for cq in ("gone", "kept"):
+        metrics.backfilled(cq)
+        metrics.reservation_slipped(cq)
+    metrics.set_reservations([("gone", 100.0, [("default", "cpu", 2.0)])])
+
+    metrics.forget_cluster_queue("gone")
+
+    for name in ("atoll_backfill_admissions_total", "atoll_backfill_reservation_slips_total"):
+        assert registry.get_sample_value(name, {"cluster_queue": "gone"}) is None
+        assert registry.get_sample_value(name, {"cluster_queue": "kept"}) == 1
+    assert 'cluster_queue="gone"' not in generate_latest(registry).decode()

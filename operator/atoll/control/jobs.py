@@ -27,6 +27,7 @@ from atoll.control.integrations import Integration, JobIntegration
 from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
+from atoll.control.workload_metrics import report_eviction, report_finished, report_ready
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -242,9 +243,7 @@ class JobController:
         written = await self._set_status(wl, lc.finish(reason, message, self._now()))
         if written is not None:
             log.info("workload finished", workload=wls.wl_key(wl), reason=reason)
-            adm = written.status.admission
-            if self.metrics is not None and adm is not None:
-                self.metrics.workload_finished(adm.cluster_queue)
+            report_finished(self.metrics, written)
             await self.emit(
                 self.kind.ref(job),
                 "Normal",
@@ -486,7 +485,6 @@ class JobController:
         settings = self.settings.pods_ready
         if not settings.enable:
             return None
-        adm = wl.status.admission
         ready = self.kind.ready(job, wl)
         current = wls.condition(wl, wls.PODS_READY)
         was_ready = current is not None and current.status.value == "True"
@@ -494,9 +492,11 @@ class JobController:
         if ready:
             reason = "Recovered" if current and current.reason == "WaitForRecovery" else "Started"
             if not was_ready:
-                await self._pods_ready_condition(
+                written = await self._pods_ready_condition(
                     wl, True, reason, "All pods reached readiness and the workload is running", now
                 )
+                if written is not None:
+                    report_ready(self.metrics, written)
             return None
         if was_ready or (current is not None and current.reason == "WaitForRecovery"):
             reason, message = "WaitForRecovery", "At least one pod has failed, waiting for recovery"
@@ -515,14 +515,9 @@ class JobController:
         if remaining > 0:
             return remaining
         log.info("pods ready timeout", workload=wls.wl_key(wl), timeout_s=timeout)
-        if self.metrics is not None and adm is not None:
-            self.metrics.pods_ready_timed_out(
-                adm.cluster_queue, seconds=self.clock() - since, underlying_cause=reason
-            )
-            self.metrics.workload_evicted(
-                adm.cluster_queue, "PodsReadyTimeout", underlying_cause=reason
-            )
-        await self._set_status(wl, lc.pods_ready_timeout(now))
+        written = await self._set_status(wl, lc.pods_ready_timeout(now))
+        if written is not None:
+            report_eviction(self.metrics, written)
         return 0.0
 
     async def _pods_ready_condition(

@@ -144,15 +144,19 @@ class _GaugeFamily(Collector):
 
 
 class _Tracked:
-    """A Counter or Histogram plus the label values it has seen, so they can be forgotten."""
+    """A Counter or Histogram plus the label values it has seen, so they can be forgotten.
+    `with_role`: the last label is `replica_role` (Kueue's families; not atoll's own)."""
 
-    def __init__(self, metric: Counter | Histogram, labels: tuple[str, ...]) -> None:
+    def __init__(
+        self, metric: Counter | Histogram, labels: tuple[str, ...], *, with_role: bool = True
+    ) -> None:
         self.metric = metric
         self.labels = labels
+        self._with_role = with_role
         self._seen: set[tuple[str, ...]] = set()
 
     def child(self, values: tuple[str, ...], role: str) -> Counter | Histogram:
-        key = (*values, role)
+        key = (*values, role) if self._with_role else values
         self._seen.add(key)
         return self.metric.labels(*key)
 
@@ -254,12 +258,6 @@ class Metrics:
             _CQ_PRIORITY,
             LONG_WAIT_BUCKETS,
         )
-        self._checks_wait = self._histogram(
-            "kueue_admission_checks_wait_time_seconds",
-            "Time from quota reservation to admission, per cluster_queue.",
-            _CQ_PRIORITY,
-            WAIT_BUCKETS,
-        )
         self._ready_wait = self._histogram(
             "kueue_ready_wait_time_seconds",
             "Time from creation or last requeue until PodsReady, per cluster_queue.",
@@ -289,7 +287,7 @@ class Metrics:
         )
         self._pods_ready_to_evicted = self._histogram(
             "kueue_pods_ready_to_evicted_time_seconds",
-            "Time from the last PodsReady transition to eviction, per cluster_queue.",
+            "Time from PodsReady=True to the eviction of a running workload, per cluster_queue.",
             ("cluster_queue", "reason", "underlying_cause"),
             WAIT_BUCKETS,
         )
@@ -306,7 +304,7 @@ class Metrics:
         )
         self._execution_time = self._histogram(
             "kueue_execution_time_seconds",
-            "Time from admission to finish, per cluster_queue.",
+            "Time a finished workload ran admitted (all its admissions), per cluster_queue.",
             _CQ_PRIORITY,
             LONG_WAIT_BUCKETS,
         )
@@ -463,18 +461,14 @@ class Metrics:
             ("cluster_queue",),
             None,
         )
-        self._backfilled = Counter(
+        self._backfilled = self._own_counter(
             "atoll_backfill_admissions_total",
             "Workloads admitted while a reservation of their cohort tree was in force "
             "(backfilled: ending before it starts, or using what it does not need).",
-            ("cluster_queue",),
-            registry=self._registry,
         )
-        self._slips = Counter(
+        self._slips = self._own_counter(
             "atoll_backfill_reservation_slips_total",
             "Reservations whose start moved later (a run-duration hint was exceeded).",
-            ("cluster_queue",),
-            registry=self._registry,
         )
         self._leader = _GaugeFamily(
             "atoll_leader", "1 when this replica holds the leader lease, else 0.", (), None
@@ -512,6 +506,13 @@ class Metrics:
             name, documentation, (*labels, _ROLE), buckets=buckets, registry=self._registry
         )
         tracked = _Tracked(metric, labels)
+        self._counters.append(tracked)
+        return tracked
+
+    def _own_counter(self, name: str, documentation: str) -> _Tracked:
+        """An atoll counter per cluster_queue (no replica_role), forgotten with the queue."""
+        metric = Counter(name, documentation, _CQ, registry=self._registry)
+        tracked = _Tracked(metric, _CQ, with_role=False)
         self._counters.append(tracked)
         return tracked
 
@@ -579,18 +580,16 @@ class Metrics:
         wait_seconds: float,
         *,
         priority_class: str = "",
-        checks_wait_seconds: float | None = None,
         local_queue: LocalQueueRef | None = None,
     ) -> None:
         """A workload's `Admitted` became True `wait_seconds` after creation or last requeue.
 
-        `checks_wait_seconds` is the time from quota reservation to admission; give it when
-        the two were separate steps (atoll sets both in one status write, so usually not).
+        atoll has no admission checks (Admitted is set with the quota reservation), so
+        Kueue's `kueue_admission_checks_wait_time_seconds`, which only workloads with
+        admission checks have, is not exported.
         """
         self._inc(self._admitted, cluster_queue, priority_class)
         self._observe(self._admission_wait, wait_seconds, cluster_queue, priority_class)
-        if checks_wait_seconds is not None:
-            self._observe(self._checks_wait, checks_wait_seconds, cluster_queue, priority_class)
         if local_queue is not None and self._local_queue_metrics:
             lq = (local_queue.name, local_queue.namespace, priority_class)
             self._inc(self._lq_counters["admitted"], *lq)
@@ -605,16 +604,27 @@ class Metrics:
         priority_class: str = "",
         first_eviction: bool = False,
         local_queue: LocalQueueRef | None = None,
+        pods_ready_seconds: float | None = None,
     ) -> None:
         """A workload got `Evicted=True` with `reason` (Kueue's eviction reasons).
 
         `first_eviction` counts it in `kueue_evicted_workloads_once_total` too (the first
-        eviction of this workload for this reason and cause).
+        eviction of this workload for this reason and cause); `pods_ready_seconds`, the
+        time from `PodsReady=True` to the eviction of a workload that was running, goes to
+        `kueue_pods_ready_to_evicted_time_seconds`.
         """
         labels = (cluster_queue, reason, underlying_cause, priority_class)
         self._inc(self._evicted, *labels)
         if first_eviction:
             self._inc(self._evicted_once, *labels)
+        if pods_ready_seconds is not None:
+            self._observe(
+                self._pods_ready_to_evicted,
+                pods_ready_seconds,
+                cluster_queue,
+                reason,
+                underlying_cause,
+            )
         if local_queue is not None and self._local_queue_metrics:
             self._inc(
                 self._lq_counters["evicted"],
@@ -645,21 +655,6 @@ class Metrics:
         self._observe(self._ready_wait, queued_seconds, cluster_queue, priority_class)
         self._observe(self._admitted_until_ready, admitted_seconds, cluster_queue, priority_class)
 
-    def pods_ready_timed_out(
-        self, cluster_queue: str, *, seconds: float, underlying_cause: str
-    ) -> None:
-        """A PodsReady timeout evicted a workload `seconds` after its last PodsReady change.
-
-        `underlying_cause` is `WaitForStart` or `WaitForRecovery`.
-        """
-        self._observe(
-            self._pods_ready_to_evicted,
-            seconds,
-            cluster_queue,
-            "PodsReadyTimeout",
-            underlying_cause,
-        )
-
     def quota_released(self, cluster_queue: str, reason: str, *, seconds: float) -> None:
         """An evicted workload released its quota `seconds` after `Evicted` became True."""
         self._observe(self._eviction_latency, seconds, cluster_queue, reason)
@@ -672,7 +667,8 @@ class Metrics:
         priority_class: str = "",
         local_queue: LocalQueueRef | None = None,
     ) -> None:
-        """An admitted workload finished, `execution_seconds` after its admission."""
+        """An admitted workload finished; it ran admitted `execution_seconds` in all
+        (`state.workloads.execution_time`)."""
         self._inc(self._finished_total, cluster_queue, priority_class)
         if execution_seconds is not None:
             self._observe(self._execution_time, execution_seconds, cluster_queue, priority_class)
@@ -706,10 +702,10 @@ class Metrics:
             self._backfill_reserved.set(labels, amount)
 
     def backfilled(self, cluster_queue: str) -> None:
-        self._backfilled.labels(cluster_queue).inc()
+        self._inc(self._backfilled, cluster_queue)
 
     def reservation_slipped(self, cluster_queue: str) -> None:
-        self._slips.labels(cluster_queue).inc()
+        self._inc(self._slips, cluster_queue)
 
     # ------------------------------------------------------------------ ClusterQueue gauges
 
@@ -796,6 +792,8 @@ class Metrics:
         for tracked in self._counters:
             tracked.remove_where(cluster_queue=cluster_queue)
         self._preempted.remove_where(preempting_cluster_queue=cluster_queue)
+        for family in (self._backfill_reserved, self._backfill_start):
+            family.remove_where(cluster_queue=cluster_queue)
 
     # ------------------------------------------------------------------ LocalQueue gauges
 

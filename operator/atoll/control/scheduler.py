@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from atoll.api.workload import Workload
-from atoll.control.metrics import AdmissionResult, LocalQueueRef, Metrics
+from atoll.control.metrics import AdmissionResult, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
+from atoll.control.workload_metrics import queued_wait, report_admitted, report_eviction
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.state import lifecycle as lc
@@ -92,10 +93,7 @@ class Scheduler:
             if wl is None:
                 continue
             log.warning("untrusted admission evicted", workload=r.key, reason=r.reason.value)
-            cq = wl.status.admission.cluster_queue if wl.status.admission else ""
-            if self.metrics is not None:
-                self.metrics.workload_evicted(cq, r.reason.value)
-            await self._write(r.key, lc.evict(r.reason.value, r.message, now), result)
+            await self._evict(r.key, lc.evict(r.reason.value, r.message, now), result)
             await self.emit(workload_ref(wl), "Warning", r.reason.value, r.message)
         if refused:
             self.wake()
@@ -147,9 +145,8 @@ class Scheduler:
                 case d.Evict():
                     result.evicted += 1
                     reason, message = self._eviction_cause(dec)
-                    if self.metrics is not None:
-                        self.metrics.workload_evicted(str(dec.cluster_queue), reason)
-                    writes.append(self._write(dec.workload, lc.evict(reason, message, now), result))
+                    evict = lc.evict(reason, message, now)
+                    writes.append(self._evict(str(dec.workload), evict, result))
                 case d.Pending():
                     result.pending += 1
                     writes.append(self._pending(dec, now, result))
@@ -180,6 +177,15 @@ class Scheduler:
             log.warning("workload status write failed", workload=key, error=str(e))
         return None
 
+    async def _evict(
+        self, key: str, mutate: StatusMutation, result: CycleResult
+    ) -> Workload | None:
+        """Write an eviction; counted in the metrics once written (as Kueue does)."""
+        written = await self._write(key, mutate, result)
+        if written is not None:
+            report_eviction(self.metrics, written)
+        return written
+
     async def _admit(self, dec: d.Admit, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
@@ -190,16 +196,11 @@ class Scheduler:
             self.wake()
             return
         self.cache.set_workload(written)
-        waited = max(0, int(now.timestamp() - wls.queue_order_time(wl or written)))
+        waited = int(queued_wait(wl or written, now.timestamp()))
         ref = workload_ref(written)
         cq = dec.cluster_queue
         log.info("workload admitted", workload=key, cluster_queue=cq, borrowing=dec.borrowing)
-        if self.metrics is not None:
-            ref_pc = written.spec.priority_class_ref
-            pc = ref_pc.name if ref_pc else ""
-            lq = LocalQueueRef(written.namespace or "", written.spec.queue_name or "")
-            self.metrics.quota_reserved(str(cq), waited, priority_class=pc, local_queue=lq)
-            self.metrics.workload_admitted(str(cq), waited, priority_class=pc, local_queue=lq)
+        report_admitted(self.metrics, written, waited)
         await self.emit(
             ref,
             "Normal",
@@ -241,17 +242,22 @@ class Scheduler:
                 self._path(str(victim.cluster_queue)),
             )
             mutate = lc.evict("Preempted", message, now, preempted_reason=victim.reason.value)
-            writes.append(self._evict_victim(str(victim.workload), mutate, message, result))
-            if self.metrics is not None:
-                self.metrics.workload_preempted(str(dec.cluster_queue), victim.reason.value)
-                self.metrics.workload_evicted(str(victim.cluster_queue), "Preempted")
+            writes.append(self._evict_victim(mutate, message, result, dec, victim))
         return writes
 
     async def _evict_victim(
-        self, key: str, mutate: StatusMutation, message: str, result: CycleResult
+        self,
+        mutate: StatusMutation,
+        message: str,
+        result: CycleResult,
+        dec: d.Preempt,
+        victim: d.Victim,
     ) -> None:
-        written = await self._write(key, mutate, result)
+        key = str(victim.workload)
+        written = await self._evict(key, mutate, result)
         if written is not None:
+            if self.metrics is not None:
+                self.metrics.workload_preempted(str(dec.cluster_queue), victim.reason.value)
             self.cache.set_workload(written)
             log.info("workload preempted", workload=key, reason=message)
             await self.emit(workload_ref(written), "Normal", "Preempted", message)

@@ -28,8 +28,10 @@ import structlog
 from atoll.api import labels as keys
 from atoll.api.core import Pod
 from atoll.control.jobframework import TOPOLOGY_GATE
+from atoll.control.metrics import Metrics
 from atoll.control.ports import ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
+from atoll.control.workload_metrics import report_eviction
 from atoll.state import lifecycle
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -75,6 +77,7 @@ class Ungater:
     workloads: WorkloadStore
     emit: Callable[[ObjectRef, str, str, str], Awaitable[None]]
     clock: Callable[[], float] = time.time
+    metrics: Metrics | None = None
     gated: dict[str, Pod] = field(default_factory=dict)
     """Pods that carry the topology gate, by `namespace/name`."""
     pinned: dict[str, dict[str, Seat]] = field(default_factory=dict)
@@ -183,6 +186,7 @@ class Ungater:
         if written is None:
             return
         self.cache.set_workload(written)
+        report_eviction(self.metrics, written)
         log.warning("gang split by hand, evicted", workload=wl_key, pod=pod, node=node)
         await self.emit(
             workload_ref(written), "Warning", f"EvictedDueTo{OUTSIDE_ASSIGNMENT}", message

@@ -174,7 +174,9 @@ class Operator:
             )
             self.kinds[kind.kind] = (ctl, WorkQueue(kind.kind.lower()))
         self.pod_queue = WorkQueue("pods")
-        self.ungater = Ungater(self.cache, self.writer, self.writer, self.writer.emit)
+        self.ungater = Ungater(
+            self.cache, self.writer, self.writer, self.writer.emit, metrics=self.metrics
+        )
         self.queues = QueueStatusReporter(
             self.cache,
             self.writer,
