@@ -1,5 +1,6 @@
 """`/metrics` of a real `atoll run` after a short story: every queue family says what the
-queue statuses say, and the series of deleted queues disappear."""
+queue statuses say, the series of deleted queues disappear, and a Job that runs to its end
+is counted in the admission, PodsReady, finish and API-request families."""
 
 from __future__ import annotations
 
@@ -88,3 +89,38 @@ def test_queue_families_follow_the_statuses_and_leave_with_the_queue(
             )
         ),
     )
+
+
+def test_a_finished_job_is_counted_from_admission_to_its_end(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
+    apply(cluster, b.flavor(rf), b.cluster_queue(cq, rf, gpus=4), b.local_queue("q", namespace, cq))
+    job = b.job("quick", namespace, queue="q", pods=2, run="3s")
+    cluster.kubectl("create", "-f", "-", input=json.dumps(job))
+    cluster.wait_for(
+        "quick finished", lambda: is_true(workload_of(cluster, namespace, "quick"), "Finished")
+    )
+    on_cq = {"cluster_queue": cq, "priority_class": ""}
+    on_lq = {"name": "q", "namespace": namespace, "priority_class": ""}
+    # counted just after the Finished write that the wait above saw
+    cluster.wait_for(
+        "the finish counted",
+        lambda: _value(operator, "kueue_finished_workloads_total", **on_cq) == 1,
+    )
+    assert _value(operator, "kueue_quota_reserved_workloads_total", **on_cq) == 1
+    assert _value(operator, "kueue_admitted_workloads_total", **on_cq) == 1
+    assert _value(operator, "kueue_admission_wait_time_seconds_count", **on_cq) == 1
+    assert _value(operator, "kueue_local_queue_admitted_workloads_total", **on_lq) == 1
+    assert _value(operator, "kueue_local_queue_finished_workloads_total", **on_lq) == 1
+    assert _value(operator, "kueue_ready_wait_time_seconds_count", **on_cq) == 1
+    assert _value(operator, "kueue_admitted_until_ready_wait_time_seconds_count", **on_cq) == 1
+    assert _value(operator, "kueue_execution_time_seconds_count", **on_cq) == 1
+    # its pods ran 3 s after it was admitted: at least that long admitted (whole seconds)
+    executed = _value(operator, "kueue_execution_time_seconds_sum", **on_cq)
+    assert executed is not None
+    assert executed >= 3
+    assert _value(operator, "kueue_evicted_workloads_total", cluster_queue=cq) is None
+    status = {"verb": "patch", "resource": "workloads/status", "result": "200"}
+    assert (_value(operator, "atoll_api_requests_total", **status) or 0) >= 1
+    assert (_value(operator, "atoll_api_request_duration_seconds_count", verb="patch") or 0) >= 1
