@@ -108,7 +108,9 @@ class Scheduler:
             try:
                 await self._wait_for_work()
                 while (await self.run_once()).progress or self._decider().parked:
-                    pass
+                    # A cycle whose writes needed no I/O never reached the event loop:
+                    # let the watches and the writer in before the next one.
+                    await asyncio.sleep(0)
             except Exception:
                 log.exception("scheduling cycle failed", cycle=self.cycles)
                 await asyncio.sleep(1.0)
