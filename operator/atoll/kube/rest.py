@@ -97,6 +97,10 @@ LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues")
 JOBS = Resource("batch", "v1", "jobs")
 PODS = Resource("", "v1", "pods")
 EVENTS = Resource("", "v1", "events")
+NAMESPACES = Resource("", "v1", "namespaces")
+SECRETS = Resource("", "v1", "secrets")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
 
 
 class Rest:
