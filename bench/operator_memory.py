@@ -73,7 +73,7 @@ def _served(body: dict[str, Any], version: int) -> dict[str, Any]:
 
 def _decoded(body: dict[str, Any]) -> dict[str, Any]:
     """A fresh decode of `body`'s JSON text by the watch's decoder, as from a watch line."""
-    from atoll.kube.watch import decode  # noqa: PLC0415 (imported with the operator)
+    from atoll.kube.rest import decode  # noqa: PLC0415 (imported with the operator)
 
     loaded: dict[str, Any] = decode(json.dumps(body).encode())
     return loaded

@@ -2,9 +2,10 @@
 
 - every kind the operator watches (its kopf registry and its own `Watches`, built as `atoll
   run` builds them): list and watch;
-- every kubernetes_asyncio call in `atoll/kube/` (an `ast` walk): the verb and resource its
-  method name says (`read_namespaced_job` → get jobs, `patch_namespaced_job_status` → patch
-  jobs/status, `…_custom_object(GROUP, VERSION, [ns,] "workloads", …)` → workloads);
+- every request sent in `atoll/kube/` (an `ast` walk of `Rest.request`/`Rest.send` and the
+  writer's `_send`): the verb its HTTP method says on the resource of its `Resource.path`
+  (`PATCH WORKLOADS.path(ns, name, "status")` → patch workloads/status; a GET of one object is
+  get, of a collection list);
 - three needs no call shows, each with its reason (`IMPLIED`).
 
 Calls that only the sandbox's `url` webhook mode makes are not granted in deploy/, which runs
@@ -14,8 +15,9 @@ in `service` mode (`SANDBOX_ONLY`).
 from __future__ import annotations
 
 import ast
-import re
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 import kopf
 import pytest
@@ -24,6 +26,7 @@ import yaml
 from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers
 from atoll.kube.kinds import CUSTOM_KINDS
+from atoll.kube.rest import Resource
 from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
 from tests.kube.wiring import bare_wiring
@@ -33,37 +36,15 @@ RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 Grant = tuple[str, str, str]
 """(API group, resource, verb)."""
 
-VERBS = {
-    "get": "get",
-    "read": "get",
-    "list": "list",
-    "create": "create",
-    "replace": "update",
-    "patch": "patch",
-    "delete": "delete",
-}
-CALL = re.compile(
-    r"^(get|read|list|create|replace|patch|delete)_(?:namespaced_|cluster_)?(\w+?)"
-    r"(_status)?(?:_for_all_namespaces)?$"
-)
-TYPED = {
-    "job": ("batch", "jobs"),
-    "pod": ("", "pods"),
-    "event": ("", "events"),
-    "namespace": ("", "namespaces"),
-    "secret": ("", "secrets"),
-    "lease": ("coordination.k8s.io", "leases"),
-    "priority_class": ("scheduling.k8s.io", "priorityclasses"),
-    "mutating_webhook_configuration": (
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-    ),
-}
-"""kubernetes_asyncio's name of a kind in its method names → (group, plural)."""
+METHODS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+"""HTTP method → RBAC verb; GET is get for one object, list for a collection."""
+SENDERS = {"request": (0, 1), "send": (0, 1), "_send": (2, 3)}
+"""`Rest.request`/`Rest.send` and `KubeWriter._send`: the positions of their method and path
+arguments."""
 
 SANDBOX_ONLY = {
-    "create_mutating_webhook_configuration": "url mode creates its configuration; deploy/ ships it",
-    "create_namespace": "the Lease namespace is created only if RBAC permits; deploy/ ships it",
+    ("POST", "MUTATING_WEBHOOKS"): "url mode creates its configuration; deploy/ ships it",
+    ("POST", "NAMESPACES"): "the Lease namespace is created only if RBAC permits; deploy/ ships it",
 }
 IMPLIED: dict[Grant, str] = {
     ("batch", "jobs/finalizers", "update"): "Workloads are owned by their Job with "
@@ -105,74 +86,95 @@ def _watched() -> set[Grant]:
     return grants
 
 
-def _custom_resource(call: ast.Call, namespaced: bool) -> tuple[str, str] | None:
-    """(group, plural) of a `…_custom_object(group, version, [namespace,] plural, …)` call:
-    a group given by name is atoll's GROUP (Kueue's); a plural given by name is unknown."""
-    index = 3 if namespaced else 2
-    if len(call.args) <= index:
-        return None
-    group, plural = call.args[0], call.args[index]
-    if not (isinstance(plural, ast.Constant) and isinstance(plural.value, str)):
-        return None
-    if isinstance(group, ast.Constant) and isinstance(group.value, str):
-        return group.value, plural.value
-    return "kueue.x-k8s.io", plural.value
+def _resource(expr: ast.expr, module: ModuleType) -> Resource | None:
+    """The `Resource` an expression names: a module constant (`WORKLOADS`, `_JOBSETS`) or a
+    `Resource(group, version, plural)` of constants; None for a variable (`res`)."""
+    if isinstance(expr, ast.Name):
+        found = getattr(module, expr.id, None)
+        return found if isinstance(found, Resource) else None
+    if isinstance(expr, ast.Call) and ast.unparse(expr.func) == "Resource":
+        parts = [a.value for a in expr.args if isinstance(a, ast.Constant)]
+        if len(parts) == 3 and all(isinstance(p, str) for p in parts):
+            return Resource(*parts)
+    return None
 
 
-API_CLASS = re.compile(r"^client\.\w+Api$")
+def _subs(call: ast.Call) -> list[str]:
+    """The subresources a `.path(namespace, name, sub)` call may name ("" for none)."""
+    if len(call.args) < 3:
+        return [""]
+    sub = call.args[2]
+    options = [sub.body, sub.orelse] if isinstance(sub, ast.IfExp) else [sub]
+    return [f"/{o.value}" if isinstance(o, ast.Constant) and o.value else "" for o in options]
 
 
-def _api_objects(tree: ast.AST) -> set[str]:
-    """Names (`core`, `self.batch`, …) assigned a kubernetes_asyncio API object."""
-    names = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and API_CLASS.match(ast.unparse(node.value.func))
-        ):
-            names |= {ast.unparse(t) for t in node.targets}
-    return names
+def _paths(tree: ast.AST) -> dict[tuple[int, str], ast.Call]:
+    """`.path(...)` calls assigned to a variable, by (function line, variable name)."""
+    out: dict[tuple[int, str], ast.Call] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "path"
+            ):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        out[fn.lineno, t.id] = node.value
+    return out
 
 
-def _is_api(receiver: ast.expr, names: set[str]) -> bool:
-    if isinstance(receiver, ast.Call):
-        return bool(API_CLASS.match(ast.unparse(receiver.func)))
-    return ast.unparse(receiver) in names
+def _functions(tree: ast.AST) -> dict[int, int]:
+    """The line of the innermost function around each node, by the node's id."""
+    out: dict[int, int] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                out[id(node)] = fn.lineno  # inner functions come later and win
+    return out
 
 
 def _called() -> tuple[set[Grant], list[str]]:
-    """Grants of the API methods called or referenced in kube/ (not the cache's methods of
-    the same names), and custom-object calls whose resource the walk cannot name."""
+    """Grants of the requests sent in kube/ (`Rest.request`, `Rest.send`, the writer's
+    `_send`): the HTTP method and the `Resource.path` they are sent to; and the requests whose
+    resource the walk cannot name (a variable kind)."""
     grants: set[Grant] = set()
     unnamed: list[str] = []
     for path in sorted(KUBE.glob("*.py")):
         if path.name in LIVE_ONLY:
             continue
+        module = importlib.import_module(f"atoll.kube.{path.stem}")
         tree = ast.parse(path.read_text())
-        calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
-        receivers = _api_objects(tree)
+        assigned, around = _paths(tree), _functions(tree)
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Attribute) or not _is_api(node.value, receivers):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
-            method = node.attr
-            found = CALL.match(method)
-            if found is None or method in SANDBOX_ONLY:
+            at = SENDERS.get(node.func.attr)
+            if at is None or len(node.args) <= at[1]:
                 continue
-            action, kind, status = found.groups()
-            sub = "/status" if status else ""
-            if kind.endswith("custom_object"):
-                call = calls.get(id(node))
-                named = _custom_resource(call, "namespaced" in method) if call else None
-                if named is None:
-                    unnamed.append(f"{path.name}:{node.lineno} {method}")
-                    continue
-                group, plural = named
-            elif kind in TYPED:
-                group, plural = TYPED[kind]
-            else:
-                continue  # not an API call (create_task, read_text, …)
-            grants.add((group, plural + sub, VERBS[action]))
+            method, target = node.args[at[0]], node.args[at[1]]
+            if not (isinstance(method, ast.Constant) and isinstance(method.value, str)):
+                continue
+            if isinstance(target, ast.Name):
+                target = assigned.get((around.get(id(node), -1), target.id), target)
+            if not (isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute)):
+                continue  # a path that is no resource's (`/version`)
+            if target.func.attr != "path":
+                continue
+            owner = target.func.value
+            if (method.value, ast.unparse(owner)) in SANDBOX_ONLY:
+                continue
+            one = len(target.args) >= 2
+            verb = METHODS.get(method.value) or ("get" if one else "list")
+            resource = _resource(owner, module)
+            if resource is None:
+                unnamed.append(f"{path.name}:{node.lineno} {verb} {ast.unparse(owner)}")
+                continue
+            for sub in _subs(target):
+                grants.add((resource.group, resource.plural + sub, verb))
     return grants, unnamed
 
 
@@ -209,14 +211,32 @@ def _needed() -> set[Grant]:
 def test_every_call_names_its_resource_or_is_a_list_of_a_watched_kind() -> None:
     _, unnamed = _called()
 
-    # bootstrap's LISTs of Kueue kinds pass the plural as a variable: those are LISTs of
-    # kinds the operator watches anyway; the writer's get and patch of a managed custom kind
-    # are granted per kind (`_custom_kinds`).
-    custom = ("get_namespaced_custom_object", "patch_namespaced_custom_object")
-    assert all(
-        "list_cluster_custom_object" in u or (u.startswith("writers.py") and u.endswith(custom))
-        for u in unnamed
-    ), unnamed
+    # bootstrap's LISTs pass the kind as variables: those are LISTs of kinds the operator
+    # watches anyway; the writer's get and patch of a managed custom kind (`res`) are
+    # granted per kind (`_custom_kinds`).
+    writer = {line: verb for line, verb in _writer_custom_requests()}
+    assert writer, "the walk finds the writer's custom-kind requests"
+    for u in unnamed:
+        where, verb, _ = u.split(" ", 2)
+        file, line = where.split(":")
+        assert (file == "bootstrap.py" and verb == "list") or (
+            file == "writers.py" and writer.get(int(line)) == verb
+        ), u
+
+
+def _writer_custom_requests() -> list[tuple[int, str]]:
+    """(line, verb) of the writer's requests to `res.path(...)`, a variable kind."""
+    tree = ast.parse((KUBE / "writers.py").read_text())
+    return sorted(
+        (n.lineno, {"GET": "get", "PATCH": "patch"}[n.args[2].value])
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "_send"
+        and len(n.args) > 3
+        and isinstance(n.args[2], ast.Constant)
+        and ast.unparse(n.args[3]).startswith("res.path")
+    )
 
 
 def test_the_walk_finds_the_calls_it_must() -> None:

@@ -1,11 +1,12 @@
-"""Leader election on a fake Lease API: a missing namespace is created or named, a lost lease
-makes the replica follow and compete again (never exit), readiness follows."""
+"""Leader election on a fake API server (the requests `Rest` sends): a missing namespace is
+created or named, a lost lease makes the replica follow and compete again (never exit),
+readiness follows."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from types import SimpleNamespace
+import json
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -13,43 +14,45 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.kube.leader import LeaderElector, LeaseSettings
 
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/lease-ns/leases"
+
 
 class FakeApi:
-    """The Lease calls of CoordinationV1Api and `create_namespace` of CoreV1Api."""
+    """The API server's Lease requests and namespace creation, as `Rest.request` sends
+    them (method and path; bytes back)."""
 
     def __init__(self, *, namespace_exists: bool = True, may_create_namespace: bool = True) -> None:
         self.lease: dict[str, Any] | None = None
         self.namespace_exists = namespace_exists
         self.may_create_namespace = may_create_namespace
         self.down = False
-        self.api_client = SimpleNamespace(sanitize_for_serialization=copy.deepcopy)
 
-    def _check(self) -> None:
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = ""
+    ) -> bytes:
+        del content_type
         if self.down:
             raise ConnectionResetError("connection reset by peer")
-
-    async def read_namespaced_lease(self, name: str, namespace: str) -> dict[str, Any]:
-        self._check()
-        if self.lease is None:
-            raise ApiException(status=404, reason="Not Found")
-        return copy.deepcopy(self.lease)
-
-    async def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
-        self._check()
-        if not self.namespace_exists:
-            raise ApiException(status=404, reason=f"namespaces {namespace} not found")
-        if self.lease is not None:
-            raise ApiException(status=409, reason="Conflict")
-        self.lease = copy.deepcopy(body)
-
-    async def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any]) -> None:
-        self._check()
-        self.lease = copy.deepcopy(body)
-
-    async def create_namespace(self, body: dict[str, Any]) -> None:
-        if not self.may_create_namespace:
-            raise ApiException(status=403, reason="Forbidden")
-        self.namespace_exists = True
+        match method, path:
+            case "GET", p if p == f"{LEASE_PATH}/lease":
+                if self.lease is None:
+                    raise ApiException(status=404, reason="Not Found")
+                return json.dumps(self.lease).encode()
+            case "POST", p if p == LEASE_PATH:
+                if not self.namespace_exists:
+                    raise ApiException(status=404, reason="namespaces lease-ns not found")
+                if self.lease is not None:
+                    raise ApiException(status=409, reason="Conflict")
+                self.lease = copy.deepcopy(body)
+            case "PUT", p if p == f"{LEASE_PATH}/lease":
+                self.lease = copy.deepcopy(body)
+            case "POST", "/api/v1/namespaces":
+                if not self.may_create_namespace:
+                    raise ApiException(status=403, reason="Forbidden")
+                self.namespace_exists = True
+            case _:
+                raise AssertionError(f"unexpected request {method} {path}")
+        return b"{}"
 
 
 def _elector(fake: FakeApi) -> LeaderElector:
@@ -62,8 +65,7 @@ def _elector(fake: FakeApi) -> LeaderElector:
         retry_period=0.01,
     )
     elector = LeaderElector(client.ApiClient(), settings)
-    elector.api = fake  # type: ignore[assignment]
-    elector.core = fake  # type: ignore[assignment]
+    elector.rest = fake  # type: ignore[assignment]
     return elector
 
 

@@ -1,4 +1,4 @@
-"""The watch decodes with orjson (`watch.decode`) and the digests key by orjson's text
+"""The watch decodes with orjson (`rest.decode`) and the digests key by orjson's text
 (`handlers.json_text`): both read and write what `json` does for what the API server sends
 (its numbers are int64 or float64), fall back to `json` for what orjson refuses, and refuse
 invalid JSON as `json` does."""
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atoll.kube.handlers import json_text
-from atoll.kube.watch import decode
+from atoll.kube.rest import decode
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 """The API server's integers: it stores a JSON number as an int64, else a float64."""

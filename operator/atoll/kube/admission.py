@@ -26,7 +26,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from atoll.kube.watch import decode
+from atoll.kube.rest import decode
 
 log = structlog.get_logger("atoll.webhook")
 

@@ -23,6 +23,7 @@ from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.kube import retry
 from atoll.kube.kinds import CustomKind
+from atoll.kube.rest import Resource, Rest, decode
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -67,11 +68,17 @@ async def load(
 async def _load(
     api: client.ApiClient, cache: Cache, versions: dict[tuple[str, str, str], str]
 ) -> dict[str, int]:
-    custom = client.CustomObjectsApi(api)
+    rest = Rest(api)
     counts: dict[str, int] = {}
 
+    async def listed(group: str, version: str, plural: str) -> dict[str, Any]:
+        raw: dict[str, Any] = decode(
+            await rest.request("GET", Resource(group, version, plural).path(None))
+        )
+        return raw
+
     async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
-        raw = await custom.list_cluster_custom_object(GROUP, VERSION, plural)
+        raw = await listed(GROUP, VERSION, plural)
         counts[plural] = each(model, raw.get("items", []), store)
         versions[GROUP, VERSION, plural] = _version(raw)
 
@@ -81,20 +88,17 @@ async def _load(
     await kueue("localqueues", LocalQueue, cache.set_local_queue)
     await kueue("workloadpriorityclasses", WorkloadPriorityClass, cache.set_workload_class)
     await kueue("workloads", Workload, cache.set_workload)
-    sched = client.SchedulingV1Api(api)
-    pcs = api.sanitize_for_serialization(await sched.list_priority_class())
+    pcs = await listed("scheduling.k8s.io", "v1", "priorityclasses")
     counts["priorityclasses"] = each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
-    core = client.CoreV1Api(api)
-    nss = api.sanitize_for_serialization(await core.list_namespace())
+    nss = await listed("", "v1", "namespaces")
     for ns in nss.get("items", []):
         meta = ns.get("metadata", {})
         cache.set_namespace(meta["name"], dict(meta.get("labels") or {}))
     counts["namespaces"] = len(nss.get("items", []))
-    batch = client.BatchV1Api(api)
-    jobs = api.sanitize_for_serialization(await batch.list_job_for_all_namespaces())
+    jobs = await listed("batch", "v1", "jobs")
     counts["jobs"] = each(Job, jobs.get("items", []), cache.set_job)
     versions["batch", "v1", "jobs"] = _version(jobs)
-    counts["resourceclaimtemplates"] = await _claim_templates(api, cache)
+    counts["resourceclaimtemplates"] = await _claim_templates(rest, cache)
     return counts
 
 
@@ -102,13 +106,12 @@ def _version(listed: dict[str, Any]) -> str:
     return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
 
-async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
+async def _claim_templates(rest: Rest, cache: Cache) -> int:
     """ResourceClaimTemplates, so that device quota is counted from the first cycle on (a
     cluster without resource.k8s.io/v1 has none)."""
+    path = Resource("resource.k8s.io", "v1", "resourceclaimtemplates").path(None)
     try:
-        raw = await client.CustomObjectsApi(api).list_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceclaimtemplates"
-        )
+        raw = decode(await rest.request("GET", path))
     except ApiException as e:
         if e.status == 404:
             return 0
@@ -119,11 +122,11 @@ async def _claim_templates(api: client.ApiClient, cache: Cache) -> int:
 async def serves(api: client.ApiClient, cache: Cache, kind: CustomKind) -> bool:
     """List the kind's objects into the cache; False when the cluster does not serve the
     kind (its CRD is not installed)."""
-    custom = client.CustomObjectsApi(api)
+    path = Resource(kind.group, kind.version, kind.plural).path(None)
+    rest = Rest(api)
     try:
-        raw = await retry.call(
-            lambda: custom.list_cluster_custom_object(kind.group, kind.version, kind.plural),
-            what=f"{kind.kind} listing",
+        raw = decode(
+            await retry.call(lambda: rest.request("GET", path), what=f"{kind.kind} listing")
         )
     except ApiException as e:
         if e.status == 404:

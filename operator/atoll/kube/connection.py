@@ -19,6 +19,7 @@ import yaml
 from kubernetes_asyncio import client, config
 
 from atoll.kube import retry
+from atoll.kube.rest import Rest
 
 log = structlog.get_logger("atoll.kube")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -117,11 +118,11 @@ def server_url(api: client.ApiClient) -> str:
 async def wait_for_server(api: client.ApiClient) -> None:
     """Return once the API server answers `/version`; until then log one line per backoff
     window (the 1st, 2nd, 4th … failed attempt), never a traceback."""
-    version = client.VersionApi(api)
+    rest = Rest(api)
     url = server_url(api)
 
     def waiting(attempt: int, error: BaseException) -> None:
         if attempt & (attempt - 1) == 0:
             log.warning(f"waiting for the API server at {url}: {retry.describe(error)}")
 
-    await retry.call(version.get_code, what="GET /version", on_retry=waiting)
+    await retry.call(lambda: rest.request("GET", "/version"), what="GET /version", on_retry=waiting)

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.kube import retry
+from atoll.kube.rest import LEASES, NAMESPACES, Rest, decode
 
 log = structlog.get_logger("atoll.leader")
 
@@ -57,8 +58,7 @@ class LeaderElector:
     Lease it can read (what `/readyz` reports), `problem` why not."""
 
     def __init__(self, api: client.ApiClient, settings: LeaseSettings) -> None:
-        self.api = client.CoordinationV1Api(api)
-        self.core = client.CoreV1Api(api)
+        self.rest = Rest(api)
         self.s = settings
         self.is_leader = False
         self.problem: str | None = "the Lease was not read yet"
@@ -67,6 +67,14 @@ class LeaderElector:
     @property
     def lease(self) -> str:
         return f"{self.s.namespace}/{self.s.name}"
+
+    async def _read(self) -> dict[str, Any]:
+        path = LEASES.path(self.s.namespace, self.s.name)
+        raw: dict[str, Any] = decode(await self.rest.request("GET", path))
+        return raw
+
+    async def _replace(self, raw: dict[str, Any]) -> None:
+        await self.rest.request("PUT", LEASES.path(self.s.namespace, self.s.name), raw)
 
     def healthy(self) -> bool:
         """Leading, or following a Lease read successfully within the lease duration."""
@@ -91,7 +99,7 @@ class LeaderElector:
             "spec": self._spec(0),
         }
         try:
-            await self.api.create_namespaced_lease(self.s.namespace, body)
+            await self.rest.request("POST", LEASES.path(self.s.namespace), body)
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -106,7 +114,7 @@ class LeaderElector:
         namespace is missing."""
         ns = self.s.namespace
         try:
-            await self.core.create_namespace({"metadata": {"name": ns}})
+            await self.rest.request("POST", NAMESPACES.path(None), {"metadata": {"name": ns}})
             log.info("created the Lease namespace", namespace=ns)
         except ApiException as e:
             if e.status == 409:
@@ -121,13 +129,12 @@ class LeaderElector:
     async def _try(self) -> bool:
         """One attempt to acquire or renew; True when we hold the lease afterwards."""
         try:
-            lease = await self.api.read_namespaced_lease(self.s.name, self.s.namespace)
+            raw = await self._read()
         except ApiException as e:
             if e.status != 404:
                 raise
             return await self._create()
         self._seen = asyncio.get_running_loop().time()
-        raw = self.api.api_client.sanitize_for_serialization(lease)
         spec = raw.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         renewed = _parse(spec.get("renewTime"))
@@ -139,7 +146,7 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
         raw["spec"] = self._spec(transitions, spec.get("acquireTime") if mine else None)
         try:
-            await self.api.replace_namespaced_lease(self.s.name, self.s.namespace, raw)
+            await self._replace(raw)
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -182,11 +189,10 @@ class LeaderElector:
         if not self.is_leader:
             return
         try:
-            lease = await self.api.read_namespaced_lease(self.s.name, self.s.namespace)
-            raw = self.api.api_client.sanitize_for_serialization(lease)
+            raw = await self._read()
             if (raw.get("spec") or {}).get("holderIdentity") == self.s.identity:
                 raw["spec"]["holderIdentity"] = ""
-                await self.api.replace_namespaced_lease(self.s.name, self.s.namespace, raw)
+                await self._replace(raw)
         except Exception as e:
             log.warning("lease release failed", lease=self.lease, error=retry.describe(e))
         self.is_leader = False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
 from atoll.kube.kinds import CUSTOM_KINDS, ReadKind
+from atoll.kube.rest import Resource, Rest, decode
 from atoll.state.cache import Cache
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -32,10 +32,10 @@ class ClusterReadError(RuntimeError):
     """The cluster could not be read (no kubeconfig, unreachable, forbidden)."""
 
 
-async def _optional(custom: client.CustomObjectsApi, *resource: str) -> list[dict[str, Any]]:
+async def _optional(rest: Rest, group: str, version: str, plural: str) -> list[dict[str, Any]]:
     """Items of a LIST of a kind the cluster may not serve (DRA, Kueue's Topology): none."""
     try:
-        raw = await custom.list_cluster_custom_object(*resource)
+        raw = decode(await rest.request("GET", Resource(group, version, plural).path(None)))
     except ApiException as e:
         if e.status == 404:
             return []
@@ -44,35 +44,30 @@ async def _optional(custom: client.CustomObjectsApi, *resource: str) -> list[dic
     return list(items)
 
 
-async def _inventory(api: client.ApiClient, cache: Cache) -> None:
-    """One LIST of each kind the operator watches for placement (`handlers.inventory_kinds`);
-    ResourceClaimTemplates come with `bootstrap.load`."""
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    core_lists: dict[str, Callable[[], Any]] = {
-        "nodes": core.list_node,
-        "pods": core.list_pod_for_all_namespaces,
-    }
+async def _inventory(rest: Rest, cache: Cache) -> None:
+    """One LIST of each kind the operator watches for placement (`handlers.inventory_kinds`:
+    Nodes, Pods, the DRA objects, Topologies); ResourceClaimTemplates come with
+    `bootstrap.load`."""
     for kind in inventory_kinds(cache):
         if kind.model is ResourceClaimTemplate:
             continue
-        group, _, plural = kind.resource
+        group, version, plural = kind.resource
         if group:
-            items = await _optional(custom, *kind.resource)
+            items = await _optional(rest, group, version, plural)
         else:
-            items = api.sanitize_for_serialization(await core_lists[plural]()).get("items", [])
+            path = Resource(group, version, plural).path(None)
+            items = decode(await rest.request("GET", path)).get("items", [])
         bootstrap.each(kind.model, items, kind.upsert)
 
 
-async def _read_kinds(api: client.ApiClient, cache: Cache) -> None:
+async def _read_kinds(rest: Rest, cache: Cache) -> None:
     """One LIST of each kind read for a managed kind (`CustomKind.reads`: TrainingRuntimes,
     ClusterTrainingRuntimes); none when the cluster does not serve it or the reader may not
     list it (a TrainJob's what-if then says its runtime is missing)."""
-    custom = client.CustomObjectsApi(api)
     for kind in CUSTOM_KINDS.values():
         for read in kind.reads:
             try:
-                items = await _optional(custom, read.group, read.version, read.plural)
+                items = await _optional(rest, read.group, read.version, read.plural)
             except ApiException as e:
                 if e.status != 403:
                     raise
@@ -102,8 +97,8 @@ async def read(kubeconfig: Path | None, cache: Cache | None = None) -> tuple[Cac
     try:
         async with client.ApiClient() as api:
             await bootstrap.load(api, cache, attempts=3)
-            await _inventory(api, cache)
-            await _read_kinds(api, cache)
+            await _inventory(Rest(api), cache)
+            await _read_kinds(Rest(api), cache)
     except ApiException as e:
         raise ClusterReadError(f"cannot read the cluster: {e.status} {e.reason}") from e
     except (TimeoutError, OSError) as e:

@@ -17,19 +17,17 @@ To watch another kind, register it with `Watches.on` (see `handlers.register_wat
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.client.rest import RESTResponse
 
 from atoll.kube import retry
+from atoll.kube.rest import Resource, Rest, decode, read_ok
 
 log = structlog.get_logger("atoll.watch")
 
@@ -42,21 +40,6 @@ PAGE = 500
 SERVER_TIMEOUT_S = 300
 """The API server ends each WATCH after this long; the loop then watches again."""
 READ_TIMEOUT_S = SERVER_TIMEOUT_S + 30
-
-
-def decode(data: bytes) -> Any:
-    """JSON text from the API server as Python objects, with orjson: decoding the watch
-    streams (every pod, Job and Workload event) was the operator's biggest single CPU cost
-    under load after the socket writes, and orjson does it faster than `json`. It reads
-    what `json` reads for everything the API server sends: the API server holds JSON
-    numbers as int64 or float64 (a longer integer is stored as a float), and orjson reads
-    every int64 exactly (it would read a longer integer as a float). Text orjson refuses (a
-    lone surrogate, a number beyond a double) is read with `json`; invalid JSON raises
-    `json.JSONDecodeError` either way."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
 
 
 class GoneError(Exception):
@@ -74,22 +57,6 @@ def _stub(key: str) -> dict[str, Any]:
     ns, _, name = key.rpartition("/")
     meta = {"namespace": ns, "name": name} if ns else {"name": name}
     return {"metadata": meta}
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-
-    @property
-    def path(self) -> str:
-        if not self.group:
-            return f"/api/{self.version}/{self.plural}"
-        return f"/apis/{self.group}/{self.version}/{self.plural}"
-
-    def __str__(self) -> str:
-        return f"{self.plural}.{self.group or 'core'}"
 
 
 @dataclass(slots=True)
@@ -169,30 +136,13 @@ def _why(e: BaseException) -> str:
 async def _get(
     api: client.ApiClient, path: str, query: list[tuple[str, Any]], *, limit: Any
 ) -> aiohttp.ClientResponse:
-    resp: aiohttp.ClientResponse = await api.call_api(
-        path,
-        "GET",
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _request_timeout=limit,
-    )
+    resp = await Rest(api).send("GET", path, query=query, limit=limit)
     if resp.status == 410:
         resp.release()
         raise GoneError()
     if not 200 <= resp.status <= 299:
         await read_ok(resp)
     return resp
-
-
-async def read_ok(resp: aiohttp.ClientResponse) -> bytes:
-    """The body of a response read with `_preload_content=False`; an `ApiException` (as
-    kubernetes_asyncio raises) when its status is not 2xx."""
-    data = await resp.read()
-    if not 200 <= resp.status <= 299:
-        raise ApiException(http_resp=RESTResponse(resp, data))  # type: ignore[arg-type]
-    return data
 
 
 def _selector(watch: Watch) -> list[tuple[str, Any]]:
@@ -206,7 +156,7 @@ async def _list(api: client.ApiClient, watch: Watch) -> None:
         query: list[tuple[str, Any]] = [("limit", PAGE), *_selector(watch)]
         if cont:
             query.append(("continue", cont))
-        resp = await _get(api, watch.resource.path, query, limit=60)
+        resp = await _get(api, watch.resource.path(None), query, limit=60)
         body = decode(await read_ok(resp))
         for item in body.get("items") or ():
             seen.add(object_key(item))
@@ -231,7 +181,7 @@ async def _stream(api: client.ApiClient, watch: Watch) -> None:
         *_selector(watch),
     ]
     timeout = aiohttp.ClientTimeout(connect=30, sock_connect=30, sock_read=READ_TIMEOUT_S)
-    resp = await _get(api, watch.resource.path, query, limit=timeout)
+    resp = await _get(api, watch.resource.path(None), query, limit=timeout)
     try:
         buffer = b""
         async for chunk in resp.content.iter_any():

@@ -56,6 +56,7 @@ from atoll.kube.admission import (
     server_context,
 )
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
+from atoll.kube.rest import MUTATING_WEBHOOKS, SECRETS, Rest, decode
 
 WEBHOOK_ID = "mutate-batch-v1-job"
 POD_WEBHOOK_ID = "mutate--v1-pod"
@@ -312,11 +313,11 @@ async def own_url_configuration(
 ) -> None:
     """Create the MutatingWebhookConfiguration `name`, or point its webhooks at this replica
     (retried while the API server is unreachable). Nothing in atoll ever deletes it."""
-    admission = client.AdmissionregistrationV1Api(api)
+    rest = Rest(api)
 
     async def once() -> None:
         try:
-            found = await admission.read_mutating_webhook_configuration(name)
+            raw = decode(await rest.request("GET", MUTATING_WEBHOOKS.path(None, name)))
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -324,11 +325,10 @@ async def own_url_configuration(
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "atoll"}},
                 "webhooks": webhooks,
             }
-            await admission.create_mutating_webhook_configuration(body)
+            await rest.request("POST", MUTATING_WEBHOOKS.path(None), body)
             return
-        raw = api.sanitize_for_serialization(found)
         raw["webhooks"] = webhooks
-        await admission.replace_mutating_webhook_configuration(name, raw)
+        await rest.request("PUT", MUTATING_WEBHOOKS.path(None, name), raw)
 
     for _ in range(5):
         try:
@@ -352,13 +352,16 @@ async def shared_certificate(
 ) -> SharedCert:
     """In a cluster every replica must serve the same certificate (the Service spreads calls
     across them): the first creates it in a Secret, the others read it (create is atomic)."""
-    core = client.CoreV1Api(api)
+    rest = Rest(api)
     for _ in range(5):
         try:
-            found = await retry.call(
-                lambda: core.read_namespaced_secret(secret, namespace), what="webhook Secret"
+            found = decode(
+                await retry.call(
+                    lambda: rest.request("GET", SECRETS.path(namespace, secret)),
+                    what="webhook Secret",
+                )
             )
-            data = found.data or {}
+            data = found.get("data") or {}
             return SharedCert(
                 ca=base64.b64decode(data["ca.crt"]),
                 cert=base64.b64decode(data["tls.crt"]),
@@ -381,7 +384,7 @@ async def shared_certificate(
         }
         try:
             await retry.call(
-                lambda body=body: core.create_namespaced_secret(namespace, body),  # type: ignore[misc]
+                lambda body=body: rest.request("POST", SECRETS.path(namespace), body),  # type: ignore[misc]
                 what="webhook Secret",
             )
             return made
@@ -393,11 +396,12 @@ async def shared_certificate(
 
 async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) -> None:
     """Fill `caBundle` of every webhook of the installed MutatingWebhookConfiguration."""
-    admission = client.AdmissionregistrationV1Api(api)
+    rest = Rest(api)
+    path = MUTATING_WEBHOOKS.path(None, configuration)
     for _ in range(5):
-        raw = api.sanitize_for_serialization(
+        raw = decode(
             await retry.call(
-                lambda: admission.read_mutating_webhook_configuration(configuration),
+                lambda: rest.request("GET", path),
                 what=f"MutatingWebhookConfiguration {configuration}",
             )
         )
@@ -409,9 +413,7 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
             hook.setdefault("clientConfig", {})["caBundle"] = bundle
         try:
             await retry.call(
-                lambda raw=raw: admission.replace_mutating_webhook_configuration(  # type: ignore[misc]
-                    configuration, raw
-                ),
+                lambda raw=raw: rest.request("PUT", path, raw),  # type: ignore[misc]
                 what=f"MutatingWebhookConfiguration {configuration}",
             )
             return

@@ -1,4 +1,5 @@
-"""The ports of `atoll.control.ports`, implemented with kubernetes_asyncio.
+"""The ports of `atoll.control.ports`, implemented with plain requests on kubernetes_asyncio's
+session (`rest.Rest`).
 
 Workload status is written with a read-modify-write on the status subresource: a JSON merge
 patch of what changed in the fields atoll models, carrying the resourceVersion the change was
@@ -37,18 +38,26 @@ from atoll.control.jobframework import JOB_CONTROLLER_LABELS, JobStart, Template
 from atoll.control.ports import ApiError, NotFoundError, ObjectRef, StatusMutation
 from atoll.kube import retry
 from atoll.kube.ratelimit import TokenBucket
-from atoll.kube.watch import decode, read_ok
+from atoll.kube.rest import (
+    CLUSTER_QUEUES,
+    EVENTS,
+    JOBS,
+    JSON,
+    LOCAL_QUEUES,
+    MERGE,
+    PODS,
+    STRATEGIC,
+    WORKLOADS,
+    Resource,
+    Rest,
+    decode,
+)
 
 log = structlog.get_logger("atoll.kube")
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-MERGE = "application/merge-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
-UNREAD_MERGE: dict[str, Any] = {"_content_type": MERGE, "_preload_content": False}
-"""A merge patch whose response is returned unread (`read_ok` reads it)."""
-_JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-_MPIJOBS = (mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
-_TRAINJOBS = (trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)
+_JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+_MPIJOBS = Resource(mpijob.GROUP, mpijob.VERSION, mpijob.PLURAL)
+_TRAINJOBS = Resource(trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL)
 _RETRIES = 8
 _TRANSIENT_ATTEMPTS = 12
 """Tries of one request that fails transiently (about a minute with `retry.DEFAULT`); then
@@ -198,9 +207,7 @@ class KubeWriter:
         component: str = "kueue-admission",
         on_request: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
+        self.rest = Rest(api)
         self.limiter = limiter
         self.component = component
         self.on_request = on_request
@@ -238,17 +245,28 @@ class KubeWriter:
         except ApiException as e:
             raise ApiError(int(e.status or 0), api_message(e)) from e
 
+    async def _send(
+        self,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = JSON,
+    ) -> bytes:
+        """One plain request through `_call`; the answer's body, unread."""
+        return await self._call(
+            verb, resource, lambda: self.rest.request(method, path, body, content_type=content_type)
+        )
+
     # -- Workloads ------------------------------------------------------------------------
     async def _get_workload(self, key: str) -> dict[str, Any]:
         """The raw Workload (a GET); its parsed form becomes the base of the next write."""
         ns, name = _split(key)
         try:
-            raw: dict[str, Any] = await self._call(
-                "get",
-                "workloads",
-                lambda: self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", name
-                ),
+            raw: dict[str, Any] = decode(
+                await self._send("get", "workloads", "GET", WORKLOADS.path(ns, name))
             )
         except ApiError as e:
             if e.status == 404:
@@ -283,12 +301,8 @@ class KubeWriter:
     async def create_workload(self, wl: Workload) -> Workload:
         ns = wl.namespace or ""
         try:
-            raw: dict[str, Any] = await self._call(
-                "create",
-                "workloads",
-                lambda: self.custom.create_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", wl.to_dict()
-                ),
+            raw: dict[str, Any] = decode(
+                await self._send("create", "workloads", "POST", WORKLOADS.path(ns), wl.to_dict())
             )
         except ApiError as e:
             if e.status != 409:
@@ -348,10 +362,8 @@ class KubeWriter:
 
     async def _patch_status(self, ns: str, name: str, body: dict[str, Any]) -> str | None:
         """A merge patch of a Workload's status; the written resourceVersion."""
-        resp = await self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE, _preload_content=False
-        )
-        written = decode(await read_ok(resp))
+        path = WORKLOADS.path(ns, name, "status")
+        written = decode(await self.rest.request("PATCH", path, body, content_type=MERGE))
         version = (written.get("metadata") or {}).get("resourceVersion")
         return str(version) if version else None
 
@@ -375,12 +387,15 @@ class KubeWriter:
     async def _patch_workload(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
         ns, name = _split(key)
         try:
-            written: dict[str, Any] = await self._call(
-                "patch",
-                "workloads",
-                lambda: self.custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", name, body, _content_type=MERGE
-                ),
+            written: dict[str, Any] = decode(
+                await self._send(
+                    "patch",
+                    "workloads",
+                    "PATCH",
+                    WORKLOADS.path(ns, name),
+                    body,
+                    content_type=MERGE,
+                )
             )
         except ApiError as e:
             if e.status == 404:
@@ -426,13 +441,7 @@ class KubeWriter:
     async def delete_workload(self, key: str) -> None:
         ns, name = _split(key)
         try:
-            await self._call(
-                "delete",
-                "workloads",
-                lambda: self.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, ns, "workloads", name
-                ),
-            )
+            await self._send("delete", "workloads", "DELETE", WORKLOADS.path(ns, name))
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -442,17 +451,14 @@ class KubeWriter:
 
     # -- Jobs -----------------------------------------------------------------------------
     async def _get_job(self, key: str) -> dict[str, Any]:
-        """The Job as the API server sends it (decoded with `json`, not into the client's
-        V1Job models and back: the build functions read a few fields of the raw object)."""
+        """The Job as the API server sends it (decoded as JSON, not into the client's V1Job
+        models and back: the build functions read a few fields of the raw object)."""
         ns, name = _split(key)
-
-        async def get() -> dict[str, Any]:
-            resp = await self.batch.read_namespaced_job(name, ns, _preload_content=False)
-            raw: dict[str, Any] = decode(await read_ok(resp))
-            return raw
-
         try:
-            return await self._call("get", "jobs", get)
+            raw: dict[str, Any] = decode(
+                await self._send("get", "jobs", "GET", JOBS.path(ns, name))
+            )
+            return raw
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -461,13 +467,16 @@ class KubeWriter:
     async def _patch_job(self, key: str, body: dict[str, Any], *, status: bool = False) -> None:
         """A merge patch of a Job (or its status); the response is read, not decoded."""
         ns, name = _split(key)
-        fn = self.batch.patch_namespaced_job_status if status else self.batch.patch_namespaced_job
-
-        async def patch() -> None:
-            await read_ok(await fn(name, ns, body, _content_type=MERGE, _preload_content=False))
-
+        path = JOBS.path(ns, name, "status" if status else None)
         try:
-            await self._call("patch", "jobs/status" if status else "jobs", patch)
+            await self._send(
+                "patch",
+                "jobs/status" if status else "jobs",
+                "PATCH",
+                path,
+                body,
+                content_type=MERGE,
+            )
         except ApiError as e:
             if e.status == 404:
                 raise NotFoundError(key) from e
@@ -617,15 +626,12 @@ class KubeWriter:
                 await asyncio.sleep(0.1 * (attempt + 1))
 
     # -- JobSets --------------------------------------------------------------------------
-    async def _get_custom(self, res: tuple[str, str, str], key: str) -> dict[str, Any]:
-        """GET the custom object `key` of `res` (group, version, plural)."""
+    async def _get_custom(self, res: Resource, key: str) -> dict[str, Any]:
+        """GET the custom object `key` of kind `res`."""
         ns, name = _split(key)
-        group, version, plural = res
         try:
-            raw: dict[str, Any] = await self._call(
-                "get",
-                plural,
-                lambda: self.custom.get_namespaced_custom_object(group, version, ns, plural, name),
+            raw: dict[str, Any] = decode(
+                await self._send("get", res.plural, "GET", res.path(ns, name))
             )
         except ApiError as e:
             if e.status == 404:
@@ -642,14 +648,13 @@ class KubeWriter:
 
     async def _patch_custom_retrying(
         self,
-        res: tuple[str, str, str],
+        res: Resource,
         key: str,
         build: Callable[[dict[str, Any]], dict[str, Any] | None],
     ) -> None:
         """Merge-patch the custom object with what `build` makes of it (None: nothing to
         write), under its resourceVersion; GET and build again on a conflict."""
         ns, name = _split(key)
-        group, version, plural = res
         for _ in range(_RETRIES):
             raw = await self._get_custom(res, key)
             body = build(raw)
@@ -657,18 +662,8 @@ class KubeWriter:
                 return
             body.setdefault("metadata", {})["resourceVersion"] = raw["metadata"]["resourceVersion"]
             try:
-                await self._call(
-                    "patch",
-                    plural,
-                    lambda body=body: self.custom.patch_namespaced_custom_object(  # type: ignore[misc]
-                        group,
-                        version,
-                        ns,
-                        plural,
-                        name,
-                        body,
-                        _content_type=MERGE,
-                    ),
+                await self._send(
+                    "patch", res.plural, "PATCH", res.path(ns, name), body, content_type=MERGE
                 )
                 return
             except ApiError as e:
@@ -676,7 +671,7 @@ class KubeWriter:
                     raise NotFoundError(key) from e
                 if e.status != 409:
                     raise
-        raise RuntimeError(f"{plural} {key}: patch kept conflicting")
+        raise RuntimeError(f"{res.plural} {key}: patch kept conflicting")
 
     async def suspend_jobset(self, key: str) -> None:
         await self._patch_jobset_retrying(
@@ -865,10 +860,8 @@ class KubeWriter:
         """Merge-patch the pod (gone already is fine)."""
         ns, name = _split(key)
         try:
-            await self._call(
-                "patch",
-                "pods",
-                lambda: self.core.patch_namespaced_pod(name, ns, body, _content_type=MERGE),
+            await self._send(
+                "patch", "pods", "PATCH", PODS.path(ns, name), body, content_type=MERGE
             )
         except ApiError as e:
             if e.status != 404:
@@ -891,7 +884,7 @@ class KubeWriter:
         """Delete a pod its controller recreates (gone already is fine)."""
         ns, name = _split(key)
         try:
-            await self._call("delete", "pods", lambda: self.core.delete_namespaced_pod(name, ns))
+            await self._send("delete", "pods", "DELETE", PODS.path(ns, name))
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -910,13 +903,8 @@ class KubeWriter:
         }
         body = {"status": {"conditions": [condition]}}
         try:
-            await self._call(
-                "patch",
-                "pods/status",
-                lambda: self.core.patch_namespaced_pod_status(
-                    name, ns, body, _content_type=STRATEGIC
-                ),
-            )
+            path = PODS.path(ns, name, "status")
+            await self._send("patch", "pods/status", "PATCH", path, body, content_type=STRATEGIC)
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -928,16 +916,10 @@ class KubeWriter:
         finalizer, is left alone."""
         ns, name = _split(key)
         body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
-
-        async def patch() -> None:
-            await read_ok(
-                await self.core.patch_namespaced_pod(
-                    name, ns, body, _content_type=STRATEGIC, _preload_content=False
-                )
-            )
-
         try:
-            await self._call("patch", "pods", patch)
+            await self._send(
+                "patch", "pods", "PATCH", PODS.path(ns, name), body, content_type=STRATEGIC
+            )
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -974,32 +956,27 @@ class KubeWriter:
 
     # -- queue status ---------------------------------------------------------------------
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
-        body = {"status": status.to_dict()}
-        await self._patch_unread(
+        path = CLUSTER_QUEUES.path(None, name, "status")
+        await self._send(
+            "patch",
             "clusterqueues/status",
-            lambda: self.custom.patch_cluster_custom_object_status(
-                GROUP, VERSION, "clusterqueues", name, body, **UNREAD_MERGE
-            ),
+            "PATCH",
+            path,
+            {"status": status.to_dict()},
+            content_type=MERGE,
         )
 
     async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
         ns, name = _split(key)
-        body = {"status": status.to_dict()}
-        await self._patch_unread(
+        path = LOCAL_QUEUES.path(ns, name, "status")
+        await self._send(
+            "patch",
             "localqueues/status",
-            lambda: self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, "localqueues", name, body, **UNREAD_MERGE
-            ),
+            "PATCH",
+            path,
+            {"status": status.to_dict()},
+            content_type=MERGE,
         )
-
-    async def _patch_unread(self, resource: str, send: Callable[[], Awaitable[Any]]) -> None:
-        """A merge patch sent with `UNREAD_MERGE`: the response (the whole object) is read,
-        not decoded."""
-
-        async def patch() -> None:
-            await read_ok(await send())
-
-        await self._call("patch", resource, patch)
 
     # -- events ---------------------------------------------------------------------------
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
@@ -1040,7 +1017,7 @@ class KubeWriter:
             ns = body["metadata"]["namespace"]
 
             async def post(ns: str = ns, body: dict[str, Any] = body) -> None:
-                await self.core.create_namespaced_event(ns, body, _preload_content=False)
+                await self.rest.request("POST", EVENTS.path(ns), body)
 
             started = time.perf_counter()
             try:

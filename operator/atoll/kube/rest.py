@@ -1,0 +1,160 @@
+"""Requests to the API server on kubernetes_asyncio's own session and credentials, without its
+per-call machinery.
+
+Every call through a generated API method (`CustomObjectsApi.patch_…`) walks the parameters
+and the body through `sanitize_for_serialization`, builds tuples of them, encodes the body with
+`json.dumps` and, unless told not to, decodes the answer into models: about a seventh of the
+operator's CPU under load went there (py-spy, `bench/kueue_baseline/jobs.py --profile`), for
+requests whose path and body atoll already has as plain JSON. `Rest` sends them directly on the
+client's aiohttp session (the same TLS context, connection pool, proxy and server name) with
+the same credentials (`Configuration.auth_settings`, which refreshes an expiring token), encodes
+bodies with orjson and returns the answer's bytes. A refusal is the `ApiException` the generated
+methods raise (`read_ok`), so callers and `retry` see no difference.
+
+Paths: `Resource.path` builds the REST path of any object or collection from its group, version,
+namespace, plural and name (`Resource` holds the group, version and plural of a kind).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
+
+JSON = "application/json"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+def decode(data: bytes) -> Any:
+    """JSON text from the API server as Python objects, with orjson: decoding the watch
+    streams (every pod, Job and Workload event) was the operator's biggest single CPU cost
+    under load after the socket writes, and orjson does it faster than `json`. It reads
+    what `json` reads for everything the API server sends: the API server holds JSON
+    numbers as int64 or float64 (a longer integer is stored as a float), and orjson reads
+    every int64 exactly (it would read a longer integer as a float). Text orjson refuses (a
+    lone surrogate, a number beyond a double) is read with `json`; invalid JSON raises
+    `json.JSONDecodeError` either way."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+async def read_ok(resp: aiohttp.ClientResponse) -> bytes:
+    """The body of a response left unread; an `ApiException` (as
+    kubernetes_asyncio raises) when its status is not 2xx."""
+    data = await resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException(http_resp=RESTResponse(resp, data))  # type: ignore[arg-type]
+    return data
+
+
+def encode(body: Any) -> bytes:
+    """`body` as JSON bytes: orjson, or `json` for what orjson refuses (an integer beyond 64
+    bits)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Where objects of one kind live: `group` "" is the core API (`/api/v1`)."""
+
+    group: str
+    version: str
+    plural: str
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group or 'core'}"
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        """The REST path of the collection (no `name`; no `namespace`: of every namespace),
+        of one object, or of its subresource `sub` (`status`)."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
+CLUSTER_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues")
+JOBS = Resource("batch", "v1", "jobs")
+PODS = Resource("", "v1", "pods")
+EVENTS = Resource("", "v1", "events")
+NAMESPACES = Resource("", "v1", "namespaces")
+SECRETS = Resource("", "v1", "secrets")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+
+
+class Rest:
+    """Plain requests on `api`'s session (see the module's docstring)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": str(self.api.user_agent)}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # the client's own rule for credentials: a bearer token (refreshed by the
+        # configuration's hook when it expires); client certificates are in the session
+        auth = (await self.api.configuration.auth_settings()).get("BearerToken")
+        if auth:
+            headers[auth["key"]] = auth["value"]
+        return headers
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = JSON,
+        query: list[tuple[str, Any]] | None = None,
+        limit: aiohttp.ClientTimeout | float | None = None,
+    ) -> aiohttp.ClientResponse:
+        """The response, unread: the caller reads it (`read_ok`) or streams it. `limit`: an
+        aiohttp timeout, or seconds for the whole request (none by default)."""
+        rest = self.api.rest_client
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urlencode(query)
+        args: dict[str, Any] = {
+            "headers": await self._headers(content_type if body is not None else None),
+            "timeout": limit
+            if isinstance(limit, aiohttp.ClientTimeout)
+            else aiohttp.ClientTimeout(total=limit),
+        }
+        if body is not None:
+            args["data"] = encode(body)
+        if rest.proxy:
+            args["proxy"] = rest.proxy
+            if rest.proxy_headers:
+                args["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            args["server_hostname"] = rest.server_hostname
+        resp: aiohttp.ClientResponse = await rest.pool_manager.request(method, url, **args)
+        return resp
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = JSON
+    ) -> bytes:
+        """The answer's body; an `ApiException` when the status is not 2xx."""
+        return await read_ok(await self.send(method, path, body, content_type=content_type))
