@@ -353,7 +353,7 @@ def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -
             controller.jobsets = args.kind == "jobset"
         controller.start()
         if args.profile and system == "atoll":
-            spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
+            spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt", rate=args.profile_rate)
         with BackgroundLoad(args.background_load):
             result.update(asyncio.run(drive(controller, sandbox, args, shape.gpu_count())))
         if isinstance(controller, Atoll):
@@ -481,6 +481,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--background-load", type=count, default=0, metavar="N")
     p.add_argument("--timeout", type=float, default=900, help="seconds per controller")
     p.add_argument("--profile", action="store_true", help="sample atoll with py-spy")
+    p.add_argument(
+        "--profile-rate", type=int, default=100, help="py-spy samples per second (--profile)"
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--out", type=Path, help="where logs go (default a new temp dir)")
     return p
