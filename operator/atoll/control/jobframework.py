@@ -191,12 +191,15 @@ _INT32_MAX = 2**31 - 1
 
 def max_exec_seconds(job: KubeObject) -> int | None:
     """The Workload's `maximumExecutionTimeSeconds` from the Job's
-    `kueue.x-k8s.io/max-exec-time-seconds` label: a decimal integer from 1 to 2^31-1, as
-    Kueue reads it; anything else ("0", "-5", "1h", too large) means no limit. The one reader
-    of the label: the operator, `atoll simulate` and `atoll what-if` compose Workloads
-    through it."""
+    `kueue.x-k8s.io/max-exec-time-seconds` label: a decimal integer from 1 to 2^31-1, with
+    an optional sign, as Kueue reads it (Go's `strconv.ParseInt(v, 10, 32)`: "+30" is 30);
+    anything else ("0", "-5", "1h", too large) means no limit. The one reader of the label:
+    the operator, `atoll simulate` and `atoll what-if` compose Workloads through it."""
     raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
-    if raw is None or not raw.isascii() or not raw.isdigit():
+    if raw is None:
+        return None
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if not digits.isascii() or not digits.isdigit():
         return None
     value = int(raw)
     return value if 1 <= value <= _INT32_MAX else None
