@@ -188,6 +188,7 @@ def manages(obj: Any) -> bool:
 
 
 JOBS = webhook.job_webhook(manages)
+LIMIT = "kueue.x-k8s.io/max-exec-time-seconds"
 PODS = webhook.pod_webhook(manages, parents=frozenset({leaderworkerset.FRAMEWORK}))
 POD_RESOURCE = ("", "v1", "pods")
 
@@ -272,6 +273,38 @@ def test_a_job_with_a_bad_queue_name_is_refused_with_422() -> None:
     assert out["status"]["code"] == 422
     assert jf.QUEUE_NAME_FIELD in out["status"]["message"]
     assert '"Not_A_Name"' in out["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("0", "must be greater than 0"),
+        ("-5", "must be greater than 0"),
+        ("1h", "must be a whole number of seconds"),
+        ("", "must be a whole number of seconds"),
+        ("9223372036854775808", "must be a whole number of seconds"),
+    ],
+)
+def test_a_new_job_with_a_bad_max_exec_time_label_is_refused_with_422(raw: str, why: str) -> None:
+    """Kueue's webhook checks `kueue.x-k8s.io/max-exec-time-seconds` on creation; the
+    Workload's reader (`jf.max_exec_seconds`) takes such a value as no limit, for a Job
+    that bypassed the webhook."""
+    job = a_job()
+    job["metadata"]["labels"][LIMIT] = raw
+    out = answer(JOBS, review(job))
+    assert out["allowed"] is False
+    assert out["status"]["code"] == 422
+    assert out["status"]["message"].endswith(
+        f'{jf.MAX_EXEC_TIME_FIELD}: Invalid value: "{raw}": {why}'
+    )
+    # a valid limit (beyond int32: no limit, as Kueue reads it) passes
+    for ok in ("600", "+30", "2147483648"):
+        job["metadata"]["labels"][LIMIT] = ok
+        assert answer(JOBS, review(job))["allowed"] is True
+    # an update is not checked again (only the queue name is)
+    job["metadata"]["labels"][LIMIT] = raw
+    out = answer(JOBS, review(job, old=copy.deepcopy(job), operation="UPDATE"))
+    assert out["allowed"] is True
 
 
 def test_a_running_jobs_queue_name_cannot_change_or_go() -> None:
@@ -388,6 +421,12 @@ def test_a_managed_custom_kind_is_suspended_where_its_kind_says() -> None:
     got = patched(obj, answer(hook, review(obj, resource=(mpi.group, mpi.version, mpi.plural))))
     assert got["spec"]["runPolicy"] == {"suspend": True}
     assert mpi.suspended(mpi.model.from_dict(got))
+    obj["metadata"]["labels"][LIMIT] = "0"
+    out = answer(hook, review(obj, resource=(mpi.group, mpi.version, mpi.plural)))
+    assert out["allowed"] is False
+    assert jf.MAX_EXEC_TIME_FIELD in out["status"]["message"]
+    # Kueue's LeaderWorkerSet webhook does not check the label
+    assert not CUSTOM_KINDS["LeaderWorkerSet"].max_exec_label
 
 
 def test_a_failing_webhook_refuses_with_500() -> None:

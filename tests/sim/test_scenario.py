@@ -55,6 +55,19 @@ def test_job_without_run_duration_is_an_error() -> None:
         six_gpus(bad)
 
 
+@pytest.mark.parametrize("raw", ["0", "-5", "1h"])
+def test_a_max_exec_time_label_the_webhook_refuses_is_an_error(raw: str) -> None:
+    """As the operator's webhook (and Kueue's) refuses such a Job at creation; a valid one
+    is the Workload's limit."""
+    bad = job("j")
+    bad["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = raw
+    with pytest.raises(ScenarioError, match=rf'max-exec-time-seconds\]: Invalid value: "{raw}"'):
+        six_gpus(bad)
+    ok = job("j")
+    ok["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = "600"
+    assert [j.key for j in six_gpus(ok).jobs] == ["default/j"]
+
+
 def test_inline_cluster_shape(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(

@@ -189,27 +189,19 @@ def _compare_policies(
 
 
 def print_policies(doc: Mapping[str, Any], console: Console) -> None:
-    big = doc["policies"]["Backfill"]["bigGpus"]
-    table = Table(title=f"{doc['scenario']}: queueing policies (waits: arrival to admission)")
-    for col in (
-        "policy",
-        "small p50",
-        "small p99",
-        f"{big}+ GPUs p50",
-        f"{big}+ GPUs p99",
-        f"{big}+ GPUs max",
-        "never admitted",
-        "GPU utilisation",
-    ):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    """The three policies side by side (a column each), then Backfill's goals."""
+    table = Table(title=f"{doc['scenario']}: waits (arrival to admission)")
+    table.add_column("")
+    for policy in policies.POLICIES:
+        table.add_column(policy, justify="right", no_wrap=True)
     for row in policies.rows(doc):
         table.add_row(*row)
     console.print(table)
     window = doc["policies"]["Backfill"]["window"]
     console.print(f"utilisation over [0, {window / 60:.0f}m] (until the last arrival)")
-    for name, goal in doc["goals"].items():
-        mark = "met" if goal["met"] else "NOT met"
-        console.print(f"  Backfill {name}: {goal['value']} (bound {goal['bound']}): {mark}")
+    console.print("Backfill's goals:")
+    for line in policies.goal_lines(doc):
+        console.print(line, highlight=False)
 
 
 def _live_what_if(job: KubeObject, args: argparse.Namespace) -> list[JobWhatIf] | int:

@@ -187,19 +187,51 @@ def owner_priority(
 
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+MAX_EXEC_TIME_FIELD = f"metadata.labels[{keys.MAX_EXEC_TIME_SECONDS_LABEL}]"
+
+
+def _max_exec_label(job: KubeObject) -> tuple[str, int | None] | None:
+    """The `kueue.x-k8s.io/max-exec-time-seconds` label and its value as a decimal integer
+    with an optional sign (as Go's strconv reads one: "+30" is 30), None for the value when
+    it is not one; None when the label is absent."""
+    raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
+    if raw is None:
+        return None
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if not digits.isascii() or not digits.isdigit():
+        return raw, None
+    return raw, int(raw)
 
 
 def max_exec_seconds(job: KubeObject) -> int | None:
     """The Workload's `maximumExecutionTimeSeconds` from the Job's
     `kueue.x-k8s.io/max-exec-time-seconds` label: a decimal integer from 1 to 2^31-1, as
-    Kueue reads it; anything else ("0", "-5", "1h", too large) means no limit. The one reader
-    of the label: the operator, `atoll simulate` and `atoll what-if` compose Workloads
-    through it."""
-    raw = (job.metadata.labels or {}).get(keys.MAX_EXEC_TIME_SECONDS_LABEL)
-    if raw is None or not raw.isascii() or not raw.isdigit():
+    Kueue reads it (`strconv.ParseInt(v, 10, 32)`); anything else ("0", "-5", "1h", too
+    large) means no limit. The one reader of the label: the operator, `atoll simulate` and
+    `atoll what-if` compose Workloads through it (the webhook refuses such values on
+    creation, `max_exec_label_error`, but an object that bypassed it still gets a
+    Workload)."""
+    label = _max_exec_label(job)
+    value = None if label is None else label[1]
+    return value if value is not None and 1 <= value <= _INT32_MAX else None
+
+
+def max_exec_label_error(job: KubeObject) -> str | None:
+    """Why the webhook refuses a new object's `kueue.x-k8s.io/max-exec-time-seconds` label
+    (Kueue checks it on creation: a whole number greater than 0), as a Kubernetes field
+    error naming the label; None when it is absent or valid."""
+    label = _max_exec_label(job)
+    if label is None:
         return None
-    value = int(raw)
-    return value if 1 <= value <= _INT32_MAX else None
+    raw, value = label
+    if value is None or abs(value) > _INT64_MAX:
+        why = "must be a whole number of seconds"
+    elif value <= 0:
+        why = "must be greater than 0"
+    else:
+        return None
+    return f'{MAX_EXEC_TIME_FIELD}: Invalid value: "{raw}": {why}'
 
 
 def build_workload(job: Job, priority: Priority) -> Workload:
@@ -414,6 +446,14 @@ def job_errors(job: KubeObject) -> list[str]:
     name = queue_name(job)
     error = None if name is None else queue_name_error(name)
     return [error] if error else []
+
+
+def job_create_errors(job: KubeObject, *, max_exec_label: bool = True) -> list[str]:
+    """What the webhook refuses in an object it manages on CREATE: `job_errors`, and (for
+    the kinds whose Kueue webhook checks it, `max_exec_label`) an invalid
+    `kueue.x-k8s.io/max-exec-time-seconds` label."""
+    error = max_exec_label_error(job) if max_exec_label else None
+    return [*job_errors(job), *([error] if error else [])]
 
 
 def job_update_errors(

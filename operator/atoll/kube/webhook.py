@@ -100,7 +100,9 @@ def job_webhook(manages: Callable[[Job], bool]) -> Webhook:
             return {}  # the API server validates Jobs; never block one we cannot read
         if not manages(job) and not (before is not None and manages(before)):
             return {}
-        _refuse(jf.job_update_errors(before, job) if before is not None else jf.job_errors(job))
+        _refuse(
+            jf.job_update_errors(before, job) if before is not None else jf.job_create_errors(job)
+        )
         if before is None and not job.spec.suspend:
             return {"spec": {"suspend": True}}
         if before is not None and jf.suspends_on_update(before, job):
@@ -125,7 +127,7 @@ def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
         _refuse(
             jf.job_update_errors(before, obj, suspended=kind.suspended(obj))
             if before is not None
-            else jf.job_errors(obj)
+            else jf.job_create_errors(obj, max_exec_label=kind.max_exec_label)
         )
         patch: dict[str, Any] = {}
         if before is None and not kind.suspended(obj):
@@ -164,7 +166,7 @@ def pod_webhook(
         owned = any(r.controller for r in pod.metadata.owner_references or ())
         if QUEUE_NAME_LABEL not in labels or owned or not manages(pod):
             return {}
-        _refuse([*jf.job_errors(pod), *filter(None, [podgroups.total_count_error(pod)])])
+        _refuse([*jf.job_create_errors(pod), *filter(None, [podgroups.total_count_error(pod)])])
         meta: dict[str, Any] = {"labels": {MANAGED_LABEL: "true"}}
         if podgroups.group_name(pod) is not None:
             meta["annotations"] = {ROLE_HASH_ANNOTATION: podgroups.shape_hash(pod)}

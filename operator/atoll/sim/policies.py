@@ -175,27 +175,51 @@ def as_json(scn: Scenario, results: Mapping[str, SimResult]) -> dict[str, Any]:
     return {"scenario": scn.name, "policies": policies, "goals": goals(policies)}
 
 
+def minutes(x: float | None) -> str:
+    return "-" if x is None else f"{x / 60:.1f}m"
+
+
+def percent(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def rows(doc: Mapping[str, Any]) -> Sequence[tuple[str, ...]]:
-    """Table rows (policy, small p50/p99, big p50/p99/max, unstarted big, utilisation)."""
+    """Table rows, one per measure (small Jobs' waits, the big gangs' waits and how many
+    never started, GPU utilisation), with a column per policy in `POLICIES` order: three
+    narrow columns keep the policy names whole in an 80-column terminal."""
+    big = doc["policies"][POLICIES[-1]]["bigGpus"]
+    measures: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        (f"small (<{big} GPUs) p50 wait", lambda s: minutes(s["smallJobs"]["p50"])),
+        (f"small (<{big} GPUs) p99 wait", lambda s: minutes(s["smallJobs"]["p99"])),
+        (f"big ({big}+ GPUs) p50 wait", lambda s: minutes(s["bigGangs"]["p50"])),
+        (f"big ({big}+ GPUs) p99 wait", lambda s: minutes(s["bigGangs"]["p99"])),
+        (f"big ({big}+ GPUs) max wait", lambda s: minutes(s["bigGangs"]["max"])),
+        (f"big ({big}+ GPUs) never admitted", lambda s: str(s["bigGangs"]["unstarted"])),
+        ("GPU utilisation", lambda s: percent(s["gpuUtilisation"])),
+    ]
+    return [(label, *(cell(doc["policies"][p]) for p in POLICIES)) for label, cell in measures]
 
-    def m(x: float | None) -> str:
-        return "-" if x is None else f"{x / 60:.1f}m"
 
+GOAL_TEXT = {
+    "bigP99WaitAtMostStrictFIFO": ("big gangs' p99 wait <= StrictFIFO's", minutes, "<="),
+    "utilisationAtLeast95PercentOfBestEffort": (
+        "GPU utilisation >= 0.95 x BestEffortFIFO's",
+        percent,
+        ">=",
+    ),
+    "smallP50WaitAtMost120PercentOfBestEffort": (
+        "small p50 wait <= 1.2 x BestEffortFIFO's",
+        minutes,
+        "<=",
+    ),
+}
+
+
+def goal_lines(doc: Mapping[str, Any]) -> list[str]:
+    """One line per goal of Backfill: met or not, what it says, the value and its bound."""
     out = []
-    for p in POLICIES:
-        s = doc["policies"][p]
-        small, big = s["smallJobs"], s["bigGangs"]
-        util = s["gpuUtilisation"]
-        out.append(
-            (
-                p,
-                m(small["p50"]),
-                m(small["p99"]),
-                m(big["p50"]),
-                m(big["p99"]),
-                m(big["max"]),
-                str(big["unstarted"]),
-                "-" if util is None else f"{util:.1%}",
-            )
-        )
+    for name, goal in doc["goals"].items():
+        text, unit, op = GOAL_TEXT[name]
+        mark = "met" if goal["met"] else "NOT met"
+        out.append(f"{mark:>7}  {text}: {unit(goal['value'])} {op} {unit(goal['bound'])}")
     return out

@@ -42,6 +42,7 @@ from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from atoll.control import jobframework as jf
 from atoll.control import leaderworkerset as lws
 from atoll.control import podgroups as pg
 from atoll.state import tas
@@ -202,6 +203,15 @@ def _job_copies(job: KubeObject, where: str, seq: int) -> list[SimJob]:
     return out
 
 
+def _webhook_check(obj: KubeObject, where: str) -> None:
+    """What the webhook refuses at creation and the Workload's reader would take as no
+    limit: an invalid `kueue.x-k8s.io/max-exec-time-seconds` label (the operator's own check,
+    `jf.max_exec_label_error`)."""
+    error = jf.max_exec_label_error(obj)
+    if error is not None:
+        raise ScenarioError(f"{where}: {error}")
+
+
 def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
     match obj:
         case ResourceFlavor():
@@ -221,6 +231,7 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
         case Topology():
             scn.topologies.append(obj)
         case Job() | JobSet() | MPIJob() | TrainJob():
+            _webhook_check(obj, where)
             scn.jobs.extend(_job_copies(_namespaced(obj), where, len(scn.jobs)))
         case LeaderWorkerSet():
             for copy in _job_copies(_namespaced(obj), where, len(scn.jobs)):
@@ -231,6 +242,7 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             scn.training_runtimes.append(obj)
         case Pod():
             pod = _namespaced(obj)
+            _webhook_check(pod, where)
             error = pg.total_count_error(pod)
             if error is not None:
                 raise ScenarioError(f"{where}: {error}")
