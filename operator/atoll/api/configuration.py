@@ -620,6 +620,16 @@ class LogFormat(StrEnum):
     """Human-readable lines."""
 
 
+class EventLoop(StrEnum):
+    """The asyncio event loop `atoll run` runs on."""
+
+    UVLOOP = "uvloop"
+    """uvloop (libuv): less CPU per request and per watch event; asyncio's own where uvloop
+    is not installed (it is a dependency on Linux and macOS)."""
+    ASYNCIO = "asyncio"
+    """Python's own event loop."""
+
+
 class AtollSettings(ApiModel):
     """atoll's own settings (top-level key `atoll`); Kueue has no equivalent."""
 
@@ -636,6 +646,8 @@ class AtollSettings(ApiModel):
     """Log format: `auto`, `json` or `console`."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest level written to the log."""
+    event_loop: EventLoop = EventLoop.UVLOOP
+    """The event loop of `atoll run`: `uvloop` (default) or `asyncio`."""
     batched_requeue: bool = False
     """Requeue the Workloads parked as inadmissible in batches, 1 s after a change that may
     let them fit, as Kueue does (its `requeueBatchPeriod`; 10 s with the feature gate

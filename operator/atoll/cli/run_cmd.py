@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from atoll.api.configuration import (
     Configuration,
     ConfigurationError,
+    EventLoop,
     apply_overrides,
     load_configuration,
     overrides_from_env,
@@ -72,6 +74,20 @@ def webhook_service(args: argparse.Namespace, cfg: Configuration) -> str:
     )
 
 
+def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when chosen and installed, else None (asyncio's own). The operator is
+    one process on one core, mostly running the event loop: uvloop's loop, transports and
+    TLS are compiled (libuv), which costs less CPU per request and per watch event."""
+    if choice is EventLoop.UVLOOP:
+        try:
+            import uvloop  # noqa: PLC0415 (only `atoll run` needs it)
+        except ImportError:
+            return None
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         cfg = configuration(args)
@@ -101,7 +117,8 @@ def _run(args: argparse.Namespace) -> int:
         **({"identity": args.identity} if args.identity else {}),
     )
     try:
-        asyncio.run(run(opts))
+        with asyncio.Runner(loop_factory=loop_factory(cfg.atoll.event_loop)) as runner:
+            runner.run(run(opts))
     except KeyboardInterrupt:
         return 130
     except connection.KubeconfigError as e:
