@@ -39,6 +39,7 @@ class PendingReason(Enum):
     SUSPENDED = "Suspended"
     """Its LocalQueue is stopped or its ClusterQueue inactive."""
     DEACTIVATED = "Deactivated"
+    """`spec.active: false` (the operator's cache queues no such Workload)."""
 
 
 class PreemptionReason(Enum):
