@@ -79,12 +79,21 @@ def _decoded(body: dict[str, Any]) -> dict[str, Any]:
     return loaded
 
 
+def _pending() -> Callable[[Any], Any]:
+    """The status the operator writes on a Workload left pending for quota (Kueue's reason
+    `Pending`, the quota message)."""
+    from atoll.engine.decisions import PendingReason  # noqa: PLC0415
+    from atoll.state import lifecycle  # noqa: PLC0415
+
+    now = datetime.datetime.now(datetime.UTC)
+    return lifecycle.pending(PendingReason.WAITING_FOR_QUOTA, PENDING_MESSAGE, now)
+
+
 def run(workloads: int, top: int) -> dict[str, Any]:
     import atoll.kube.operator  # noqa: F401, PLC0415 (what `atoll run` imports)
     from atoll.kube import handlers  # noqa: PLC0415
     from atoll.kube.watch import Watches  # noqa: PLC0415
     from atoll.kube.writers import KubeWriter  # noqa: PLC0415
-    from atoll.state import lifecycle  # noqa: PLC0415
     from atoll.state.cache import Cache  # noqa: PLC0415
     from atoll.state.decide import Decider  # noqa: PLC0415
 
@@ -129,7 +138,7 @@ def run(workloads: int, top: int) -> dict[str, Any]:
     step_s = time.process_time() - started
     gc.collect()
     added = _rss_mib()
-    pending = lifecycle.pending("Pending", PENDING_MESSAGE, datetime.datetime.now(datetime.UTC))
+    pending = _pending()
     for key in list(cache.workloads):
         wl = cache.workloads[key]
         status = pending(wl)

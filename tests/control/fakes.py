@@ -36,6 +36,9 @@ class FakeCluster:
     started: list[tuple[str, JobStart]] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(object, reason, message) of every Event emitted, in order."""
+    warnings: list[tuple[str, str, str]] = field(default_factory=list)
+    """The same, of the Events of type Warning only."""
     fail_status_writes: bool = False
     clock: Callable[[], float] | None = None
     """When set, a created Workload gets `creationTimestamp` from it, as the API server sets
@@ -110,7 +113,10 @@ class FakeCluster:
         self.events.append(("LocalQueue", key, "status"))
 
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
-        self.events.append((f"{ref.kind}/{ref.namespace}/{ref.name}", reason, message))
+        event = (f"{ref.kind}/{ref.namespace}/{ref.name}", reason, message)
+        self.events.append(event)
+        if type_ == "Warning":
+            self.warnings.append(event)
 
 
 @dataclass

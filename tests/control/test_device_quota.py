@@ -1,6 +1,6 @@
 """The scheduling loop charges DRA devices to the quota resource the Configuration maps their
 DeviceClass to (Kueue's deviceClassMappings): admissions and pending messages speak of that
-resource, and a Workload whose devices cannot be counted waits as `Misconfigured`."""
+resource, and a Workload whose devices cannot be counted waits `Inadmissible` (Kueue's reason)."""
 
 from __future__ import annotations
 
@@ -119,11 +119,11 @@ async def test_quota_of_the_mapped_resource_admits_two_pair_gangs_and_holds_the_
         }
     assert not wls.has_quota(third)
     reason, message = _reason(third)
-    assert reason == "WaitingForQuota"
+    assert reason == "Pending"
     assert f"insufficient unused quota for {QUOTA} in flavor rf, 2 more needed" in message
 
 
-async def test_unmapped_device_class_waits_misconfigured_naming_the_field() -> None:
+async def test_unmapped_device_class_waits_inadmissible_naming_the_field() -> None:
     sched, fake = _setup()
     sched.cache.set_claim_template(template("nic", exactly("nic.example.com")))
     key = await _add(sched, fake, "a", from_template("nics", "nic"))
@@ -134,8 +134,8 @@ async def test_unmapped_device_class_waits_misconfigured_naming_the_field() -> N
         "spec.podSets[0].template.spec.resourceClaims[0].resourceClaimTemplateName: Not found: "
         '"DeviceClass nic.example.com is not mapped in DRA configuration for podset main"'
     )
-    assert _reason(wl) == ("Misconfigured", message)
-    assert ("Workload/ns/a", "Misconfigured", message) in fake.events
+    assert _reason(wl) == ("Inadmissible", message)  # Kueue's, for devices it cannot count
+    assert ("Workload/ns/a", "Inadmissible", message) in fake.events
     assert key in sched.cache.parked_keys()
 
 
@@ -144,7 +144,7 @@ async def test_a_job_whose_template_arrives_later_is_admitted_then() -> None:
     key = await _add(sched, fake, "a", from_template("gpus", "late"))
     await sched.run_once()
     reason, message = _reason(fake.workloads[key])
-    assert reason == "Misconfigured"
+    assert reason == "Inadmissible"
     assert "ResourceClaimTemplate late in podset main" in message
     sched.cache.set_claim_template(template("late", exactly(count=2)))
     await sched.run_once()

@@ -10,8 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from atoll.api.localqueue import LocalQueue
 from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control.explain import explain
 from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
+from atoll.engine import decisions as d
 from atoll.state import workloads as wls
 from atoll.state.lifecycle import without_reservation
 from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
@@ -62,8 +64,43 @@ async def test_second_gang_that_does_not_fit_waits_whole_with_numbers() -> None:
     assert not wls.has_quota(b)
     cond = wls.condition(b, wls.QUOTA_RESERVED)
     assert cond is not None
-    assert cond.reason == "WaitingForQuota"
-    assert "nvidia.com/gpu" in cond.message
+    assert cond.reason == "Pending"
+    assert "insufficient unused quota for nvidia.com/gpu" in cond.message
+
+
+async def test_a_pending_workload_gets_kueues_reason_and_explain_keeps_atolls() -> None:
+    """The condition and the Warning Event say Kueue's `Pending` with the engine's message;
+    `atoll explain` still gives the engine's finer reason (WaitingForQuota)."""
+    sched, fake = _setup(gpus=8)
+    await _add(sched, fake, "a", pods=6)
+    await sched.run_once()
+    second = await _add(sched, fake, "b", pods=4)
+    await sched.run_once()
+    cond = wls.condition(fake.workloads[second], wls.QUOTA_RESERVED)
+    assert cond is not None
+    assert (cond.status.value, cond.reason) == ("False", "Pending")
+    assert "insufficient unused quota for nvidia.com/gpu in flavor rf" in cond.message
+    assert fake.warnings == [(f"Workload/{second}", "Pending", cond.message)]
+    ex = explain(sched.cache, second, NOW)
+    assert ex.condition == ("Pending", cond.message)
+    assert isinstance(ex.decision, d.Pending)
+    assert ex.decision.reason is d.PendingReason.WAITING_FOR_QUOTA
+    assert f"pending, WaitingForQuota: {cond.message}" in ex.describe()
+
+
+async def test_a_workload_of_a_missing_local_queue_is_inadmissible() -> None:
+    """Kueue's workload controller writes `Inadmissible` for a missing LocalQueue."""
+    sched, fake = _setup()
+    raw = workload_for(job("lost", pods=1)).to_dict()
+    raw["spec"]["queueName"] = "nowhere"
+    created = await fake.create_workload(Workload.from_dict(raw))
+    sched.cache.set_workload(created)
+    key = wls.wl_key(created)
+    await sched.run_once()
+    cond = wls.condition(fake.workloads[key], wls.QUOTA_RESERVED)
+    assert cond is not None
+    assert (cond.reason, cond.message) == ("Inadmissible", "LocalQueue nowhere doesn't exist")
+    assert fake.warnings == [(f"Workload/{key}", "Inadmissible", cond.message)]
 
 
 async def test_an_unchanged_pending_status_is_not_rewritten() -> None:
@@ -116,7 +153,8 @@ async def test_higher_priority_preempts_a_whole_lower_priority_gang() -> None:
     assert wls.has_quota(victim)  # quota is released by the Job side, when pods are gone
     waiting = wls.condition(fake.workloads[high], wls.QUOTA_RESERVED)
     assert waiting is not None
-    assert waiting.reason == "WaitingForPreemptedWorkloads"
+    assert waiting.reason == "Pending"
+    assert waiting.message.endswith("Pending the preemption of 1 workload(s)")
 
 
 @pytest.mark.parametrize("strategy", ["StrictFIFO", "BestEffortFIFO"])
@@ -163,7 +201,7 @@ async def test_a_reclaiming_preemptor_is_admitted_before_its_victim_returns() ->
 
     def release(w: Workload) -> WorkloadStatus:  # what the Job side does once pods are gone
         at = dt.datetime.fromtimestamp(NOW, dt.UTC)
-        conds = without_reservation(w.status.conditions or (), "PendingEvaluation", "", at)
+        conds = without_reservation(w.status.conditions or (), "Pending", "", at)
         conds = wls.with_condition(
             conds, wls.REQUEUED, status=True, reason="Preempted", message="", now=at
         )

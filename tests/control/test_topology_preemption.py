@@ -169,7 +169,7 @@ async def test_evicts_the_lowest_priority_rack_whole_and_nothing_else() -> None:
         preempted = wls.condition(fake.workloads[key], wls.PREEMPTED)
         assert preempted is not None
         assert preempted.reason == "InClusterQueue"
-    assert _reason(fake, big) == "WaitingForPreemptedWorkloads"
+    assert _reason(fake, big) == "Pending"
     assert "Pending the preemption of 4 workload(s) in topology.atoll.dev/rack rack-2" in (
         _message(fake, big)
     )
@@ -210,7 +210,7 @@ async def test_waits_for_its_victims_without_preempting_again_then_lands_in_thei
         again = await sched.run_once()
         assert again.preempted == 0
         assert not any(isinstance(x, d.Preempt) for x in again.decisions)
-        assert _reason(fake, big) == "WaitingForPreemptedWorkloads"
+        assert _reason(fake, big) == "Pending"
     assert _evicted(fake) == set(lows[4:8])
     assert [e for e in fake.events[events:] if e[1] == "Preempted"] == []
     assert "Waiting for 4 preempted workload(s) to leave topology.atoll.dev/rack rack-1" in (
@@ -243,7 +243,8 @@ async def test_the_freed_rack_is_kept_for_the_preemptor() -> None:
     assert wls.has_quota(fake.workloads[big])
     assert _nodes(sched, big) == set(RACKS["rack-2"])
     assert not wls.has_quota(fake.workloads[other])
-    assert _reason(fake, other) == "TopologyPlacementFailed"
+    assert _reason(fake, other) == "Pending"
+    assert "eligible node(s) have room for 0" in _message(fake, other)
 
 
 async def test_policy_never_preempts_nothing_and_says_what_would_help() -> None:
@@ -257,7 +258,7 @@ async def test_policy_never_preempts_nothing_and_says_what_would_help() -> None:
     result = await sched.run_once()
     assert result.preempted == 0
     assert _evicted(fake) == set()
-    assert _reason(fake, big) == "TopologyPlacementFailed"
+    assert _reason(fake, big) == "Pending"
     message = _message(fake, big)
     assert "needs 2 pods in one topology.atoll.dev/rack; the largest has room for 1" in message
     # the fewest running gangs of one rack whose end makes room: one, in rack-0 (first)
@@ -273,7 +274,7 @@ async def test_without_a_rack_to_free_it_waits_with_a_hint_naming_several() -> N
     result = await sched.run_once()
     assert result.preempted == 0
     message = _message(fake, big)
-    assert _reason(fake, big) == "TopologyPlacementFailed"
+    assert _reason(fake, big) == "Pending"
     assert f"would fit after workloads {lows[0]}, {lows[1]}, {lows[2]} and 1 more finish" in (
         message
     )

@@ -115,8 +115,8 @@ def test_second_gang_waits_whole_then_runs(
     )
     pending = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
     assert pending is not None
-    assert pending["reason"] == "WaitingForQuota"
-    assert "nvidia.com/gpu" in pending["message"]
+    assert pending["reason"] == "Pending"  # Kueue's reason; the message says why
+    assert "insufficient unused quota for nvidia.com/gpu" in pending["message"]
     pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", "job-name=second")["items"]
     assert pods == []  # no part of the second gang runs while it waits
     job = get_json(cluster, "get", "job", "second", "-n", namespace)

@@ -2,7 +2,8 @@
 an operator configured to map DeviceClass `gpu.atoll.dev` to `example.com/gpu` charges each
 device of a pod's claim as 1 `example.com/gpu`, so a ClusterQueue with 4 admits two Jobs whose
 pod claims an NVLink pair and keeps the third pending with Kueue's quota message; a Job whose
-ResourceClaimTemplate is created after it waits `Misconfigured` and is admitted once it exists."""
+ResourceClaimTemplate is created after it waits `Inadmissible` (Kueue's reason) and is admitted
+once it exists."""
 
 from __future__ import annotations
 
@@ -146,7 +147,11 @@ def test_quota_of_four_devices_admits_two_pair_jobs_and_holds_the_third(
         )
         cluster.wait_for(
             "c waiting for quota",
-            lambda: _quota_reserved(cluster, namespace, "c").get("reason") == "WaitingForQuota",
+            lambda: (
+                _quota_reserved(cluster, namespace, "c").get("reason") == "Pending"
+                and "insufficient unused quota"
+                in _quota_reserved(cluster, namespace, "c")["message"]
+            ),
         )
     except AssertionError as e:
         raise AssertionError(f"{e}\n{_state(cluster, namespace, dra_operator)}") from e
@@ -169,14 +174,14 @@ def test_quota_of_four_devices_admits_two_pair_jobs_and_holds_the_third(
     assert not is_true(workload_of(cluster, namespace, "c"), "QuotaReserved")
 
 
-def test_a_job_whose_template_comes_later_waits_misconfigured_then_is_admitted(
+def test_a_job_whose_template_comes_later_waits_inadmissible_then_is_admitted(
     cluster: KubeCluster, dra_operator: OperatorProcess, namespace: str
 ) -> None:
     _queue(cluster, namespace, devices=2)
     _create(cluster, _pair_job("late", namespace, "late-pair", run="5s"))
     cluster.wait_for(
-        "a Misconfigured reason",
-        lambda: _quota_reserved(cluster, namespace, "late").get("reason") == "Misconfigured",
+        "an Inadmissible reason",
+        lambda: _quota_reserved(cluster, namespace, "late").get("reason") == "Inadmissible",
     )
     message = _quota_reserved(cluster, namespace, "late")["message"]
     assert message == (

@@ -110,12 +110,17 @@ def _pending(cluster: KubeCluster, ns: str, job: str) -> tuple[str, str]:
     return cond.get("reason", ""), cond.get("message", "")
 
 
-def _placement_failed(cluster: KubeCluster, ns: str, job: str) -> str:
-    """Waits until the Job's Workload is pending `TopologyPlacementFailed`; its message."""
-    cluster.wait_for(
-        f"{job} waits for placement",
-        lambda: _pending(cluster, ns, job)[0] == "TopologyPlacementFailed",
-    )
+def _waits(cluster: KubeCluster, ns: str, job: str, says: str) -> bool:
+    """Whether the Job's Workload is pending (Kueue's reason `Pending`) with a message that
+    says `says`: the message is what tells one cause from another."""
+    reason, message = _pending(cluster, ns, job)
+    return reason == "Pending" and says in message
+
+
+def _placement_failed(cluster: KubeCluster, ns: str, job: str, says: str) -> str:
+    """Waits until the Job's Workload is pending for its placement (`says` in the message);
+    its message."""
+    cluster.wait_for(f"{job} waits for placement", lambda: _waits(cluster, ns, job, says))
     return _pending(cluster, ns, job)[1]
 
 
@@ -185,7 +190,7 @@ def test_product_name_selector_admits_on_the_l40s_and_the_rest_waits(
     cluster.wait_for(
         "second waits for the L40S",
         lambda: (
-            _pending(cluster, namespace, "second")[0] == "TopologyPlacementFailed"
+            _waits(cluster, namespace, "second", "2 device(s)")
             or is_true(workload_of(cluster, namespace, "first"), "Finished")
         ),
     )
@@ -245,7 +250,8 @@ def test_device_class_mapping_on_gpu_nvidia_com_charges_quota(
         cluster.wait_for(f"workload of {name}", lambda n=name: workload_of(cluster, namespace, n))
     _admitted(cluster, namespace, "a", "b")
     cluster.wait_for(
-        "c waits for quota", lambda: _pending(cluster, namespace, "c")[0] == "WaitingForQuota"
+        "c waits for quota",
+        lambda: _waits(cluster, namespace, "c", "insufficient unused quota"),
     )
     assert (
         f"insufficient unused quota for {QUOTA} in flavor {rf}, 2 more needed"
@@ -282,7 +288,7 @@ def test_clique_required_gang_lands_in_one_gfd_clique(
     placed = _bound(cluster, namespace, "clq", 4)
     assert len(set(placed)) == 4, "one 4-GPU pod per 4-GPU tray"
     assert len({cliques[n] for n in placed}) == 1, placed
-    message = _placement_failed(cluster, namespace, "wide")
+    message = _placement_failed(cluster, namespace, "wide", "pod set main needs 5 pods")
     # a clique of 4 trays cannot hold 5 pods of 4 GPUs: while clq runs only its other clique
     # has room ("8 eligible node(s) have room for 4"), otherwise "the largest has room for 4"
     assert "pod set main needs 5 pods" in message, message
@@ -341,7 +347,7 @@ def test_discovered_islands_are_published_and_bound_gangs_admitted_by_them(
     _admitted(cluster, namespace, "pairs")
     _bound(cluster, namespace, "pairs", 2)
     _create(cluster, _island_job("quad", namespace, pods=1, gpus=4, run="2s"))
-    message = _placement_failed(cluster, namespace, "quad")
+    message = _placement_failed(cluster, namespace, "quad", "in one NVLink island")
     assert "each pod needs 4 nvidia.com/gpu in one NVLink island" in message, message
     assert "the largest free island has 2" in message, message
     assert _pods(cluster, namespace, "quad") == []

@@ -191,6 +191,13 @@ def _pending_reason(cluster: KubeCluster, ns: str, job: str) -> tuple[str, str]:
     return cond.get("reason", ""), cond.get("message", "")
 
 
+def _waits(cluster: KubeCluster, ns: str, job: str, says: str) -> bool:
+    """Whether the Job's Workload is pending (Kueue's reason `Pending`) with a message that
+    says `says`: the message is what tells one cause from another."""
+    reason, message = _pending_reason(cluster, ns, job)
+    return reason == "Pending" and says in message
+
+
 # --- dgx-h100 -------------------------------------------------------------------------------
 
 
@@ -240,7 +247,7 @@ def test_dgx_eight_gpu_gangs_each_take_one_node_and_the_extra_wait_whole(
             if j in with_pods or j in holding:
                 continue
             reason, message = _pending_reason(cluster, namespace, j)
-            if reason == "TopologyPlacementFailed":
+            if reason == "Pending" and "device(s)" in message:  # waits for its devices
                 waited.add(j)
                 assert "8 device(s)" in message, message
         if _succeeded(cluster, namespace) == set(jobs):
@@ -311,7 +318,7 @@ def test_gb200_gang_larger_than_any_clique_waits_with_the_numbers(
     _create(cluster, _clique_job("wide", namespace, 19))
     cluster.wait_for(
         "a placement reason",
-        lambda: _pending_reason(cluster, namespace, "wide")[0] == "TopologyPlacementFailed",
+        lambda: _waits(cluster, namespace, "wide", CLIQUE),
     )
     message = _pending_reason(cluster, namespace, "wide")[1]
     assert CLIQUE in message, message
@@ -356,7 +363,7 @@ def test_lab_two_gpu_job_lands_on_the_bridged_pair(
     cluster.wait_for(
         "the second job to wait for the pair",
         lambda: (
-            _pending_reason(cluster, namespace, "trio")[0] == "TopologyPlacementFailed"
+            _waits(cluster, namespace, "trio", "device(s)")
             or "trio" in _succeeded(cluster, namespace)
         ),
     )

@@ -179,11 +179,22 @@ def _pending_condition(cluster: KubeCluster, ns: str, job: str) -> dict[str, Any
 @pytest.mark.parametrize(
     ("setup", "reason", "words"),
     [
+        # Kueue's reasons; the message says which cause
         pytest.param(
-            "missing-local-queue", "Misconfigured", ["LocalQueue", "doesn't exist"], id="lq"
+            "missing-local-queue",
+            "Inadmissible",
+            ["LocalQueue no-such-queue doesn't exist"],
+            id="lq",
         ),
-        pytest.param("missing-flavor", "Suspended", ["inactive"], id="flavor"),
-        pytest.param("too-big", "ExceedsMaxQuota", ["nvidia.com/gpu"], id="too-big"),
+        pytest.param(
+            "missing-flavor", "Inadmissible", ["ClusterQueue", "is inactive"], id="flavor"
+        ),
+        pytest.param(
+            "too-big",
+            "Pending",
+            ["insufficient quota for nvidia.com/gpu", "> maximum capacity"],
+            id="too-big",
+        ),
     ],
 )
 def test_bad_input_gets_a_reason_and_an_event_and_the_operator_keeps_running(

@@ -135,16 +135,16 @@ def test_a_suspended_jobs_workload_follows_its_queue_name(
             "label", "job", "j", "-n", namespace, f"{b.QUEUE_LABEL}=missing", "--overwrite"
         )
 
-        def misconfigured() -> bool:
+        def inadmissible() -> bool:
             wl = workload_of(cluster, namespace, "j") or {}
             c = condition(wl, "QuotaReserved") or {}
             return bool(
                 wl.get("spec", {}).get("queueName") == "missing"
-                and c.get("reason") == "Misconfigured"
-                and "missing" in c.get("message", "")
+                and c.get("reason") == "Inadmissible"
+                and c.get("message") == "LocalQueue missing doesn't exist"
             )
 
-        cluster.wait_for("the Workload waiting for LocalQueue missing", misconfigured)
+        cluster.wait_for("the Workload waiting for LocalQueue missing", inadmissible)
         cluster.kubectl("label", "job", "j", "-n", namespace, f"{b.QUEUE_LABEL}=big", "--overwrite")
         recovered = timed(
             "j admitted in big",

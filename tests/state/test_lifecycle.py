@@ -60,7 +60,7 @@ def test_release_clears_the_admission_and_requeues_by_the_eviction_reason(
     assert wls.is_true(released, wls.REQUEUED) is requeued
     reserved = wls.condition(released, wls.QUOTA_RESERVED)
     assert reserved is not None
-    assert reserved.reason == lc.PENDING_EVALUATION
+    assert reserved.reason == "Pending"  # Kueue's, as its job reconciler releases quota
     admitted = wls.condition(released, wls.ADMITTED)
     assert admitted is not None
     assert admitted.message == lc.NO_RESERVATION_MESSAGE
@@ -218,6 +218,7 @@ def test_finish_is_written_once() -> None:
 
 
 SKIPPED = "Workload no longer fits after processing another workload"
+QUOTA = d.PendingReason.WAITING_FOR_QUOTA
 NO_FIT = (
     "couldn't assign flavors to pod set main: insufficient unused quota for "
     "nvidia.com/gpu in flavor gpu, 2 more needed"
@@ -230,17 +231,52 @@ def test_pending_writes_exactly_when_the_quota_reserved_condition_changes() -> N
     or message): the same message again writes nothing; a skipped entry's message, or only
     a number in it, is a change and is written."""
     wl = workload_for(job("a", pods=2))
-    first = lc.pending("WaitingForQuota", NO_FIT, T0)
+    first = lc.pending(QUOTA, NO_FIT, T0)
     told = lc.applied(wl, first)
-    assert lc.pending("WaitingForQuota", NO_FIT, _later(1))(told) is None
-    skipped = lc.pending("WaitingForQuota", SKIPPED, _later(1))(told)
+    assert lc.pending(QUOTA, NO_FIT, _later(1))(told) is None
+    skipped = lc.pending(QUOTA, SKIPPED, _later(1))(told)
     assert skipped is not None
     condition = next(c for c in skipped.conditions or () if c.type == wls.QUOTA_RESERVED)
-    assert (condition.reason, condition.message) == ("WaitingForQuota", SKIPPED)
+    assert (condition.reason, condition.message) == ("Pending", SKIPPED)
     fewer = NO_FIT.replace("2 more", "1 more")
-    assert lc.pending("WaitingForQuota", fewer, _later(2))(told) is not None
+    assert lc.pending(QUOTA, fewer, _later(2))(told) is not None
+
+
+@pytest.mark.parametrize(
+    ("reason", "written"),
+    [
+        # Kueue's scheduler (requeueAndUpdate): every entry it tried and left pending
+        (d.PendingReason.PENDING_EVALUATION, "Pending"),
+        (d.PendingReason.WAITING_FOR_QUOTA, "Pending"),
+        (d.PendingReason.EXCEEDS_MAX_QUOTA, "Pending"),
+        (d.PendingReason.NO_MATCHING_FLAVOR, "Pending"),
+        (d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS, "Pending"),
+        (d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, "Pending"),
+        (d.PendingReason.NAMESPACE_MISMATCH, "Pending"),
+        # Kueue's workload controller (WorkloadInadmissible): kept out of the queues
+        (d.PendingReason.MISCONFIGURED, "Inadmissible"),
+        (d.PendingReason.SUSPENDED, "Inadmissible"),
+        (d.PendingReason.DEACTIVATED, "Inadmissible"),
+    ],
+    ids=lambda v: v.value if isinstance(v, d.PendingReason) else v,
+)
+def test_a_pending_workload_is_written_with_kueues_reason_not_atolls(
+    reason: d.PendingReason, written: str
+) -> None:
+    """Dashboards and alerts that match Kueue's QuotaReserved reasons match atoll's: the
+    engine's finer reason is atoll's own (explain, what-if), the condition says Kueue's."""
+    assert lc.written_reason(reason) == written
+    wl = lc.applied(workload_for(job("a", pods=2)), lc.pending(reason, "why", T0))
+    cond = wls.condition(wl, wls.QUOTA_RESERVED)
+    assert cond is not None
+    assert (cond.status.value, cond.reason, cond.message) == ("False", written, "why")
+
+
+def test_every_pending_reason_has_a_written_reason() -> None:
+    assert set(lc.WRITTEN_REASONS) == set(d.PendingReason)
+    assert set(lc.WRITTEN_REASONS.values()) == {"Pending", "Inadmissible"}
 
 
 def test_pending_never_writes_over_a_reservation() -> None:
     wl = _admitted()
-    assert lc.pending("WaitingForQuota", SKIPPED, _later(1))(wl) is None
+    assert lc.pending(QUOTA, SKIPPED, _later(1))(wl) is None

@@ -302,7 +302,8 @@ class Scheduler:
 
     async def _pending(self, dec: d.Pending, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)
-        written = await self._write(key, lc.pending(dec.reason.value, dec.message, now), result)
+        written = await self._write(key, lc.pending(dec.reason, dec.message, now), result)
         if written is not None:
             self.cache.set_workload(written)
-            await self.emit(workload_ref(written), "Warning", dec.reason.value, dec.message)
+            reason = lc.written_reason(dec.reason)
+            await self.emit(workload_ref(written), "Warning", reason, dec.message)

@@ -144,7 +144,7 @@ def validate(snapshot: Snapshot, w: Workload) -> ClusterQueue | Pending:
         return _pending(
             w,
             cq,
-            PendingReason.MISCONFIGURED,
+            PendingReason.NAMESPACE_MISMATCH,
             "Workload namespace doesn't match ClusterQueue selector",
             Requeue.INADMISSIBLE,
         )

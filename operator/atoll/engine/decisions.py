@@ -19,7 +19,11 @@ from atoll.engine.model import (
 
 
 class PendingReason(Enum):
-    """Kueue's QuotaReserved=False reasons, most severe quota reason last."""
+    """atoll's own classification of why a Workload stays pending (most severe quota reason
+    last), shown by `atoll explain`, `atoll what-if` and the simulator's tables. These are not
+    Kueue's reasons: the reason written to the Workload's QuotaReserved=False condition and
+    its Warning Event is Kueue's, `Pending` or `Inadmissible`
+    (`atoll.state.lifecycle.written_reason`), with the message as it is here."""
 
     PENDING_EVALUATION = "PendingEvaluation"
     WAITING_FOR_QUOTA = "WaitingForQuota"
@@ -28,9 +32,14 @@ class PendingReason(Enum):
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
     TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
     """Quota fits but the gang cannot be placed inside its topology or on free devices."""
+    NAMESPACE_MISMATCH = "NamespaceMismatch"
+    """The ClusterQueue's namespaceSelector does not select the Workload's namespace."""
     MISCONFIGURED = "Misconfigured"
+    """Its LocalQueue or ClusterQueue is missing, or its devices cannot be counted or built."""
     SUSPENDED = "Suspended"
+    """Its LocalQueue is stopped or its ClusterQueue inactive."""
     DEACTIVATED = "Deactivated"
+    """`spec.active: false` (the operator's cache queues no such Workload)."""
 
 
 class PreemptionReason(Enum):

@@ -279,8 +279,8 @@ class Workload:
     uid: str = ""
     active: bool = True
     misconfigured: str | None = None
-    """Why the workload cannot be charged to any queue as written (Kueue's `Misconfigured`,
-    e.g. DRA devices that cannot be counted), or None."""
+    """Why the workload cannot be charged to any queue as written (`Misconfigured`, written as
+    Kueue's `Inadmissible`, e.g. DRA devices that cannot be counted), or None."""
     sticky: bool = False
     """It issued preemptions from the head of a BestEffortFIFO queue and is not admitted
     yet: it stays at the head, ahead of the workloads it was picked over (Kueue's sticky

@@ -5,10 +5,11 @@ Mirrors Kueue's pkg/dra/claims.go (`GetResourceRequestsForResourceClaimTemplates
 `countDevicesPerClass`) and the checks of pkg/controller/core/workload_controller.go
 (`handleDRA`): per pod, every device request of every claim template counts `exactly.count`
 devices of its DeviceClass's mapped resource; admin-access requests count nothing. What Kueue
-cannot count makes the Workload inadmissible (`Misconfigured`) with Kueue's field-error
-message: a claim by `resourceClaimName`, a `firstAvailable` request, `allocationMode: All`, an
-unmapped DeviceClass, a missing template. The result is not written into the Workload's spec:
-as in Kueue it is added to the pod sets' requests when the Workload is queued, so it appears in
+cannot count makes the Workload inadmissible (atoll's `Misconfigured`, written as Kueue's
+`Inadmissible`) with Kueue's field-error message: a claim by `resourceClaimName`, a
+`firstAvailable` request, `allocationMode: All`, an unmapped DeviceClass, a missing template.
+The result is not written into the Workload's spec: as in Kueue it is added to the pod sets'
+requests when the Workload is queued, so it appears in
 `status.admission.podSetAssignments[].resourceUsage` and in the ClusterQueue's usage.
 
 Kueue also checks CEL selectors against the cluster's devices here; atoll's placement does

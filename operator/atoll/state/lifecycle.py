@@ -9,12 +9,13 @@ read here. The rules:
 
 - `admit`: QuotaReserved and Admitted (no admission checks) with the admission; an earlier
   Evicted/Preempted turns False ("Previously: …").
-- `pending`: QuotaReserved=False with the engine's reason and message (Admitted=False,
-  NoReservation); an unchanged message writes nothing.
+- `pending`: QuotaReserved=False with Kueue's reason for the engine's (`written_reason`:
+  `Pending`, or `Inadmissible` when the Workload's queue or devices keep it out) and the
+  engine's message (Admitted=False, NoReservation); an unchanged message writes nothing.
 - `evict`: Evicted=True (and Preempted=True with the preemption reason), counted in
   `schedulingStats.evictions` by Kueue's reason and cause (`eviction_labels`); the quota
   stays held until no pod of the gang is active. A deactivation drops DeactivationTarget.
-- `release`: the quota released after an eviction (QuotaReserved=False PendingEvaluation,
+- `release`: the quota released after an eviction (QuotaReserved=False Pending,
   admission cleared, time admitted added to the past execution time); requeued at once
   (`requeues_at_once`), after the requeue backoff (`backoff`, PodsReadyTimeout), or on the
   reconciler's next pass (`requeue`, BackoffFinished).
@@ -63,7 +64,28 @@ HUMAN_PREEMPTION_REASONS = {
 }
 NO_RESERVATION = "NoReservation"
 NO_RESERVATION_MESSAGE = "The workload has no reservation"
-PENDING_EVALUATION = "PendingEvaluation"
+PENDING = "Pending"
+"""Kueue's QuotaReserved=False reason of a Workload its scheduler tried and left pending
+(pkg/scheduler `requeueAndUpdate`; also its Warning Event's reason), and of one whose quota
+was released after an eviction."""
+INADMISSIBLE = "Inadmissible"
+"""Kueue's QuotaReserved=False reason (`WorkloadInadmissible`) of a Workload its workload
+controller keeps out of the queues: a missing or stopped LocalQueue, a missing or inactive
+ClusterQueue, devices that cannot be counted."""
+WRITTEN_REASONS: Mapping[d.PendingReason, str] = {
+    d.PendingReason.PENDING_EVALUATION: PENDING,
+    d.PendingReason.WAITING_FOR_QUOTA: PENDING,
+    d.PendingReason.EXCEEDS_MAX_QUOTA: PENDING,
+    d.PendingReason.NO_MATCHING_FLAVOR: PENDING,
+    d.PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS: PENDING,
+    d.PendingReason.TOPOLOGY_PLACEMENT_FAILED: PENDING,
+    d.PendingReason.NAMESPACE_MISMATCH: PENDING,
+    d.PendingReason.MISCONFIGURED: INADMISSIBLE,
+    d.PendingReason.SUSPENDED: INADMISSIBLE,
+    d.PendingReason.DEACTIVATED: INADMISSIBLE,
+}
+"""atoll's reason for a pending Workload → the reason Kueue writes for it, so that what
+matches Kueue's conditions and Events (dashboards, alerts) matches atoll's."""
 PENDING_EVALUATION_MESSAGE = "The workload is pending evaluation"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 DEACTIVATED_DUE_TO = "DeactivatedDueTo"
@@ -178,8 +200,17 @@ def without_reservation(
     )
 
 
-def pending(reason: str, message: str, now: dt.datetime) -> Mutation:
-    """QuotaReserved=False with Kueue's reason and message; unchanged status writes nothing."""
+def written_reason(reason: d.PendingReason) -> str:
+    """The reason written for a Workload the engine leaves pending for `reason`, on its
+    QuotaReserved=False condition and its Warning Event: Kueue's `Pending`, or
+    `Inadmissible` (`WRITTEN_REASONS`). The engine's own reason stays in `atoll explain`."""
+    return WRITTEN_REASONS[reason]
+
+
+def pending(reason: d.PendingReason, message: str, now: dt.datetime) -> Mutation:
+    """QuotaReserved=False with Kueue's reason for the engine's `reason` (`written_reason`)
+    and the engine's message; an unchanged status writes nothing."""
+    written = written_reason(reason)
 
     def mutate(wl: Workload) -> WorkloadStatus | None:
         if wls.has_quota(wl) or wls.is_finished(wl):
@@ -188,12 +219,12 @@ def pending(reason: str, message: str, now: dt.datetime) -> Mutation:
         admitted = wls.condition(wl, wls.ADMITTED)
         if (
             current is not None
-            and current.reason == reason
+            and current.reason == written
             and current.message == wls.truncate(message)
             and admitted is not None
         ):
             return None
-        conds = without_reservation(wl.status.conditions or (), reason, message, now)
+        conds = without_reservation(wl.status.conditions or (), written, message, now)
         return wls.status_with(wl, conditions=conds)
 
     return mutate
@@ -312,7 +343,7 @@ def backoff(wl: Workload, now: dt.datetime, base: float, cap: float) -> RequeueS
 
 def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutation:
     """The quota of an evicted Workload released (no pod of its gang is active any more):
-    QuotaReserved=False (PendingEvaluation), Admitted=False, the admission cleared, the time
+    QuotaReserved=False (Pending), Admitted=False, the admission cleared, the time
     admitted added up, and Requeued with the eviction's reason: True for the reasons that
     requeue at once, else False (with `backoff` after a PodsReady timeout)."""
 
@@ -322,7 +353,7 @@ def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutatio
         evicted = wls.condition(w, wls.EVICTED)
         reason = evicted.reason if evicted else "Pending"
         conds = without_reservation(
-            w.status.conditions or (), PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE, now
+            w.status.conditions or (), PENDING, PENDING_EVALUATION_MESSAGE, now
         )
         conds = wls.with_condition(
             conds,
@@ -346,12 +377,12 @@ def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutatio
 
 def release_unmatched(message: str, now: dt.datetime) -> Mutation:
     """The quota of a Workload that no longer matches its owner released, so that it queues
-    again for what the owner now asks (QuotaReserved=False PendingEvaluation `message`)."""
+    again for what the owner now asks (QuotaReserved=False Pending `message`)."""
 
     def mutate(w: Workload) -> WorkloadStatus | None:
         if not wls.has_quota(w):
             return None
-        conds = without_reservation(w.status.conditions or (), PENDING_EVALUATION, message, now)
+        conds = without_reservation(w.status.conditions or (), PENDING, message, now)
         return wls.status_with(w, conditions=conds, admission=None)
 
     return mutate

@@ -20,8 +20,9 @@ and the ungater). `state/tas.py` is not on this path: it turns a Job's TAS annot
 its Workload's topology request (job framework, simulator).
 
 Mirrors the role of Kueue's pkg/cache/scheduler/tas_flavor_snapshot.go in the scheduler cycle
-(where Kueue reports `TopologyPlacementFailed`), extended to DRA devices (which Kueue's TAS
-does not combine with), through `atoll.engine.placement`.
+(where Kueue's scheduler leaves a gang `Pending` with its TAS message; atoll's own reason is
+`TopologyPlacementFailed`), extended to DRA devices (which Kueue's TAS does not combine
+with), through `atoll.engine.placement`.
 """
 
 from __future__ import annotations
