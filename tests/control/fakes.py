@@ -54,7 +54,10 @@ class FakeCluster:
         self.workloads[wls.wl_key(wl)] = created
         return created
 
-    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+    async def update_workload_status(
+        self, key: str, mutate: StatusMutation, *, confirm_unchanged: bool = False
+    ) -> Workload | None:
+        del confirm_unchanged  # the fake's copy is the server's
         if key not in self.workloads:
             raise NotFoundError(key)
         if self.fail_status_writes:

@@ -51,9 +51,12 @@ class ObjectRef:
 class WorkloadStore(Protocol):
     async def create_workload(self, wl: Workload) -> Workload: ...
 
-    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+    async def update_workload_status(
+        self, key: str, mutate: StatusMutation, *, confirm_unchanged: bool = False
+    ) -> Workload | None:
         """Read the Workload, apply `mutate`, write the status with the read resourceVersion;
-        on a conflict read again and retry. None when `mutate` changed nothing."""
+        on a conflict read again and retry. None when `mutate` changed nothing; with
+        `confirm_unchanged`, only when it changes nothing on the server's current version."""
         ...
 
     async def update_workload_spec(self, key: str, spec: WorkloadSpec) -> Workload:

@@ -172,10 +172,10 @@ class Scheduler:
         return lc.eviction_cause(wl, dec.reason.value, dec.message)
 
     async def _write(
-        self, key: str, mutate: StatusMutation, result: CycleResult
+        self, key: str, mutate: StatusMutation, result: CycleResult, *, confirm: bool = False
     ) -> Workload | None:
         try:
-            return await self.store.update_workload_status(key, mutate)
+            return await self.store.update_workload_status(key, mutate, confirm_unchanged=confirm)
         except NotFoundError:
             self.cache.delete_workload(key)
         except Exception as e:
@@ -196,7 +196,8 @@ class Scheduler:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         topology = assignments(self.cache.inventory.held().get(key))
-        written = await self._write(key, lc.admit(dec, now, topology), result)
+        # "nothing to write" takes the decision back: confirmed on the server's version
+        written = await self._write(key, lc.admit(dec, now, topology), result, confirm=True)
         if written is None or not wls.has_quota(written):
             self.cache.forget(key)
             self.wake()

@@ -281,19 +281,21 @@ class KubeWriter:
 
     def observe_workload(self, wl: Workload) -> None:
         """A Workload seen on the watch: the base of the next status write, when newer."""
-        key = f"{wl.namespace or ''}/{wl.name}"
-        known = self._last.get(key)
-        if known is not None and not _newer_or_same(
-            wl.metadata.resource_version, known.metadata.resource_version
-        ):
-            return
-        self._remember(key, wl)
+        self._remember(f"{wl.namespace or ''}/{wl.name}", wl)
 
     def forget_workload(self, key: str) -> None:
         self._last.pop(key, None)
 
     def _remember(self, key: str, wl: Workload) -> None:
-        self._last[key] = wl
+        """`wl` becomes the base of the next write of `key` unless a newer version is known:
+        a write's response can come after the watch events that follow it (the runner of a
+        benchmark took an admission back before atoll read its own write's answer), and an
+        older admitted base would make the next admission "nothing to write"."""
+        known = self._last.get(key)
+        if known is None or _newer_or_same(
+            wl.metadata.resource_version, known.metadata.resource_version
+        ):
+            self._last[key] = wl
         self._last.move_to_end(key)
         while len(self._last) > _REMEMBERED:
             self._last.popitem(last=False)
@@ -312,11 +314,15 @@ class KubeWriter:
         self._remember(f"{ns}/{wl.name}", created)
         return created
 
-    async def update_workload_status(self, key: str, mutate: StatusMutation) -> Workload | None:
+    async def update_workload_status(
+        self, key: str, mutate: StatusMutation, *, confirm_unchanged: bool = False
+    ) -> Workload | None:
         """Read-modify-write of the status. The last version this writer saw or wrote is the
         first base (no GET per write); a 409 means it is stale: read the object and retry.
         The written Workload is the base with the new status and resourceVersion (the
-        response is decoded for its resourceVersion only; the watch brings the object)."""
+        response is decoded for its resourceVersion only; the watch brings the object).
+        `confirm_unchanged`: "nothing to write" on the remembered version is checked on the
+        server's (a GET) before it is the answer."""
         ns, name = _split(key)
         wl = self._last.get(key)
         read = False
@@ -326,11 +332,11 @@ class KubeWriter:
                 read = True
             status = mutate(wl)
             if status is None:
-                if not read:
-                    # Nothing to write on the remembered version: it may be stale (a
-                    # scheduler that admits a pending Workload would otherwise be told
-                    # "nothing to do" by an old admitted version, forget its decision and
-                    # admit again, without end). Decide on the object as the server has it.
+                if confirm_unchanged and not read:
+                    # Nothing to write on the remembered version, which may be older than
+                    # the cache's (a watch event missed): a scheduler told "nothing to do"
+                    # for an admission would take it back and admit again, without end.
+                    # Decide on the object as the server has it.
                     wl = None
                     continue
                 return None
