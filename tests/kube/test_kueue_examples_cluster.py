@@ -325,18 +325,15 @@ def test_the_trainjob_example_is_admitted_and_runs(
     cluster: KubeCluster, examples_operator: OperatorProcess, namespace: str
 ) -> None:
     del examples_operator
-    with cluster_runtime(cluster, ex.TRAINJOB_RUNTIME):
-        try:
-            wl = run_example(cluster, namespace, ex.trainjob())
-            assert wl["metadata"]["name"].startswith("trainjob-fashion-")
-            assert pod_sets(wl) == [("node", 1)]
-            cluster.wait_for(
-                "its node pod to be bound",
-                lambda: TRAINJOB.bound(cluster, namespace, "fashion") == {"node": 1},
-                timeout=90,
-            )
-            (p,) = TRAINJOB.pods_of(cluster, namespace, "fashion")
-            requests = p["spec"]["containers"][0]["resources"]["requests"]
-            assert requests == {"cpu": "1", "memory": "2Gi"}  # resourcesPerNode
-        finally:
-            cluster.kubectl("delete", "trainjob", "fashion", "-n", namespace, check=False)
+    with cluster_runtime(cluster, namespace, ex.TRAINJOB_RUNTIME):
+        wl = run_example(cluster, namespace, ex.trainjob())
+        assert wl["metadata"]["name"].startswith("trainjob-fashion-")
+        assert pod_sets(wl) == [("node", 1)]
+        cluster.wait_for(
+            "its node pod to be bound",
+            lambda: TRAINJOB.bound(cluster, namespace, "fashion") == {"node": 1},
+            timeout=90,
+        )
+        (p,) = TRAINJOB.pods_of(cluster, namespace, "fashion")
+        requests = p["spec"]["containers"][0]["resources"]["requests"]
+        assert requests == {"cpu": "1", "memory": "2Gi"}  # resourcesPerNode

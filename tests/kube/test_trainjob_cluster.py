@@ -87,12 +87,17 @@ def runtime(name: str, run: str = "600s") -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def cluster_runtime(cluster: KubeCluster, name: str, run: str = "600s") -> Iterator[str]:
-    """The ClusterTrainingRuntime `name` (`runtime`) for the test, deleted at the end."""
+def cluster_runtime(
+    cluster: KubeCluster, namespace: str, name: str | None = None, run: str = "600s"
+) -> Iterator[str]:
+    """A ClusterTrainingRuntime (`runtime`, named `name` or after the namespace) for a test in
+    `namespace`; at the end the namespace's TrainJobs are deleted, then the runtime."""
+    name = name or f"train-{namespace}"
     cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(name, run)))
     try:
         yield name
     finally:
+        cluster.kubectl("delete", "trainjobs", "--all", "-n", namespace, check=False)
         cluster.kubectl("delete", "clustertrainingruntime", name, "--wait=false", check=False)
 
 
@@ -196,61 +201,57 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
 ) -> None:
     del trainjob_operator
     cq = queue(cluster, namespace, gpus=24, node_labels=POOL)
-    with cluster_runtime(cluster, f"train-{namespace}") as rt:
-        try:
-            first, second = trainjob("first", namespace, rt), trainjob("second", namespace, rt)
-            # The second is created once the first is admitted: created together, their
-            # Workloads may get the same creation second, and the queue then orders them by UID.
-            assert create(cluster, first).returncode == 0
-            cluster.wait_for(
-                "the first TrainJob's Workload to be Admitted",
-                lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
-            )
-            assert create(cluster, second).returncode == 0
-            # The webhook suspended it at creation.
-            assert TRAINJOB.suspended(cluster, namespace, "second")
-            wl = workload_of(cluster, namespace, "first")
-            assert wl is not None
-            assert wl["metadata"]["name"].startswith("trainjob-first-")
-            assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("node", 2)]
-            assert wl["status"]["admission"]["clusterQueue"] == cq
-            cluster.wait_for(
-                "the first TrainJob's 2 pods to be bound",
-                lambda: TRAINJOB.bound(cluster, namespace, "first") == {"node": 2},
-            )
-            started = get_json(cluster, "get", "trainjob", "first", "-n", namespace)
-            assert started["spec"].get("suspend") is not True
-            assert started["metadata"]["annotations"][OVERRIDE_IDX] == "0"
-            (override,) = started["spec"]["podSpecOverrides"]
-            assert override["targetJobs"] == [{"name": "node"}]
-            assert override["nodeSelector"] == POOL
-            for pod in TRAINJOB.pods_of(cluster, namespace, "first"):
-                assert pod["spec"].get("nodeSelector") == POOL
-                requests = pod["spec"]["containers"][0]["resources"]["requests"]
-                assert requests[b.GPU] == "8"  # resourcesPerNode
-            # The TrainJob's JobSet belongs to it: no Workload of its own.
-            names = [
-                w["metadata"]["name"]
-                for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
-            ]
-            assert not [n for n in names if n.startswith(("jobset-", "job-"))], names
-            cluster.wait_for(
-                "the second TrainJob to wait with a reason",
-                lambda: (
-                    (condition(workload_of(cluster, namespace, "second"), "QuotaReserved") or {})
-                    .get("message", "")
-                    .startswith("couldn't assign flavors")
-                ),
-            )
-            waiting = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
-            assert waiting is not None
-            assert b.GPU in waiting["message"]
-            assert TRAINJOB.suspended(cluster, namespace, "second")
-            assert TRAINJOB.pods_of(cluster, namespace, "second") == []
-            _explain_and_what_if(cluster, namespace, rt, tmp_path)
-        finally:
-            for name in ("first", "second"):
-                cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)
+    with cluster_runtime(cluster, namespace) as rt:
+        first, second = trainjob("first", namespace, rt), trainjob("second", namespace, rt)
+        # The second is created once the first is admitted: created together, their
+        # Workloads may get the same creation second, and the queue then orders them by UID.
+        assert create(cluster, first).returncode == 0
+        cluster.wait_for(
+            "the first TrainJob's Workload to be Admitted",
+            lambda: is_true(workload_of(cluster, namespace, "first"), "Admitted"),
+        )
+        assert create(cluster, second).returncode == 0
+        # The webhook suspended it at creation.
+        assert TRAINJOB.suspended(cluster, namespace, "second")
+        wl = workload_of(cluster, namespace, "first")
+        assert wl is not None
+        assert wl["metadata"]["name"].startswith("trainjob-first-")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("node", 2)]
+        assert wl["status"]["admission"]["clusterQueue"] == cq
+        cluster.wait_for(
+            "the first TrainJob's 2 pods to be bound",
+            lambda: TRAINJOB.bound(cluster, namespace, "first") == {"node": 2},
+        )
+        started = get_json(cluster, "get", "trainjob", "first", "-n", namespace)
+        assert started["spec"].get("suspend") is not True
+        assert started["metadata"]["annotations"][OVERRIDE_IDX] == "0"
+        (override,) = started["spec"]["podSpecOverrides"]
+        assert override["targetJobs"] == [{"name": "node"}]
+        assert override["nodeSelector"] == POOL
+        for pod in TRAINJOB.pods_of(cluster, namespace, "first"):
+            assert pod["spec"].get("nodeSelector") == POOL
+            requests = pod["spec"]["containers"][0]["resources"]["requests"]
+            assert requests[b.GPU] == "8"  # resourcesPerNode
+        # The TrainJob's JobSet belongs to it: no Workload of its own.
+        names = [
+            w["metadata"]["name"]
+            for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+        ]
+        assert not [n for n in names if n.startswith(("jobset-", "job-"))], names
+        cluster.wait_for(
+            "the second TrainJob to wait with a reason",
+            lambda: (
+                (condition(workload_of(cluster, namespace, "second"), "QuotaReserved") or {})
+                .get("message", "")
+                .startswith("couldn't assign flavors")
+            ),
+        )
+        waiting = condition(workload_of(cluster, namespace, "second"), "QuotaReserved")
+        assert waiting is not None
+        assert b.GPU in waiting["message"]
+        assert TRAINJOB.suspended(cluster, namespace, "second")
+        assert TRAINJOB.pods_of(cluster, namespace, "second") == []
+        _explain_and_what_if(cluster, namespace, rt, tmp_path)
 
 
 def _started_with_both_selectors(cluster: KubeCluster, ns: str, name: str) -> None:
@@ -282,7 +283,7 @@ def test_a_preempted_trainjob_is_suspended_its_pods_go_and_its_overrides_are_cut
         node_labels=POOL,
         preemption={"withinClusterQueue": "LowerPriority"},
     )
-    with cluster_runtime(cluster, f"train-{namespace}") as rt:
+    with cluster_runtime(cluster, namespace) as rt:
         try:
             low = trainjob("low", namespace, rt, overrides=USERS, priority=f"low-{namespace}")
             check_preempted_and_restored(
@@ -296,7 +297,6 @@ def test_a_preempted_trainjob_is_suspended_its_pods_go_and_its_overrides_are_cut
             stopped = TRAINJOB.get(cluster, namespace, "low")
             assert stopped["spec"]["podSpecOverrides"] == USERS
         finally:
-            cluster.kubectl("delete", "trainjob", "low", "-n", namespace, check=False)
             cluster.kubectl("delete", "job", "urgent", "-n", namespace, check=False)
 
 
@@ -305,37 +305,34 @@ def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
 ) -> None:
     del trainjob_operator
     queue(cluster, namespace, gpus=16, node_labels=POOL)
-    with cluster_runtime(cluster, f"train-{namespace}") as rt:
-        try:
-            paused = trainjob("paused", namespace, rt, overrides=USERS)
-            assert create(cluster, paused).returncode == 0
-            cluster.wait_for(
-                "the TrainJob's 2 pods to be bound",
-                lambda: TRAINJOB.bound(cluster, namespace, "paused") == {"node": 2},
-            )
-            _started_with_both_selectors(cluster, namespace, "paused")
-            wl = workload_of(cluster, namespace, "paused")
-            assert wl is not None
-            cluster.kubectl(
-                "patch", "workload", wl["metadata"]["name"], "-n", namespace, "--type=merge",
-                "-p", json.dumps({"spec": {"active": False}}),
-            )  # fmt: skip
-            cluster.wait_for(
-                "the TrainJob to be suspended, its pods gone and its overrides cut back",
-                lambda: (
-                    TRAINJOB.suspended(cluster, namespace, "paused")
-                    and TRAINJOB.pods_of(cluster, namespace, "paused") == []
-                    and not TRAINJOB.carries_admission(TRAINJOB.get(cluster, namespace, "paused"))
-                ),
-                timeout=90,
-            )
-            assert TRAINJOB.get(cluster, namespace, "paused")["spec"]["podSpecOverrides"] == USERS
-            evicted = condition(workload_of(cluster, namespace, "paused"), "Evicted")
-            assert evicted is not None
-            assert evicted["reason"] == "Deactivated"  # Kueue's reason for spec.active: false
-            assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
-        finally:
-            cluster.kubectl("delete", "trainjob", "paused", "-n", namespace, check=False)
+    with cluster_runtime(cluster, namespace) as rt:
+        paused = trainjob("paused", namespace, rt, overrides=USERS)
+        assert create(cluster, paused).returncode == 0
+        cluster.wait_for(
+            "the TrainJob's 2 pods to be bound",
+            lambda: TRAINJOB.bound(cluster, namespace, "paused") == {"node": 2},
+        )
+        _started_with_both_selectors(cluster, namespace, "paused")
+        wl = workload_of(cluster, namespace, "paused")
+        assert wl is not None
+        cluster.kubectl(
+            "patch", "workload", wl["metadata"]["name"], "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"active": False}}),
+        )  # fmt: skip
+        cluster.wait_for(
+            "the TrainJob to be suspended, its pods gone and its overrides cut back",
+            lambda: (
+                TRAINJOB.suspended(cluster, namespace, "paused")
+                and TRAINJOB.pods_of(cluster, namespace, "paused") == []
+                and not TRAINJOB.carries_admission(TRAINJOB.get(cluster, namespace, "paused"))
+            ),
+            timeout=90,
+        )
+        assert TRAINJOB.get(cluster, namespace, "paused")["spec"]["podSpecOverrides"] == USERS
+        evicted = condition(workload_of(cluster, namespace, "paused"), "Evicted")
+        assert evicted is not None
+        assert evicted["reason"] == "Deactivated"  # Kueue's reason for spec.active: false
+        assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
 
 
 def test_an_unlabelled_trainjob_is_left_alone(
@@ -343,12 +340,9 @@ def test_an_unlabelled_trainjob_is_left_alone(
 ) -> None:
     del trainjob_operator
     queue(cluster, namespace, gpus=16, node_labels=POOL)
-    with cluster_runtime(cluster, f"train-{namespace}", "1s") as rt:
-        try:
-            plain = trainjob("plain", namespace, rt, queue_name=None)
-            check_left_alone(cluster, TRAINJOB, namespace, plain)  # nor a Workload for its JobSet
-            assert OVERRIDE_IDX not in (
-                TRAINJOB.get(cluster, namespace, "plain")["metadata"].get("annotations") or {}
-            )
-        finally:
-            cluster.kubectl("delete", "trainjob", "plain", "-n", namespace, check=False)
+    with cluster_runtime(cluster, namespace, run="1s") as rt:
+        plain = trainjob("plain", namespace, rt, queue_name=None)
+        check_left_alone(cluster, TRAINJOB, namespace, plain)  # nor a Workload for its JobSet
+        assert OVERRIDE_IDX not in (
+            TRAINJOB.get(cluster, namespace, "plain")["metadata"].get("annotations") or {}
+        )
