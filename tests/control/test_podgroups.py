@@ -234,3 +234,26 @@ async def test_a_stopped_group_leaves_its_gated_pods_alone() -> None:
     assert group is not None
     await PodGroupIntegration(fake).stop(group, wl)
     assert fake.deleted == ["ns/a"]
+
+
+def test_start_keeps_the_topology_gate_only_for_a_topology_assignment() -> None:
+    gates = ("example.com/other", "kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
+    assert pg.start_gates(gates, topology=True) == ("example.com/other", "kueue.x-k8s.io/topology")
+    assert pg.start_gates(gates, topology=False) == ("example.com/other",)
+
+
+def test_only_a_pod_that_asks_for_a_topology_is_created_with_the_topology_gate() -> None:
+    plain = pod("a")  # already carries the admission gate
+    assert pg.creation_gates(plain) == ()
+    for key in (
+        "kueue.x-k8s.io/podset-required-topology",
+        "kueue.x-k8s.io/podset-preferred-topology",
+        "kueue.x-k8s.io/podset-unconstrained-topology",
+        "kueue.x-k8s.io/podset-slice-required-topology",
+    ):
+        meta = plain.metadata.model_copy(update={"annotations": {key: "rack"}})
+        asking = plain.model_copy(update={"metadata": meta})
+        assert pg.creation_gates(asking) == ("kueue.x-k8s.io/topology",), key
+        spec = asking.spec.model_copy(update={"scheduling_gates": None})
+        bare = asking.model_copy(update={"spec": spec})
+        assert pg.creation_gates(bare) == ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")

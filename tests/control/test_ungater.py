@@ -153,3 +153,17 @@ async def test_pods_of_a_gang_without_topology_are_left_alone() -> None:
     assert key is not None
     assert await u.reconcile(key) is None
     assert fake.events == []
+
+
+async def test_a_pod_gated_before_its_gang_is_started_waits_for_its_start() -> None:
+    """A pod group's pod carries the topology gate from creation, before its start names its
+    Workload: it is not looked at again until an event shows it named."""
+    u, pods, _, wl = _setup({"n1": 1})
+    unnamed = _pod("p0", wl, gated=True)
+    meta = unnamed.metadata.model_copy(update={"annotations": None})
+    key = u.observe(unnamed.model_copy(update={"metadata": meta}))
+    assert key is not None
+    assert await u.reconcile(key) is None  # no retry timer
+    assert pods.ungated == {}
+    await _ungate_all(u, wl, ["p0"])  # its start named the Workload
+    assert pods.ungated == {"ns/p0": {HOST: "n1"}}

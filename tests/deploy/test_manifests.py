@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from atoll.api.configuration import Configuration, load_configuration, parse_bind_address
+from atoll.api.configuration import (
+    RUN_FRAMEWORKS,
+    Configuration,
+    load_configuration,
+    parse_bind_address,
+)
 from atoll.api.meta import LabelSelector
 from atoll.kube import webhook
 from atoll.sandbox import binaries
@@ -289,6 +294,13 @@ def test_config_is_a_valid_kueue_configuration_consistent_with_the_manifests() -
     assert config.atoll.webhook_configuration_name == webhook["metadata"]["name"]
     service = webhook["webhooks"][0]["clientConfig"]["service"]
     assert config.internal_cert_management.webhook_service_name == service["name"]
+
+
+def test_config_enables_every_kind_atoll_runs() -> None:
+    """As Kueue's shipped manager config enables every framework it has (its API default is
+    `batch/job` alone), the deploy config enables every one atoll runs; a missing CRD is
+    skipped at start, not fatal (tests/kube/test_integration_wiring.py)."""
+    assert set(_config().integrations.frameworks) == set(RUN_FRAMEWORKS)
 
 
 # --------------------------------------------------------------------------- Services and webhook

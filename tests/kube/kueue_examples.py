@@ -1,14 +1,18 @@
 """The shapes of Kueue's published example manifests for the kinds atoll supports
 (kubernetes-sigs/kueue `site/static/examples`: `jobs/sample-jobset.yaml`,
 `jobs/sample-jobset-tas-{required,sliced,combined}.yaml`, `jobs/sample-mpijob.yaml`,
-`pods-kueue/kueue-pod.yaml`, `pods-kueue/kueue-pod-group.yaml`), rewritten here in our own
+`pods-kueue/kueue-pod.yaml`, `pods-kueue/kueue-pod-group.yaml`,
+`serving-workloads/sample-leaderworkerset.yaml` and `sample-leaderworkerset-tas.yaml`,
+`python/sample-trainjob.py`), rewritten here in our own
 words: the same kinds, fields, labels, annotations and amounts (so that what makes them
 admissible or not is the same), with our own names, images and commands. Kueue's module zip
 has no `site/`, so nothing is read from it or fetched at run time.
 
 Like Kueue's, they carry no namespace (apply them with `-n`) and name the LocalQueue
-`user-queue`; the TAS ones name the levels `cloud.provider.com/topology-block` and `-rack`
-(examples/clusters/kueue-tas.yaml labels its nodes so)."""
+`user-queue` (the TAS LeaderWorkerSet `tas-user-queue`); the TAS ones name the levels
+`cloud.provider.com/topology-block` and `-rack` (examples/clusters/kueue-tas.yaml labels its
+nodes so). Kueue's TrainJob example is a Kubeflow SDK script, not a manifest: `trainjob()` is
+the TrainJob it submits."""
 
 from __future__ import annotations
 
@@ -146,3 +150,71 @@ def pod_group(group: str = "pair") -> list[Obj]:
         p["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": "2"}
         out.append(p)
     return out
+
+
+def leaderworkerset(*, topology: bool = False) -> Obj:
+    """`sample-leaderworkerset.yaml`: 2 replica groups of 3 pods (`size`), a leader asking for
+    100m CPU and 2 workers asking for 200m each, every container exposing port 80, the set
+    labelled with an app name besides the queue name. `sample-leaderworkerset-tas.yaml` is the
+    same set queued to `tas-user-queue` whose leader and worker templates both require one
+    rack and name the same podset group, so that each group's leader lands with its
+    workers."""
+
+    def template(role: str, cpu: str) -> Obj:
+        container = {
+            "name": role,
+            "image": "registry.invalid/examples/web:1",
+            "resources": {"requests": {"cpu": cpu}},
+            "ports": [{"containerPort": 80}],
+        }
+        out: Obj = {"spec": {"containers": [container]}}
+        if topology:
+            out["metadata"] = {
+                "annotations": {
+                    "kueue.x-k8s.io/podset-required-topology": RACK,
+                    "kueue.x-k8s.io/podset-group-name": "web-group",
+                }
+            }
+        return out
+
+    queue = "tas-user-queue" if topology else "user-queue"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": "web",
+            "labels": {"app": "web", "kueue.x-k8s.io/queue-name": queue},
+        },
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": 3,
+                "leaderTemplate": template("web-leader", "100m"),
+                "workerTemplate": template("web-worker", "200m"),
+            },
+        },
+    }
+
+
+TRAINJOB_RUNTIME = "torch-distributed"
+"""The ClusterTrainingRuntime Kueue's TrainJob example runs on (Trainer ships one of that
+name; the test makes its own, a trainer step of one `node` container)."""
+
+
+def trainjob(name: str = "fashion") -> Obj:
+    """`python/sample-trainjob.py`: what the Kubeflow SDK creates for it, a TrainJob on the
+    `torch-distributed` ClusterTrainingRuntime of 1 node with 1 CPU and 2Gi per node,
+    labelled with the queue name (the SDK sets the amounts as requests and limits)."""
+    per_node = {"cpu": 1, "memory": "2Gi"}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": dict(QUEUE)},
+        "spec": {
+            "runtimeRef": {"name": TRAINJOB_RUNTIME, "kind": "ClusterTrainingRuntime"},
+            "trainer": {
+                "numNodes": 1,
+                "resourcesPerNode": {"requests": dict(per_node), "limits": dict(per_node)},
+            },
+        },
+    }

@@ -400,6 +400,20 @@ def test_a_pod_of_a_suspending_parent_is_gated_even_without_labels_or_queue() ->
     assert out == {"uid": out["uid"], "allowed": True}
 
 
+def test_a_pod_that_asks_for_a_topology_also_gets_the_topology_gate() -> None:
+    """Kubernetes lets a gate be removed but never added: the topology gate the ungater
+    removes once it has pinned the pod must be there from creation."""
+    tas = {"kueue.x-k8s.io/podset-required-topology": "rack"}
+    plain = a_pod(labels={QUEUE_NAME_LABEL: "team-a"}, annotations=dict(tas))
+    of_lws = a_pod(annotations={**tas, SUSPENDED_BY_PARENT_ANNOTATION: leaderworkerset.FRAMEWORK})
+    for pod in (plain, of_lws):
+        got = patched(pod, answer(PODS, review(pod, resource=POD_RESOURCE)))
+        assert got["spec"]["schedulingGates"] == [
+            {"name": ADMISSION_GATE},
+            {"name": jf.TOPOLOGY_GATE},
+        ]
+
+
 def test_an_owned_queued_pod_passes_unchanged() -> None:
     pod = a_pod(labels={QUEUE_NAME_LABEL: "team-a"})
     pod["metadata"]["ownerReferences"] = [

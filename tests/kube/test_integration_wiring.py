@@ -3,17 +3,20 @@ whose CRD the cluster does not serve is skipped instead of crashing the operator
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, config
 
 from atoll.api.configuration import Configuration, Integrations
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.mpijob import MPIJob
 from atoll.kube import bootstrap
-from atoll.kube.kinds import CustomKind
+from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 from atoll.kube.operator import Operator, RunOptions
 from atoll.state.cache import Cache
+from tests.conftest import KubeCluster
 
 BOTH = ("batch/job", "jobset.x-k8s.io/jobset")
 ALL = (*BOTH, "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset")
@@ -86,3 +89,18 @@ async def test_leaderworkersets_gate_pods_through_the_pod_webhook_without_the_po
     assert "mutate--v1-pod" in ids
     assert "mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset" in ids
     assert op._wiring.group_pod is not None
+
+
+@pytest.mark.cluster
+async def test_a_kind_the_api_server_does_not_serve_is_reported_not_raised(
+    cluster: KubeCluster,
+) -> None:
+    """The real API server's answer for a group it does not serve (404) makes `serves` say
+    False, so `_watch_kinds` skips the integration instead of failing the start: the
+    deploy config enables every kind, installed or not."""
+    conf = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=conf)
+    async with client.ApiClient(conf) as api:
+        for kind in CUSTOM_KINDS.values():
+            absent = dataclasses.replace(kind, group=f"absent.{kind.group}")
+            assert await bootstrap.serves(api, Cache(), absent) is False, kind.kind

@@ -7,13 +7,16 @@ what-if` composes a third from the runtime in the cluster. The TrainJob's JobSet
 Workload. A TrainJob
 with its own pod spec override is admitted with it (its pods carry both node selectors) and,
 when preempted or when its Workload is deactivated, is suspended, its pods go and its
-overrides are put back as the user wrote them."""
+overrides are put back as the user wrote them. An unlabelled TrainJob is left alone: it runs to
+its end unsuspended, and neither it nor its JobSet gets a Workload."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from tests.kube.conftest import (
 from tests.kube.owners import (
     Obj,
     OwnerKind,
+    check_left_alone,
     check_preempted_and_restored,
     frameworks_setting,
     operator_for,
@@ -54,14 +58,14 @@ trainjob_operator = operator_for(
 """`atoll run` with the TrainJob integration, once Trainer's CRDs are installed."""
 
 
-def runtime(name: str) -> dict[str, Any]:
+def runtime(name: str, run: str = "600s") -> dict[str, Any]:
     node = {
         "name": "node",
         "image": "registry.invalid/atoll/train:1",
         "resources": {"requests": {"cpu": "1"}},
     }
     pod = {
-        "metadata": {"annotations": {"atoll.dev/run-duration": "600s"}},
+        "metadata": {"annotations": {"atoll.dev/run-duration": run}},
         "spec": {"containers": [node]},
     }
     trainer_job = {
@@ -82,6 +86,21 @@ def runtime(name: str) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def cluster_runtime(
+    cluster: KubeCluster, namespace: str, name: str | None = None, run: str = "600s"
+) -> Iterator[str]:
+    """A ClusterTrainingRuntime (`runtime`, named `name` or after the namespace) for a test in
+    `namespace`; at the end the namespace's TrainJobs are deleted, then the runtime."""
+    name = name or f"train-{namespace}"
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(name, run)))
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "trainjobs", "--all", "-n", namespace, check=False)
+        cluster.kubectl("delete", "clustertrainingruntime", name, "--wait=false", check=False)
+
+
 def trainjob(
     name: str,
     namespace: str,
@@ -89,8 +108,9 @@ def trainjob(
     *,
     overrides: list[dict[str, Any]] | None = None,
     priority: str | None = None,
+    queue_name: str | None = "q",
 ) -> dict[str, Any]:
-    labels = {b.QUEUE_LABEL: "q"}
+    labels = {b.QUEUE_LABEL: queue_name} if queue_name is not None else {}
     if priority is not None:
         labels["kueue.x-k8s.io/priority-class"] = priority
     spec: dict[str, Any] = {
@@ -181,9 +201,7 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
 ) -> None:
     del trainjob_operator
     cq = queue(cluster, namespace, gpus=24, node_labels=POOL)
-    rt = f"train-{namespace}"
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
-    try:
+    with cluster_runtime(cluster, namespace) as rt:
         first, second = trainjob("first", namespace, rt), trainjob("second", namespace, rt)
         # The second is created once the first is admitted: created together, their
         # Workloads may get the same creation second, and the queue then orders them by UID.
@@ -234,10 +252,6 @@ def test_a_trainjob_is_admitted_whole_and_a_second_waits_whole(
         assert TRAINJOB.suspended(cluster, namespace, "second")
         assert TRAINJOB.pods_of(cluster, namespace, "second") == []
         _explain_and_what_if(cluster, namespace, rt, tmp_path)
-    finally:
-        for name in ("first", "second"):
-            cluster.kubectl("delete", "trainjob", name, "-n", namespace, check=False)
-        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
 
 
 def _started_with_both_selectors(cluster: KubeCluster, ns: str, name: str) -> None:
@@ -269,24 +283,21 @@ def test_a_preempted_trainjob_is_suspended_its_pods_go_and_its_overrides_are_cut
         node_labels=POOL,
         preemption={"withinClusterQueue": "LowerPriority"},
     )
-    rt = f"train-{namespace}"
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
-    try:
-        low = trainjob("low", namespace, rt, overrides=USERS, priority=f"low-{namespace}")
-        check_preempted_and_restored(
-            cluster,
-            TRAINJOB,
-            namespace,
-            low=low,
-            roles={"node": 2},
-            started=lambda: _started_with_both_selectors(cluster, namespace, "low"),
-        )
-        stopped = TRAINJOB.get(cluster, namespace, "low")
-        assert stopped["spec"]["podSpecOverrides"] == USERS
-    finally:
-        cluster.kubectl("delete", "trainjob", "low", "-n", namespace, check=False)
-        cluster.kubectl("delete", "job", "urgent", "-n", namespace, check=False)
-        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+    with cluster_runtime(cluster, namespace) as rt:
+        try:
+            low = trainjob("low", namespace, rt, overrides=USERS, priority=f"low-{namespace}")
+            check_preempted_and_restored(
+                cluster,
+                TRAINJOB,
+                namespace,
+                low=low,
+                roles={"node": 2},
+                started=lambda: _started_with_both_selectors(cluster, namespace, "low"),
+            )
+            stopped = TRAINJOB.get(cluster, namespace, "low")
+            assert stopped["spec"]["podSpecOverrides"] == USERS
+        finally:
+            cluster.kubectl("delete", "job", "urgent", "-n", namespace, check=False)
 
 
 def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
@@ -294,10 +305,9 @@ def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
 ) -> None:
     del trainjob_operator
     queue(cluster, namespace, gpus=16, node_labels=POOL)
-    rt = f"train-{namespace}"
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(rt)))
-    try:
-        assert create(cluster, trainjob("paused", namespace, rt, overrides=USERS)).returncode == 0
+    with cluster_runtime(cluster, namespace) as rt:
+        paused = trainjob("paused", namespace, rt, overrides=USERS)
+        assert create(cluster, paused).returncode == 0
         cluster.wait_for(
             "the TrainJob's 2 pods to be bound",
             lambda: TRAINJOB.bound(cluster, namespace, "paused") == {"node": 2},
@@ -323,6 +333,16 @@ def test_a_trainjob_whose_workload_is_deactivated_is_suspended_and_cut_back(
         assert evicted is not None
         assert evicted["reason"] == "Deactivated"  # Kueue's reason for spec.active: false
         assert not is_true(workload_of(cluster, namespace, "paused"), "QuotaReserved")
-    finally:
-        cluster.kubectl("delete", "trainjob", "paused", "-n", namespace, check=False)
-        cluster.kubectl("delete", "clustertrainingruntime", rt, "--wait=false", check=False)
+
+
+def test_an_unlabelled_trainjob_is_left_alone(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    del trainjob_operator
+    queue(cluster, namespace, gpus=16, node_labels=POOL)
+    with cluster_runtime(cluster, namespace, run="1s") as rt:
+        plain = trainjob("plain", namespace, rt, queue_name=None)
+        check_left_alone(cluster, TRAINJOB, namespace, plain)  # nor a Workload for its JobSet
+        assert OVERRIDE_IDX not in (
+            TRAINJOB.get(cluster, namespace, "plain")["metadata"].get("annotations") or {}
+        )

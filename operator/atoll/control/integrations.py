@@ -571,7 +571,9 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
     async def start(
         self, obj: pg.PodGroup, wl: Workload, flavors: Mapping[str, ResourceFlavor]
     ) -> None:
-        """Ungate the group's gated pods, each with its pod set's admission merged in."""
+        """Ungate the group's gated pods, each with its pod set's admission merged in; a pod
+        set admitted with a topology assignment keeps its pods' topology gate, which the
+        ungater removes pod by pod (`pg.start_gates`)."""
         adm = wl.status.admission
         assert adm is not None
         by_name = {str(a.name): a for a in adm.pod_set_assignments}
@@ -587,7 +589,8 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
                 local_queue=wl.spec.queue_name or "",
                 flavors=_flavors(assignment, flavors) if assignment else [],
             )
-            gates = tuple(g for g in plan.scheduling_gates if g != keys.ADMISSION_GATE)
+            topology = assignment is not None and assignment.topology_assignment is not None
+            gates = pg.start_gates(plan.scheduling_gates, topology=topology)
             plans.append((_key(pod), dataclasses.replace(plan, scheduling_gates=gates)))
         for key, plan in plans:  # every plan first: a conflict starts no pod of the group
             await self.store.start_pod(key, plan)

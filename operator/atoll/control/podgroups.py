@@ -57,6 +57,7 @@ from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.workload import MAIN_POD_SET, PodSet, Workload
 from atoll.control import jobframework as jf
+from atoll.state import tas
 from atoll.state import workloads as wls
 
 TERMINAL = ("Succeeded", "Failed")
@@ -100,6 +101,29 @@ def total_count_error(pod: Pod) -> str | None:
 
 def gated(pod: Pod) -> bool:
     return any(g.name == keys.ADMISSION_GATE for g in pod.spec.scheduling_gates or ())
+
+
+def creation_gates(pod: Pod) -> tuple[str, ...]:
+    """The scheduling gates a managed pod is given at creation, among those it lacks: Kueue's
+    admission gate, and, when its annotations ask for a topology (Kueue's TAS annotations),
+    the topology gate too. A gate can be removed from a pod but never added, so the topology
+    gate must be there from the start for the ungater to pin each pod to its domain once the
+    gang is admitted with a topology assignment (`start_gates`). Kueue gives every managed pod
+    the topology gate when TAS is on; atoll gives it to the pods that ask for a topology."""
+    have = {g.name for g in pod.spec.scheduling_gates or ()}
+    wanted = [keys.ADMISSION_GATE]
+    if tas.asks_for_topology(pod.metadata.annotations):
+        wanted.append(jf.TOPOLOGY_GATE)
+    return tuple(g for g in wanted if g not in have)
+
+
+def start_gates(gates: Sequence[str], *, topology: bool) -> tuple[str, ...]:
+    """The gates a pod keeps when its gang starts: the admission gate goes; the topology gate
+    stays only when its pod set was admitted with a topology assignment (the ungater removes
+    it once it has pinned the pod), as Kueue's pod `prepare` does."""
+    return tuple(
+        g for g in gates if g != keys.ADMISSION_GATE and (topology or g != jf.TOPOLOGY_GATE)
+    )
 
 
 def live(pod: Pod) -> bool:

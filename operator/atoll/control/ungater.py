@@ -127,7 +127,9 @@ class Ungater:
     async def reconcile(self, key: str) -> float | None:
         pod = self.gated.get(key)
         if pod is not None:
-            annotation = (pod.metadata.annotations or {}).get(keys.WORKLOAD_ANNOTATION, "")
+            annotation = (pod.metadata.annotations or {}).get(keys.WORKLOAD_ANNOTATION)
+            if not annotation:
+                return None  # a pod gated at creation (a pod group's): its start names it
             wl_name: str | None = wls.key_of(pod.namespace, annotation)
         else:
             wl_name = self.gang_of.get(key)

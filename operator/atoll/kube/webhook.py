@@ -39,7 +39,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.api.core import Job, Pod
 from atoll.api.labels import (
-    ADMISSION_GATE,
     MANAGED_LABEL,
     POD_FINALIZER,
     QUEUE_NAME_LABEL,
@@ -146,7 +145,9 @@ def pod_webhook(
     controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed`, gets
     the `kueue.x-k8s.io/managed` finalizer (kept until its Workload has accounted for it), a
     grouped one its `kueue.x-k8s.io/role-hash`, and
-    is gated with `kueue.x-k8s.io/admission` until its gang is admitted; a pod of a group must
+    is gated with `kueue.x-k8s.io/admission` until its gang is admitted (and with
+    `kueue.x-k8s.io/topology` when it asks for a topology: `podgroups.creation_gates`); a pod
+    of a group must
     say the group's size. A pod whose template a managed owner marked with Kueue's
     `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
     (LeaderWorkerSet), is gated whatever its controller."""
@@ -158,7 +159,8 @@ def pod_webhook(
             return {}  # the API server validates pods; never block one we cannot read
         gated = podgroups.gated(pod)
         gates = [*((body.get("spec") or {}).get("schedulingGates") or ())]
-        gate = {"spec": {"schedulingGates": [*gates, {"name": ADMISSION_GATE}]}}
+        new = [{"name": g} for g in podgroups.creation_gates(pod)]
+        gate = {"spec": {"schedulingGates": [*gates, *new]}}
         parent = (pod.metadata.annotations or {}).get(SUSPENDED_BY_PARENT_ANNOTATION)
         if parent is not None and parent in parents:
             return {} if gated else gate

@@ -5,7 +5,7 @@ tas_validation.go for the podset group rules)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from atoll.api import topology as t
@@ -17,6 +17,20 @@ JOB_COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
 
 class TopologyAnnotationError(ValueError):
     """Conflicting topology annotations; the message names them."""
+
+
+TOPOLOGY_ANNOTATIONS: Final = (
+    t.PODSET_REQUIRED_TOPOLOGY,
+    t.PODSET_PREFERRED_TOPOLOGY,
+    t.PODSET_UNCONSTRAINED_TOPOLOGY,
+    t.PODSET_SLICE_REQUIRED_TOPOLOGY,
+)
+"""The annotations that give a pod set a topology request (any one of them)."""
+
+
+def asks_for_topology(annotations: Mapping[str, str] | None) -> bool:
+    """Whether a pod (template) with these annotations asks for a topology request."""
+    return any(k in (annotations or {}) for k in TOPOLOGY_ANNOTATIONS)
 
 
 def podset_topology_request(template: PodTemplateSpec) -> PodSetTopologyRequest | None:
