@@ -28,9 +28,10 @@ class FakeApi:
         self.down = False
 
     async def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = ""
+        self, method: str, path: str, body: Any = None, *, content_type: str = "", limit: Any = None
     ) -> bytes:
         del content_type
+        assert limit == 0.2, "each Lease request is bounded by the renew deadline"
         if self.down:
             raise ConnectionResetError("connection reset by peer")
         match method, path:

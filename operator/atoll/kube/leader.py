@@ -70,11 +70,18 @@ class LeaderElector:
 
     async def _read(self) -> dict[str, Any]:
         path = LEASES.path(self.s.namespace, self.s.name)
-        raw: dict[str, Any] = decode(await self.rest.request("GET", path))
+        raw: dict[str, Any] = decode(await self.rest.request("GET", path, limit=self._limit))
         return raw
 
     async def _replace(self, raw: dict[str, Any]) -> None:
-        await self.rest.request("PUT", LEASES.path(self.s.namespace, self.s.name), raw)
+        path = LEASES.path(self.s.namespace, self.s.name)
+        await self.rest.request("PUT", path, raw, limit=self._limit)
+
+    @property
+    def _limit(self) -> float:
+        """Each Lease request is bounded by the renew deadline (as client-go bounds each
+        attempt): a hung connection must not outlast it, or the deadline check never runs."""
+        return self.s.renew_deadline
 
     def healthy(self) -> bool:
         """Leading, or following a Lease read successfully within the lease duration."""
@@ -99,7 +106,7 @@ class LeaderElector:
             "spec": self._spec(0),
         }
         try:
-            await self.rest.request("POST", LEASES.path(self.s.namespace), body)
+            await self.rest.request("POST", LEASES.path(self.s.namespace), body, limit=self._limit)
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -114,7 +121,8 @@ class LeaderElector:
         namespace is missing."""
         ns = self.s.namespace
         try:
-            await self.rest.request("POST", NAMESPACES.path(None), {"metadata": {"name": ns}})
+            body = {"metadata": {"name": ns}}
+            await self.rest.request("POST", NAMESPACES.path(None), body, limit=self._limit)
             log.info("created the Lease namespace", namespace=ns)
         except ApiException as e:
             if e.status == 409:

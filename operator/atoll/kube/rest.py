@@ -154,7 +154,14 @@ class Rest:
         return resp
 
     async def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = JSON
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = JSON,
+        limit: aiohttp.ClientTimeout | float | None = None,
     ) -> bytes:
         """The answer's body; an `ApiException` when the status is not 2xx."""
-        return await read_ok(await self.send(method, path, body, content_type=content_type))
+        resp = await self.send(method, path, body, content_type=content_type, limit=limit)
+        return await read_ok(resp)

@@ -1023,12 +1023,19 @@ class KubeWriter:
             ns = body["metadata"]["namespace"]
 
             async def post(ns: str = ns, body: dict[str, Any] = body) -> None:
-                await self.rest.request("POST", EVENTS.path(ns), body)
+                started = time.perf_counter()  # each try counts as one request
+                try:
+                    await self.rest.request("POST", EVENTS.path(ns), body)
+                except ApiException as e:
+                    self._count("create", str(e.status), "events", started)
+                    raise
+                except Exception:
+                    self._count("create", "error", "events", started)
+                    raise
+                self._count("create", "200", "events", started)
 
-            started = time.perf_counter()
             try:
                 await retry.call(post, what="create event", attempts=_EVENT_ATTEMPTS)
-                self._count("create", "200", "events", started)
             except Exception as e:
                 self.events_dropped += 1
                 log.warning("event not recorded", reason=body["reason"], error=retry.describe(e))
