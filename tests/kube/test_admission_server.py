@@ -440,7 +440,16 @@ def test_a_managed_custom_kind_is_suspended_where_its_kind_says() -> None:
     assert out["allowed"] is False
     assert jf.MAX_EXEC_TIME_FIELD in out["status"]["message"]
     # Kueue's LeaderWorkerSet webhook does not check the label
-    assert not CUSTOM_KINDS["LeaderWorkerSet"].max_exec_label
+    lws = CUSTOM_KINDS["LeaderWorkerSet"]
+    group = {
+        "apiVersion": f"{lws.group}/{lws.version}",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "s", "namespace": "ns", "labels": {QUEUE_NAME_LABEL: "team-a"}},
+        "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": {}}}},
+    }
+    group["metadata"]["labels"][LIMIT] = "0"
+    resource = (lws.group, lws.version, lws.plural)
+    assert answer(webhook.kind_webhook(manages, lws), review(group, resource=resource))["allowed"]
 
 
 def test_a_failing_webhook_refuses_with_500() -> None:

@@ -11,6 +11,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from atoll.api import labels as keys
 from atoll.api.core import (
@@ -23,6 +24,7 @@ from atoll.api.core import (
     Toleration,
 )
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
@@ -448,11 +450,18 @@ def job_errors(job: KubeObject) -> list[str]:
     return [error] if error else []
 
 
-def job_create_errors(job: KubeObject, *, max_exec_label: bool = True) -> list[str]:
-    """What the webhook refuses in an object it manages on CREATE: `job_errors`, and (for
-    the kinds whose Kueue webhook checks it, `max_exec_label`) an invalid
-    `kueue.x-k8s.io/max-exec-time-seconds` label."""
-    error = max_exec_label_error(job) if max_exec_label else None
+MAX_EXEC_LABEL_UNCHECKED: Final[frozenset[str]] = frozenset({LeaderWorkerSet.KIND})
+"""The kinds whose Kueue webhook does not check the `kueue.x-k8s.io/max-exec-time-seconds`
+label (every other managed kind's does)."""
+
+
+def job_create_errors(job: KubeObject) -> list[str]:
+    """What the webhook refuses in an object it manages on CREATE (and what a simulator
+    scenario refuses in its workloads): `job_errors`, and an invalid
+    `kueue.x-k8s.io/max-exec-time-seconds` label unless its kind is one of
+    `MAX_EXEC_LABEL_UNCHECKED`."""
+    checked = job.KIND not in MAX_EXEC_LABEL_UNCHECKED
+    error = max_exec_label_error(job) if checked else None
     return [*job_errors(job), *([error] if error else [])]
 
 

@@ -126,7 +126,7 @@ def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
         _refuse(
             jf.job_update_errors(before, obj, suspended=kind.suspended(obj))
             if before is not None
-            else jf.job_create_errors(obj, max_exec_label=kind.max_exec_label)
+            else jf.job_create_errors(obj)
         )
         patch: dict[str, Any] = {}
         if before is None and not kind.suspended(obj):
