@@ -226,9 +226,13 @@ class JobController:
                 self.cache.delete_workload(wls.wl_key(wl))
 
     async def _finish_orphan(self, wl: Workload) -> None:
+        """A Workload whose owner is gone: Finished (OwnerNotFound), counted as every
+        finished Workload is (`report_finished`), and its finalizer dropped."""
         if not wls.is_finished(wl):
             mutate = lc.finish(lc.OWNER_NOT_FOUND, lc.OWNER_NOT_FOUND_MESSAGE, self._now())
-            await self._set_status(wl, mutate)
+            written = await self._set_status(wl, mutate)
+            if written is not None and wls.is_finished(written):
+                report_finished(self.metrics, written)
         await self._drop_finalizer(wl)
 
     async def _delete_orphan(self, wl: Workload) -> None:

@@ -667,8 +667,8 @@ class Metrics:
         priority_class: str = "",
         local_queue: LocalQueueRef | None = None,
     ) -> None:
-        """An admitted workload finished; it ran admitted `execution_seconds` in all
-        (`state.workloads.execution_time`)."""
+        """A workload finished (`cluster_queue` "" when it had no admission); it ran
+        admitted `execution_seconds` in all (`state.workloads.execution_time`), if at all."""
         self._inc(self._finished_total, cluster_queue, priority_class)
         if execution_seconds is not None:
             self._observe(self._execution_time, execution_seconds, cluster_queue, priority_class)

@@ -89,12 +89,14 @@ def report_ready(metrics: Metrics | None, wl: Workload) -> None:
 
 def report_finished(metrics: Metrics | None, wl: Workload) -> None:
     """`wl` was just written with `Finished=True`: counted per ClusterQueue and LocalQueue,
-    with the time it ran admitted (`wls.execution_time`)."""
-    adm = wl.status.admission
-    if metrics is None or adm is None:
+    with the time it ran admitted (`wls.execution_time`, when it ran). A Workload without
+    an admission (finished while pending, or its owner gone) is counted too, with
+    ClusterQueue "", as Kueue's `reportFinishedWorkload` does."""
+    if metrics is None:
         return
+    adm = wl.status.admission
     metrics.workload_finished(
-        adm.cluster_queue,
+        adm.cluster_queue if adm is not None else "",
         execution_seconds=wls.execution_time(wl),
         priority_class=priority_class(wl),
         local_queue=local_queue(wl),
