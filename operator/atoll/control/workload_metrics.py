@@ -72,7 +72,7 @@ def report_eviction(metrics: Metrics | None, wl: Workload) -> None:
 
 def report_ready(metrics: Metrics | None, wl: Workload) -> None:
     """`wl` was just written with `PodsReady=True`: the time since it was queued and since
-    it was admitted."""
+    it was admitted, per ClusterQueue and LocalQueue."""
     ready = wls.condition(wl, wls.PODS_READY)
     admitted = wls.condition(wl, wls.ADMITTED)
     adm = wl.status.admission
@@ -84,6 +84,7 @@ def report_ready(metrics: Metrics | None, wl: Workload) -> None:
         queued_seconds=queued_wait(wl, at),
         admitted_seconds=at - admitted.last_transition_time.timestamp(),
         priority_class=priority_class(wl),
+        local_queue=local_queue(wl),
     )
 
 
