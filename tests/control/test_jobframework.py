@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from atoll.api.core import Job, PriorityClass
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.control import jobframework as jf
@@ -214,6 +215,65 @@ def test_queue_name_changes_are_refused_only_on_running_jobs(
             f'metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "{new or ""}": '
             "field is immutable"
         ]
+
+
+def _limited(limit: str | None, *, suspend: bool) -> Job:
+    labels = {"kueue.x-k8s.io/queue-name": "q"}
+    if limit is not None:
+        labels["kueue.x-k8s.io/max-exec-time-seconds"] = limit
+    return job(metadata={"labels": labels}, suspend=suspend)
+
+
+LIMIT_FIELD = "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "was", "now", "errors"),
+    [
+        pytest.param("60", "60", False, False, [], id="unchanged-while-running"),
+        pytest.param("60", "120", True, True, [], id="changed-while-suspended"),
+        pytest.param(None, "120", True, True, [], id="added-while-suspended"),
+        pytest.param(
+            "60", "120", False, False, [f'{LIMIT_FIELD}: Invalid value: "120": field is immutable'],
+            id="changed-while-running",
+        ),
+        pytest.param(
+            "60", "120", True, False, [f'{LIMIT_FIELD}: Invalid value: "120": field is immutable'],
+            id="changed-as-it-starts",
+        ),
+        pytest.param(
+            "60", None, False, True, [f'{LIMIT_FIELD}: Invalid value: "": field is immutable'],
+            id="removed-as-it-stops",
+        ),
+        pytest.param(
+            "60", "0", True, True, [f'{LIMIT_FIELD}: Invalid value: "0": must be greater than 0'],
+            id="invalid-while-suspended",
+        ),
+    ],
+)  # fmt: skip
+def test_the_max_exec_time_label_changes_only_while_the_job_stays_suspended(
+    old: str | None, new: str | None, was: bool, now: bool, errors: list[str]
+) -> None:
+    """Kueue's update rule for the label: valid, and immutable unless the object is
+    suspended before and after the update."""
+    assert jf.job_update_errors(_limited(old, suspend=was), _limited(new, suspend=now)) == errors
+
+
+def test_a_leaderworkersets_max_exec_time_label_is_not_checked_on_update() -> None:
+    def group(limit: str) -> LeaderWorkerSet:
+        return LeaderWorkerSet.from_dict(
+            {
+                "metadata": {
+                    "name": "s",
+                    "namespace": "ns",
+                    "labels": {"kueue.x-k8s.io/max-exec-time-seconds": limit},
+                },
+                "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": {}}}},
+            }
+        )
+
+    changed = jf.job_update_errors(group("60"), group("0"), suspended=False, was_suspended=False)
+    assert changed == []
 
 
 def test_a_job_matches_its_workload_until_its_parallelism_or_requests_change() -> None:

@@ -165,6 +165,33 @@ async def test_a_deleted_job_finishes_its_workload_as_orphaned() -> None:
     assert not wl.metadata.finalizers
 
 
+async def test_an_orphaned_workload_is_counted_finished_admitted_or_not() -> None:
+    """Finished (OwnerNotFound) counts in `kueue_finished_workloads_total` as Kueue's
+    `reportFinishedWorkload` does: by its ClusterQueue, or "" when it was never admitted."""
+    registry = CollectorRegistry()
+    ctl, fake, _ = _setup()
+    ctl.metrics = Metrics(registry)
+    await _admitted(ctl, fake)
+    fake.jobs["ns/b"] = job("b", gpus=100)  # more than the queue has: stays pending
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/b")
+    _sync(ctl, fake)
+    for name in ("a", "b"):
+        ctl.cache.delete_job(f"ns/{name}")
+        await ctl.reconcile(f"ns/{name}")
+    assert all(wls.is_finished(wl) for wl in fake.workloads.values())
+
+    def finished(cq: str) -> float | None:
+        return registry.get_sample_value(
+            "kueue_finished_workloads_total",
+            {"cluster_queue": cq, "priority_class": "", "replica_role": "standalone"},
+        )
+
+    assert (finished("cq"), finished("")) == (1, 1)
+    await ctl.reconcile("ns/a")  # already finished: not counted again
+    assert finished("cq") == 1
+
+
 async def test_pods_not_ready_in_time_evict_the_gang_with_backoff() -> None:
     ctl, fake, clock = _setup(timeout=30)
     key = await _admitted(ctl, fake)

@@ -355,6 +355,14 @@ EXPECTED: dict[str, list[tuple[str, Mapping[str, str], float]]] = {
     "kueue_local_queue_quota_reserved_wait_time_seconds": [
         ("kueue_local_queue_quota_reserved_wait_time_seconds_count", {**LQ, **LOW}, 2),
     ],
+    "kueue_local_queue_ready_wait_time_seconds": [
+        ("kueue_local_queue_ready_wait_time_seconds_sum", {**LQ, **LOW}, 15),
+        ("kueue_local_queue_ready_wait_time_seconds_sum", {**LQ, **HIGH}, 15),
+    ],
+    "kueue_local_queue_admitted_until_ready_wait_time_seconds": [
+        ("kueue_local_queue_admitted_until_ready_wait_time_seconds_sum", {**LQ, **LOW}, 10),
+        ("kueue_local_queue_admitted_until_ready_wait_time_seconds_sum", {**LQ, **HIGH}, 10),
+    ],
     "atoll_scheduling_cycle_duration_seconds": [  # wall-clock durations: counted only
         ("atoll_scheduling_cycle_duration_seconds_count", {}, 9),
     ],

@@ -286,9 +286,9 @@ def test_a_job_with_a_bad_queue_name_is_refused_with_422() -> None:
     ],
 )
 def test_a_new_job_with_a_bad_max_exec_time_label_is_refused_with_422(raw: str, why: str) -> None:
-    """Kueue's webhook checks `kueue.x-k8s.io/max-exec-time-seconds` on creation; the
-    Workload's reader (`jf.max_exec_seconds`) takes such a value as no limit, for a Job
-    that bypassed the webhook."""
+    """Kueue's webhook checks `kueue.x-k8s.io/max-exec-time-seconds` on creation and when an
+    update changes it; the Workload's reader (`jf.max_exec_seconds`) takes such a value as no
+    limit, for a Job that bypassed the webhook."""
     job = a_job()
     job["metadata"]["labels"][LIMIT] = raw
     out = answer(JOBS, review(job))
@@ -301,10 +301,32 @@ def test_a_new_job_with_a_bad_max_exec_time_label_is_refused_with_422(raw: str, 
     for ok in ("600", "+30", "2147483648"):
         job["metadata"]["labels"][LIMIT] = ok
         assert answer(JOBS, review(job))["allowed"] is True
-    # an update is not checked again (only the queue name is)
+    # an update that leaves the label as it was passes (a Job that bypassed the webhook
+    # can still be stopped); one that changes it to a bad value is refused
     job["metadata"]["labels"][LIMIT] = raw
     out = answer(JOBS, review(job, old=copy.deepcopy(job), operation="UPDATE"))
     assert out["allowed"] is True
+    old = copy.deepcopy(job)
+    old["metadata"]["labels"][LIMIT] = "600"
+    out = answer(JOBS, review(job, old=old, operation="UPDATE"))
+    assert out["allowed"] is False
+    assert f'Invalid value: "{raw}": {why}' in out["status"]["message"]
+
+
+def test_a_running_jobs_max_exec_time_label_cannot_change() -> None:
+    """Kueue's rule: the label changes only while the Job is suspended before and after."""
+    old, new = a_job(suspend=False), a_job(suspend=False)
+    old["metadata"]["labels"][LIMIT] = "600"
+    new["metadata"]["labels"][LIMIT] = "1200"
+    out = answer(JOBS, review(new, old=old, operation="UPDATE"))
+    assert out["allowed"] is False
+    assert out["status"]["message"].endswith(
+        f'{jf.MAX_EXEC_TIME_FIELD}: Invalid value: "1200": field is immutable'
+    )
+    old, new = a_job(suspend=True), a_job(suspend=True)
+    old["metadata"]["labels"][LIMIT] = "600"
+    new["metadata"]["labels"][LIMIT] = "1200"
+    assert answer(JOBS, review(new, old=old, operation="UPDATE"))["allowed"] is True
 
 
 def test_a_running_jobs_queue_name_cannot_change_or_go() -> None:
@@ -439,8 +461,31 @@ def test_a_managed_custom_kind_is_suspended_where_its_kind_says() -> None:
     out = answer(hook, review(obj, resource=(mpi.group, mpi.version, mpi.plural)))
     assert out["allowed"] is False
     assert jf.MAX_EXEC_TIME_FIELD in out["status"]["message"]
+    # on update it changes only while the object stays suspended (its kind's suspend field)
+    resource = (mpi.group, mpi.version, mpi.plural)
+    for suspend, allowed in ((False, False), (True, True)):
+        before, after = copy.deepcopy(obj), copy.deepcopy(obj)
+        for o, limit in ((before, "600"), (after, "1200")):
+            o["metadata"]["labels"][LIMIT] = limit
+            o["spec"]["runPolicy"] = {"suspend": suspend}
+        update = review(after, old=before, operation="UPDATE", resource=resource)
+        assert answer(hook, update)["allowed"] is allowed
     # Kueue's LeaderWorkerSet webhook does not check the label
-    assert not CUSTOM_KINDS["LeaderWorkerSet"].max_exec_label
+    lws = CUSTOM_KINDS["LeaderWorkerSet"]
+    group = {
+        "apiVersion": f"{lws.group}/{lws.version}",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "s", "namespace": "ns", "labels": {QUEUE_NAME_LABEL: "team-a"}},
+        "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": {}}}},
+    }
+    group["metadata"]["labels"][LIMIT] = "0"
+    resource = (lws.group, lws.version, lws.plural)
+    lws_hook = webhook.kind_webhook(manages, lws)
+    assert answer(lws_hook, review(group, resource=resource))["allowed"]
+    changed = copy.deepcopy(group)
+    changed["metadata"]["labels"][LIMIT] = "-1"
+    update = review(changed, old=group, operation="UPDATE", resource=resource)
+    assert answer(lws_hook, update)["allowed"]
 
 
 def test_a_failing_webhook_refuses_with_500() -> None:

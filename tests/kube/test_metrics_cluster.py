@@ -115,6 +115,9 @@ def test_a_finished_job_is_counted_from_admission_to_its_end(
     assert _value(operator, "kueue_local_queue_finished_workloads_total", **on_lq) == 1
     assert _value(operator, "kueue_ready_wait_time_seconds_count", **on_cq) == 1
     assert _value(operator, "kueue_admitted_until_ready_wait_time_seconds_count", **on_cq) == 1
+    assert _value(operator, "kueue_local_queue_ready_wait_time_seconds_count", **on_lq) == 1
+    until_ready = "kueue_local_queue_admitted_until_ready_wait_time_seconds_count"
+    assert _value(operator, until_ready, **on_lq) == 1
     assert _value(operator, "kueue_execution_time_seconds_count", **on_cq) == 1
     # its pods ran 3 s after it was admitted: at least that long admitted (whole seconds)
     executed = _value(operator, "kueue_execution_time_seconds_sum", **on_cq)

@@ -63,6 +63,16 @@ def test_unplaceable_gang_times_out_and_backs_off() -> None:
     assert wide.admitted == 1320.0
 
 
+def test_simulated_timeouts_are_counted_with_kueues_cause() -> None:
+    """The simulator writes no PodsReady condition; its timeouts still have Kueue's cause
+    (`WaitForStart`) in `schedulingStats`, as the operator's do."""
+    sim = GangSimulator(six_gpus(job("wide", pods=1, gpus=4)), Settings(timeout=300.0, until=400.0))
+    sim.run()
+    (wl,) = sim.cache.workloads.values()
+    assert wls.eviction_count(wl, "PodsReadyTimeout", "WaitForStart") == 1
+    assert wls.eviction_count(wl, "PodsReadyTimeout", "") == 0
+
+
 def test_pods_ready_off_keeps_waiting_without_eviction() -> None:
     result = _run(six_gpus(job("wide", pods=1, gpus=4)), pods_ready=False, until=5000.0)
     assert result.jobs[0].evictions == 0

@@ -157,6 +157,25 @@ def test_the_trainjobs_own_override_reaches_its_pods_placement() -> None:
     assert rec.evictions >= 1
 
 
+def test_a_scenario_refuses_what_the_webhook_refuses_in_each_kind() -> None:
+    """One rule (`jf.job_create_errors`) for the webhook and the scenario reader: a bad
+    max-exec-time label is refused in a TrainJob, not in a LeaderWorkerSet (Kueue's webhook
+    for it does not check the label); a bad queue name is refused in both."""
+    label = "kueue.x-k8s.io/max-exec-time-seconds"
+    base = (_config_all(), b.nodes(4, 2), b.flavor(), b.cluster_queue(gpus=8), b.local_queue())
+    bad_tj = trainjob("tj", nodes=1)
+    bad_tj["metadata"]["labels"][label] = "0"
+    with pytest.raises(ScenarioError, match="max-exec-time-seconds"):
+        b.scenario(*base, runtime(), bad_tj)
+    group = lws("serve")
+    group["metadata"]["labels"][label] = "0"
+    assert len(b.scenario(*base, group).jobs) == 2
+    for obj in (lws("serve"), trainjob("tj", nodes=1)):
+        obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "Not_A_Name"
+        with pytest.raises(ScenarioError, match="queue-name"):
+            b.scenario(*base, runtime(), obj)
+
+
 def test_each_replica_group_of_a_leaderworkerset_is_its_own_gang() -> None:
     # 2 groups of a leader (no GPU) + 2 workers × 1 GPU; the quota holds one group at a time
     got = _records(lws("serve", replicas=2, size=3, gpus=1), gpus=3, config=_config_all())

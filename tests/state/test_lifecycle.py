@@ -197,6 +197,24 @@ def test_evictions_are_counted_by_kueues_reason_and_cause() -> None:
     assert lc.evict("Preempted", "m", _later(35))(wl) is None  # already evicted: not counted
 
 
+def test_pods_ready_timeout_cause_without_a_pods_ready_condition_is_wait_for_start() -> None:
+    """Kueue's cause of a PodsReady timeout is `WaitForStart` when the Workload has no
+    PodsReady condition (the simulator never writes one) or its reason is `PodsReady`;
+    `WaitForRecovery` while waiting for recovery."""
+    wl = _admitted()
+    assert wls.condition(wl, wls.PODS_READY) is None
+    assert lc.eviction_labels(wl, lc.PODS_READY_TIMEOUT) == ("PodsReadyTimeout", "WaitForStart")
+    evicted = lc.applied(wl, lc.pods_ready_timeout(_later(10)))
+    assert _stats(evicted) == {("PodsReadyTimeout", "WaitForStart", 1)}
+    old = lc.applied(wl, lc.set_condition(wls.PODS_READY, False, "PodsReady", "m", _later(1)))
+    assert lc.eviction_labels(old, lc.PODS_READY_TIMEOUT) == ("PodsReadyTimeout", "WaitForStart")
+    rec = lc.applied(wl, lc.set_condition(wls.PODS_READY, False, "WaitForRecovery", "m", _later(1)))
+    assert lc.eviction_labels(rec, lc.PODS_READY_TIMEOUT) == (
+        "PodsReadyTimeout",
+        "WaitForRecovery",
+    )
+
+
 def test_execution_time_adds_every_admission_up_to_the_finish() -> None:
     """`kueue_execution_time_seconds`: 100 s admitted, evicted (Preempted), then 40 s more
     until the Job finished; kept without `maximumExecutionTimeSeconds` too."""

@@ -11,6 +11,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from atoll.api import labels as keys
 from atoll.api.core import (
@@ -23,6 +24,7 @@ from atoll.api.core import (
     Toleration,
 )
 from atoll.api.jobset import JobSet
+from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
@@ -218,9 +220,10 @@ def max_exec_seconds(job: KubeObject) -> int | None:
 
 
 def max_exec_label_error(job: KubeObject) -> str | None:
-    """Why the webhook refuses a new object's `kueue.x-k8s.io/max-exec-time-seconds` label
-    (Kueue checks it on creation: a whole number greater than 0), as a Kubernetes field
-    error naming the label; None when it is absent or valid."""
+    """Why the webhook refuses an object's `kueue.x-k8s.io/max-exec-time-seconds` label
+    (a whole number greater than 0), on creation (`job_create_errors`) or when an update
+    changes it (`job_update_errors`), as a Kubernetes field error naming the label; None
+    when it is absent or valid."""
     label = _max_exec_label(job)
     if label is None:
         return None
@@ -448,32 +451,65 @@ def job_errors(job: KubeObject) -> list[str]:
     return [error] if error else []
 
 
-def job_create_errors(job: KubeObject, *, max_exec_label: bool = True) -> list[str]:
-    """What the webhook refuses in an object it manages on CREATE: `job_errors`, and (for
-    the kinds whose Kueue webhook checks it, `max_exec_label`) an invalid
-    `kueue.x-k8s.io/max-exec-time-seconds` label."""
-    error = max_exec_label_error(job) if max_exec_label else None
+MAX_EXEC_LABEL_UNCHECKED: Final[frozenset[str]] = frozenset({LeaderWorkerSet.KIND})
+"""The kinds whose Kueue webhook does not check the `kueue.x-k8s.io/max-exec-time-seconds`
+label (every other managed kind's does)."""
+
+
+def job_create_errors(job: KubeObject) -> list[str]:
+    """What the webhook refuses in an object it manages on CREATE (and what a simulator
+    scenario refuses in its workloads): `job_errors`, and an invalid
+    `kueue.x-k8s.io/max-exec-time-seconds` label unless its kind is one of
+    `MAX_EXEC_LABEL_UNCHECKED`."""
+    checked = job.KIND not in MAX_EXEC_LABEL_UNCHECKED
+    error = max_exec_label_error(job) if checked else None
     return [*job_errors(job), *([error] if error else [])]
 
 
 def job_update_errors(
-    old: KubeObject, new: KubeObject, *, suspended: bool | None = None
+    old: KubeObject,
+    new: KubeObject,
+    *,
+    suspended: bool | None = None,
+    was_suspended: bool | None = None,
 ) -> list[str]:
-    """What the webhook refuses in a Job UPDATE that changes the queue name: an invalid
-    name, or any change (removal included) while the Job runs, i.e. is unsuspended after the
-    update (`suspended`; default: `spec.suspend` of a Job or JobSet), as Kueue does. Other
-    updates pass, so atoll can still stop a Job whose invalid name was set while the webhook
-    was bypassed."""
-    if queue_name(new) == queue_name(old):
-        return []
-    errors = job_errors(new)
+    """What the webhook refuses in a managed object's UPDATE, as Kueue does:
+    - a queue name change: an invalid name, or any change (removal included) while the
+      object runs, i.e. is unsuspended after the update (`suspended`);
+    - a `kueue.x-k8s.io/max-exec-time-seconds` change (kinds not in
+      `MAX_EXEC_LABEL_UNCHECKED`): an invalid value, or any change (removal included) unless
+      the object is suspended both before (`was_suspended`) and after the update.
+    `suspended` and `was_suspended` default to `spec.suspend` of a Job or JobSet. Updates
+    that change neither label pass (Kueue checks a Job's labels again on every update), so
+    atoll can still stop a Job whose invalid label was set while the webhook was bypassed."""
     if suspended is None:
         assert isinstance(new, Job | JobSet)
         suspended = bool(new.spec.suspend)
+    if was_suspended is None:
+        assert isinstance(old, Job | JobSet)
+        was_suspended = bool(old.spec.suspend)
+    errors: list[str] = []
+    if queue_name(new) != queue_name(old):
+        errors.extend(job_errors(new))
+        if not suspended:
+            errors.append(
+                f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
+            )
+    errors.extend(_max_exec_label_update_errors(old, new, suspended and was_suspended))
+    return errors
+
+
+def _max_exec_label_update_errors(old: KubeObject, new: KubeObject, suspended: bool) -> list[str]:
+    if new.KIND in MAX_EXEC_LABEL_UNCHECKED:
+        return []
+    label = keys.MAX_EXEC_TIME_SECONDS_LABEL
+    before, after = ((o.metadata.labels or {}).get(label) for o in (old, new))
+    if before == after:
+        return []
+    error = max_exec_label_error(new)
+    errors = [error] if error else []
     if not suspended:
-        errors.append(
-            f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
-        )
+        errors.append(f'{MAX_EXEC_TIME_FIELD}: Invalid value: "{after or ""}": field is immutable')
     return errors
 
 

@@ -226,9 +226,13 @@ class JobController:
                 self.cache.delete_workload(wls.wl_key(wl))
 
     async def _finish_orphan(self, wl: Workload) -> None:
+        """A Workload whose owner is gone: Finished (OwnerNotFound), counted as every
+        finished Workload is (`report_finished`), and its finalizer dropped."""
         if not wls.is_finished(wl):
             mutate = lc.finish(lc.OWNER_NOT_FOUND, lc.OWNER_NOT_FOUND_MESSAGE, self._now())
-            await self._set_status(wl, mutate)
+            written = await self._set_status(wl, mutate)
+            if written is not None and wls.is_finished(written):
+                report_finished(self.metrics, written)
         await self._drop_finalizer(wl)
 
     async def _delete_orphan(self, wl: Workload) -> None:
@@ -490,7 +494,9 @@ class JobController:
         was_ready = current is not None and current.status.value == "True"
         now = self._now()
         if ready:
-            reason = "Recovered" if current and current.reason == "WaitForRecovery" else "Started"
+            reason = (
+                "Recovered" if current and current.reason == lc.WAIT_FOR_RECOVERY else "Started"
+            )
             if not was_ready:
                 written = await self._pods_ready_condition(
                     wl, True, reason, "All pods reached readiness and the workload is running", now
@@ -498,18 +504,21 @@ class JobController:
                 if written is not None:
                     report_ready(self.metrics, written)
             return None
-        if was_ready or (current is not None and current.reason == "WaitForRecovery"):
-            reason, message = "WaitForRecovery", "At least one pod has failed, waiting for recovery"
+        if was_ready or (current is not None and current.reason == lc.WAIT_FOR_RECOVERY):
+            reason, message = (
+                lc.WAIT_FOR_RECOVERY,
+                "At least one pod has failed, waiting for recovery",
+            )
             timeout = settings.recovery_timeout or settings.timeout
         else:
-            reason, message = "WaitForStart", "Not all pods are ready or succeeded"
+            reason, message = lc.WAIT_FOR_START, "Not all pods are ready or succeeded"
             timeout = settings.timeout
         if current is None or current.reason != reason:
             written = await self._pods_ready_condition(wl, False, reason, message, now)
             current = wls.condition(written, wls.PODS_READY) if written else current
         admitted = wls.condition(wl, wls.ADMITTED)
         since = admitted.last_transition_time.timestamp() if admitted else self.clock()
-        if reason == "WaitForRecovery" and current is not None:
+        if reason == lc.WAIT_FOR_RECOVERY and current is not None:
             since = max(since, current.last_transition_time.timestamp())
         remaining = since + timeout - self.clock()
         if remaining > 0:

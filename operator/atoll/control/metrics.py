@@ -75,7 +75,8 @@ def exponential_buckets(count: int) -> tuple[float, ...]:
 GO_DEFAULT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Go client's default buckets (Python's differ), for Kueue histograms that use the default."""
 LONG_WAIT_BUCKETS: Final = exponential_buckets(16)
-"""Buckets of `kueue_admission_wait_time_seconds` and `kueue_execution_time_seconds`."""
+"""Buckets of `kueue_admission_wait_time_seconds` and `kueue_execution_time_seconds` (not a
+Kueue v0.17 family: the name Kueue gives it in its later releases)."""
 WAIT_BUCKETS: Final = exponential_buckets(14)
 """Buckets of Kueue's other wait-time histograms."""
 
@@ -399,6 +400,18 @@ class Metrics:
             _LQ_PRIORITY,
             WAIT_BUCKETS,
         )
+        self._lq_counters["ready_wait"] = self._histogram(
+            "kueue_local_queue_ready_wait_time_seconds",
+            "Time from creation or last requeue until PodsReady, per local queue.",
+            _LQ_PRIORITY,
+            WAIT_BUCKETS,
+        )
+        self._lq_counters["admitted_until_ready"] = self._histogram(
+            "kueue_local_queue_admitted_until_ready_wait_time_seconds",
+            "Time from admission until PodsReady, per local queue.",
+            _LQ_PRIORITY,
+            WAIT_BUCKETS,
+        )
 
     def _define_atoll_metrics(self, version: str) -> None:
         """atoll's own families: no replica_role, they describe this process."""
@@ -650,10 +663,16 @@ class Metrics:
         queued_seconds: float,
         admitted_seconds: float,
         priority_class: str = "",
+        local_queue: LocalQueueRef | None = None,
     ) -> None:
-        """All pods of a workload became ready: times since queued and since admitted."""
+        """All pods of a workload became ready: times since queued and since admitted, per
+        ClusterQueue and LocalQueue."""
         self._observe(self._ready_wait, queued_seconds, cluster_queue, priority_class)
         self._observe(self._admitted_until_ready, admitted_seconds, cluster_queue, priority_class)
+        if local_queue is not None and self._local_queue_metrics:
+            lq = (local_queue.name, local_queue.namespace, priority_class)
+            self._observe(self._lq_counters["ready_wait"], queued_seconds, *lq)
+            self._observe(self._lq_counters["admitted_until_ready"], admitted_seconds, *lq)
 
     def quota_released(self, cluster_queue: str, reason: str, *, seconds: float) -> None:
         """An evicted workload released its quota `seconds` after `Evicted` became True."""
@@ -667,8 +686,8 @@ class Metrics:
         priority_class: str = "",
         local_queue: LocalQueueRef | None = None,
     ) -> None:
-        """An admitted workload finished; it ran admitted `execution_seconds` in all
-        (`state.workloads.execution_time`)."""
+        """A workload finished (`cluster_queue` "" when it had no admission); it ran
+        admitted `execution_seconds` in all (`state.workloads.execution_time`), if at all."""
         self._inc(self._finished_total, cluster_queue, priority_class)
         if execution_seconds is not None:
             self._observe(self._execution_time, execution_seconds, cluster_queue, priority_class)

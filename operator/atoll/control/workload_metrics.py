@@ -72,7 +72,7 @@ def report_eviction(metrics: Metrics | None, wl: Workload) -> None:
 
 def report_ready(metrics: Metrics | None, wl: Workload) -> None:
     """`wl` was just written with `PodsReady=True`: the time since it was queued and since
-    it was admitted."""
+    it was admitted, per ClusterQueue and LocalQueue."""
     ready = wls.condition(wl, wls.PODS_READY)
     admitted = wls.condition(wl, wls.ADMITTED)
     adm = wl.status.admission
@@ -84,17 +84,20 @@ def report_ready(metrics: Metrics | None, wl: Workload) -> None:
         queued_seconds=queued_wait(wl, at),
         admitted_seconds=at - admitted.last_transition_time.timestamp(),
         priority_class=priority_class(wl),
+        local_queue=local_queue(wl),
     )
 
 
 def report_finished(metrics: Metrics | None, wl: Workload) -> None:
     """`wl` was just written with `Finished=True`: counted per ClusterQueue and LocalQueue,
-    with the time it ran admitted (`wls.execution_time`)."""
-    adm = wl.status.admission
-    if metrics is None or adm is None:
+    with the time it ran admitted (`wls.execution_time`, when it ran). A Workload without
+    an admission (finished while pending, or its owner gone) is counted too, with
+    ClusterQueue "", as Kueue's `reportFinishedWorkload` does."""
+    if metrics is None:
         return
+    adm = wl.status.admission
     metrics.workload_finished(
-        adm.cluster_queue,
+        adm.cluster_queue if adm is not None else "",
         execution_seconds=wls.execution_time(wl),
         priority_class=priority_class(wl),
         local_queue=local_queue(wl),

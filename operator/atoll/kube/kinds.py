@@ -74,9 +74,6 @@ class CustomKind:
     """The reconcile keys an object's change queues (default: its own `namespace/name`)."""
     reads: tuple[ReadKind, ...] = ()
     """Kinds watched read-only with it (a TrainJob's runtimes)."""
-    max_exec_label: bool = True
-    """The webhook checks the `kueue.x-k8s.io/max-exec-time-seconds` label on creation (as
-    Kueue's does for every kind but LeaderWorkerSet)."""
 
     @property
     def kind(self) -> str:
@@ -157,7 +154,6 @@ CUSTOM_KINDS: Final[dict[str, CustomKind]] = {
         reconcile_keys=lambda cache, obj: lws.reconcile_keys(
             obj, cache.workloads_of_job(f"{obj.namespace}/{obj.name}", kind=obj.KIND)
         ),
-        max_exec_label=False,
     ),
 }
 """The managed custom kinds, by kind."""

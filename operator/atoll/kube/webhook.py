@@ -124,9 +124,14 @@ def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
         if not manages(obj) and not (before is not None and manages(before)):
             return {}
         _refuse(
-            jf.job_update_errors(before, obj, suspended=kind.suspended(obj))
+            jf.job_update_errors(
+                before,
+                obj,
+                suspended=kind.suspended(obj),
+                was_suspended=kind.suspended(before),
+            )
             if before is not None
-            else jf.job_create_errors(obj, max_exec_label=kind.max_exec_label)
+            else jf.job_create_errors(obj)
         )
         patch: dict[str, Any] = {}
         if before is None and not kind.suspended(obj):

@@ -204,12 +204,12 @@ def _job_copies(job: KubeObject, where: str, seq: int) -> list[SimJob]:
 
 
 def _webhook_check(obj: KubeObject, where: str) -> None:
-    """What the webhook refuses at creation and the Workload's reader would take as no
-    limit: an invalid `kueue.x-k8s.io/max-exec-time-seconds` label (the operator's own check,
-    `jf.max_exec_label_error`)."""
-    error = jf.max_exec_label_error(obj)
-    if error is not None:
-        raise ScenarioError(f"{where}: {error}")
+    """What the operator's webhook refuses in a new object of a managed kind (its own
+    check, `jf.job_create_errors`: an invalid queue name, an invalid
+    `kueue.x-k8s.io/max-exec-time-seconds` label where the kind has the check)."""
+    errors = jf.job_create_errors(obj)
+    if errors:
+        raise ScenarioError(f"{where}: {'; '.join(errors)}")
 
 
 def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
@@ -234,6 +234,7 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
             _webhook_check(obj, where)
             scn.jobs.extend(_job_copies(_namespaced(obj), where, len(scn.jobs)))
         case LeaderWorkerSet():
+            _webhook_check(obj, where)
             for copy in _job_copies(_namespaced(obj), where, len(scn.jobs)):
                 scn.jobs.extend(_replica_groups(copy, len(scn.jobs)))
         case TrainingRuntime():

@@ -88,6 +88,8 @@ WRITTEN_REASONS: Mapping[d.PendingReason, str] = {
 matches Kueue's conditions and Events (dashboards, alerts) matches atoll's."""
 PENDING_EVALUATION_MESSAGE = "The workload is pending evaluation"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
+WAIT_FOR_START = "WaitForStart"
+WAIT_FOR_RECOVERY = "WaitForRecovery"
 DEACTIVATED_DUE_TO = "DeactivatedDueTo"
 """Prefix of the Evicted reason of a deactivation with a cause (`DeactivatedDueTo<cause>`)."""
 PREEMPTED = "Preempted"
@@ -280,14 +282,18 @@ def eviction_cause(wl: Workload | None, reason: str, message: str) -> tuple[str,
 def eviction_labels(wl: Workload, reason: str) -> tuple[str, str]:
     """Kueue's `reason` and `underlying_cause` of an eviction with Evicted reason `reason`,
     as its metrics and `status.schedulingStats` name them: a deactivation with a cause is
-    `Deactivated` with that cause, a PodsReady timeout has the PodsReady reason
-    (`WaitForStart`, `WaitForRecovery`), the others no cause."""
+    `Deactivated` with that cause; a PodsReady timeout is `WaitForStart` when the gang never
+    had a PodsReady condition or its reason is `WaitForStart` or `PodsReady`, and
+    `WaitForRecovery` when waiting for recovery (Kueue's rule for the timeout it applies);
+    the others no cause."""
     if reason.startswith(DEACTIVATED_DUE_TO):
         return d.EvictionReason.DEACTIVATED.value, reason.removeprefix(DEACTIVATED_DUE_TO)
     if reason == PODS_READY_TIMEOUT:
         ready = wls.condition(wl, wls.PODS_READY)
-        if ready is not None and ready.status == ConditionStatus.FALSE:
-            return reason, ready.reason
+        if ready is None or ready.reason in (WAIT_FOR_START, "PodsReady"):
+            return reason, WAIT_FOR_START
+        if ready.status == ConditionStatus.FALSE and ready.reason == WAIT_FOR_RECOVERY:
+            return reason, WAIT_FOR_RECOVERY
     return reason, ""
 
 
