@@ -70,10 +70,10 @@ def _watched() -> set[Grant]:
     registry = kopf.OperatorRegistry()
     wiring = bare_wiring(cache)
     handlers.register(registry, wiring)
-    for kind in CUSTOM_KINDS.values():  # every integration
-        handlers.register_kind(registry, wiring, WorkQueue(kind.plural), kind)
     watches = Watches()
     handlers.register_watches(watches, wiring)
+    for kind in CUSTOM_KINDS.values():  # every integration
+        handlers.register_kind(watches, wiring, WorkQueue(kind.plural), kind)
     grants = {
         (resource.group, resource.plural, verb)
         for resource in watches.watches

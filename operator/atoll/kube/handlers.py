@@ -1,11 +1,12 @@
 """Watch event handlers: parse each object into an `atoll.api` model, put it in the cache, wake
 the scheduling loop or queue the Job for reconciliation.
 
-The busy kinds (Workloads, Jobs, pods, nodes), the queue objects, the priority classes and the
-namespaces are watched by atoll's own loops (`atoll.kube.watch`, registered by
-`register_watches`: plain functions called on the event loop); the kinds a cluster may not
-serve (Topologies, the DRA objects, the other managed kinds and what they read) by kopf
-(`register`, `register_kind`), which follows what is served. Only kopf `on.event` handlers:
+The busy kinds (Workloads, Jobs, pods, nodes), the queue objects, the priority classes, the
+namespaces and the other managed kinds with what they read (`register_kind`, for the kinds
+whose CRD is served at start) are watched by atoll's own loops (`atoll.kube.watch`,
+registered by `register_watches`: plain functions called on the event loop); the kinds a
+cluster may not serve (Topologies, the DRA objects) by kopf (`register`), which follows what
+is served. Only kopf `on.event` handlers:
 kopf writes no annotation or finalizer on any object. Every kopf handler is `async def`: kopf
 runs plain `def` handlers in worker threads, and the cache is single-threaded (the loop reads
 it between awaits).
@@ -254,47 +255,51 @@ def register(registry: kopf.OperatorRegistry, w: Wiring) -> None:
         )
 
 
-def register_kind(
-    registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue, kind: CustomKind
-) -> None:
-    """Watch a managed custom kind (JobSet, MPIJob): cache its objects and queue them for
-    reconciling."""
+def register_kind(watches: Watches, w: Wiring, queue: WorkQueue, kind: CustomKind) -> None:
+    """Watch a managed custom kind (JobSet, MPIJob, TrainJob, LeaderWorkerSet) with the plain
+    list-and-watch loop: cache its objects and queue them for reconciling (kopf's per-event
+    machinery was a quarter of the operator's CPU with JobSets: `bench/kueue_baseline/jobs.py
+    --kind jobset --profile`)."""
 
-    @kopf.on.event(kind.group, kind.version, kind.plural, registry=registry)
-    async def _owner(type: str | None, body: kopf.Body, **_: Any) -> None:
-        obj = _parse(kind.model, body)
-        if obj is None:
-            return
-        key = wls.key_of(obj.namespace, obj.name)
+    def owner(type: str | None, body: Mapping[str, Any]) -> None:
+        key = object_key(body)
+        objects = kind.objects(w.cache)
         if type == "DELETED":
-            kind.objects(w.cache).pop(key, None)
+            # a re-list reports a deletion with only the key: the cached object stands in
+            obj = objects.pop(key, None)
         else:
-            kind.objects(w.cache)[key] = obj
-        for each in kind.reconcile_keys(w.cache, obj) if kind.reconcile_keys else (key,):
+            obj = _parse(kind.model, body)
+            if obj is None:
+                return
+            objects[key] = obj
+        keys = kind.reconcile_keys(w.cache, obj) if kind.reconcile_keys and obj else (key,)
+        for each in keys:
             queue.add(each)
 
+    watches.on(
+        kind.group, kind.version, kind.plural, owner, known=lambda: list(kind.objects(w.cache))
+    )
     for read in kind.reads:
-        register_read(registry, w, queue, read)
+        register_read(watches, w, queue, read)
 
 
-def register_read(
-    registry: kopf.OperatorRegistry, w: Wiring, queue: WorkQueue, read: ReadKind
-) -> None:
+def register_read(watches: Watches, w: Wiring, queue: WorkQueue, read: ReadKind) -> None:
     """Watch a kind read for a managed one (a TrainJob's runtimes): cache its objects and
     queue the managed objects that use it (a TrainJob waiting for its runtime)."""
 
-    @kopf.on.event(read.group, read.version, read.plural, registry=registry)
-    async def _read(type: str | None, body: kopf.Body, **_: Any) -> None:
-        obj = _parse(read.model, body)
-        if obj is None:
-            return
-        key = read.key(obj)
+    def on(type: str | None, body: Mapping[str, Any]) -> None:
+        key = object_key(body)
         if type == "DELETED":
             read.objects(w.cache).pop(key, None)
         else:
-            read.objects(w.cache)[key] = obj
+            obj = _parse(read.model, body)
+            if obj is None:
+                return
+            read.objects(w.cache)[read.key(obj)] = obj
         for each in read.users(w.cache, key):
             queue.add(each)
+
+    watches.on(read.group, read.version, read.plural, on, known=lambda: list(read.objects(w.cache)))
 
 
 def _queue_kinds(watches: Watches, w: Wiring) -> None:

@@ -510,7 +510,7 @@ class Operator:
                     crd=kind.crd,
                 )
                 continue
-            handlers.register_kind(self._kopf, self._wiring, queue, kind)
+            handlers.register_kind(self.watches, self._wiring, queue, kind)
             log.info("integration enabled", framework=kind.framework)
 
     async def _start(self) -> None:
