@@ -61,6 +61,7 @@ def test_release_clears_the_admission_and_requeues_by_the_eviction_reason(
     reserved = wls.condition(released, wls.QUOTA_RESERVED)
     assert reserved is not None
     assert reserved.reason == "Pending"  # Kueue's, as its job reconciler releases quota
+    assert reserved.message == f"because {reason}"  # and the eviction's message
     admitted = wls.condition(released, wls.ADMITTED)
     assert admitted is not None
     assert admitted.message == lc.NO_RESERVATION_MESSAGE

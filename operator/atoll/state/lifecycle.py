@@ -349,18 +349,19 @@ def backoff(wl: Workload, now: dt.datetime, base: float, cap: float) -> RequeueS
 
 def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutation:
     """The quota of an evicted Workload released (no pod of its gang is active any more):
-    QuotaReserved=False (Pending), Admitted=False, the admission cleared, the time
-    admitted added up, and Requeued with the eviction's reason: True for the reasons that
-    requeue at once, else False (with `backoff` after a PodsReady timeout)."""
+    QuotaReserved=False (Pending, with the eviction's message, as Kueue), Admitted=False,
+    the admission cleared, the time admitted added up, and Requeued with the eviction's
+    reason: True for the reasons that requeue at once, else False (with `backoff` after a
+    PodsReady timeout)."""
 
     def mutate(w: Workload) -> WorkloadStatus | None:
         if not wls.has_quota(w):
             return None
         evicted = wls.condition(w, wls.EVICTED)
         reason = evicted.reason if evicted else "Pending"
-        conds = without_reservation(
-            w.status.conditions or (), PENDING, PENDING_EVALUATION_MESSAGE, now
-        )
+        # Kueue's reconciler writes the eviction's message (jobframework, on release)
+        message = evicted.message if evicted and evicted.message else PENDING_EVALUATION_MESSAGE
+        conds = without_reservation(w.status.conditions or (), PENDING, message, now)
         conds = wls.with_condition(
             conds,
             wls.REQUEUED,
