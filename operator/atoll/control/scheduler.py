@@ -105,18 +105,16 @@ class Scheduler:
         while True:
             try:
                 await self._wait_for_work()
-                while (await self.run_once()).progress or self._decider().parked:
+                while True:
+                    if not ((await self.run_once()).progress or self._decider().parked):
+                        break
                     # A cycle whose writes need no I/O never reaches the event loop: let the
                     # watches and the writer in before the next one.
-                    await self._yield()
+                    await asyncio.sleep(0)
             except Exception:
                 log.exception("scheduling cycle failed", cycle=self.cycles)
                 await asyncio.sleep(1.0)
                 self.wake()
-
-    @staticmethod
-    async def _yield() -> None:
-        await asyncio.sleep(0)
 
     async def _wait_for_work(self) -> None:
         timeout = None
