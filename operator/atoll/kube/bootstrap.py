@@ -23,7 +23,7 @@ from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
 from atoll.kube import retry
 from atoll.kube.kinds import CustomKind
-from atoll.kube.rest import Resource, Rest, decode
+from atoll.kube.rest import Rest
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -71,14 +71,8 @@ async def _load(
     rest = Rest(api)
     counts: dict[str, int] = {}
 
-    async def listed(group: str, version: str, plural: str) -> dict[str, Any]:
-        raw: dict[str, Any] = decode(
-            await rest.request("GET", Resource(group, version, plural).path(None))
-        )
-        return raw
-
     async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
-        raw = await listed(GROUP, VERSION, plural)
+        raw = await rest.list(GROUP, VERSION, plural)
         counts[plural] = each(model, raw.get("items", []), store)
         versions[GROUP, VERSION, plural] = _version(raw)
 
@@ -88,14 +82,14 @@ async def _load(
     await kueue("localqueues", LocalQueue, cache.set_local_queue)
     await kueue("workloadpriorityclasses", WorkloadPriorityClass, cache.set_workload_class)
     await kueue("workloads", Workload, cache.set_workload)
-    pcs = await listed("scheduling.k8s.io", "v1", "priorityclasses")
+    pcs = await rest.list("scheduling.k8s.io", "v1", "priorityclasses")
     counts["priorityclasses"] = each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
-    nss = await listed("", "v1", "namespaces")
+    nss = await rest.list("", "v1", "namespaces")
     for ns in nss.get("items", []):
         meta = ns.get("metadata", {})
         cache.set_namespace(meta["name"], dict(meta.get("labels") or {}))
     counts["namespaces"] = len(nss.get("items", []))
-    jobs = await listed("batch", "v1", "jobs")
+    jobs = await rest.list("batch", "v1", "jobs")
     counts["jobs"] = each(Job, jobs.get("items", []), cache.set_job)
     versions["batch", "v1", "jobs"] = _version(jobs)
     counts["resourceclaimtemplates"] = await _claim_templates(rest, cache)
@@ -109,9 +103,8 @@ def _version(listed: dict[str, Any]) -> str:
 async def _claim_templates(rest: Rest, cache: Cache) -> int:
     """ResourceClaimTemplates, so that device quota is counted from the first cycle on (a
     cluster without resource.k8s.io/v1 has none)."""
-    path = Resource("resource.k8s.io", "v1", "resourceclaimtemplates").path(None)
     try:
-        raw = decode(await rest.request("GET", path))
+        raw = await rest.list("resource.k8s.io", "v1", "resourceclaimtemplates")
     except ApiException as e:
         if e.status == 404:
             return 0
@@ -122,11 +115,10 @@ async def _claim_templates(rest: Rest, cache: Cache) -> int:
 async def serves(api: client.ApiClient, cache: Cache, kind: CustomKind) -> bool:
     """List the kind's objects into the cache; False when the cluster does not serve the
     kind (its CRD is not installed)."""
-    path = Resource(kind.group, kind.version, kind.plural).path(None)
     rest = Rest(api)
     try:
-        raw = decode(
-            await retry.call(lambda: rest.request("GET", path), what=f"{kind.kind} listing")
+        raw = await retry.call(
+            lambda: rest.list(kind.group, kind.version, kind.plural), what=f"{kind.kind} listing"
         )
     except ApiException as e:
         if e.status == 404:

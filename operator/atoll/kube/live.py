@@ -22,7 +22,7 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
 from atoll.kube.kinds import CUSTOM_KINDS, ReadKind
-from atoll.kube.rest import Resource, Rest, decode
+from atoll.kube.rest import Rest
 from atoll.state.cache import Cache
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -35,7 +35,7 @@ class ClusterReadError(RuntimeError):
 async def _optional(rest: Rest, group: str, version: str, plural: str) -> list[dict[str, Any]]:
     """Items of a LIST of a kind the cluster may not serve (DRA, Kueue's Topology): none."""
     try:
-        raw = decode(await rest.request("GET", Resource(group, version, plural).path(None)))
+        raw = await rest.list(group, version, plural)
     except ApiException as e:
         if e.status == 404:
             return []
@@ -55,8 +55,7 @@ async def _inventory(rest: Rest, cache: Cache) -> None:
         if group:
             items = await _optional(rest, group, version, plural)
         else:
-            path = Resource(group, version, plural).path(None)
-            items = decode(await rest.request("GET", path)).get("items", [])
+            items = (await rest.list(group, version, plural)).get("items", [])
         bootstrap.each(kind.model, items, kind.upsert)
 
 

@@ -165,3 +165,10 @@ class Rest:
         """The answer's body; an `ApiException` when the status is not 2xx."""
         resp = await self.send(method, path, body, content_type=content_type, limit=limit)
         return await read_ok(resp)
+
+    async def list(self, group: str, version: str, plural: str) -> dict[str, Any]:
+        """Every object of a kind in one LIST (all namespaces), decoded."""
+        raw: dict[str, Any] = decode(
+            await self.request("GET", Resource(group, version, plural).path(None))
+        )
+        return raw
