@@ -1,13 +1,15 @@
 """Admission latency of the operator on an idle sandbox, and its memory with many Workloads.
 
-    python bench/operator_latency.py [--jobs 60] [--workloads 1000] [--json]
+    python bench/operator_latency.py [--jobs 60] [--workloads 1000] [--restart] [--json]
 
 Starts a fresh sandbox (temp folder), applies atoll's CRDs, runs `atoll run`, then:
 1. creates `--jobs` labelled Jobs one at a time (each fits) through the API and measures,
    client side, the time from sending the create to seeing the Workload `Admitted=True`
    (polled every 2 ms): webhook, Workload creation, scheduling cycle and status write;
 2. creates `--workloads` Workloads directly (a queue too small to admit them all) and reads
-   the operator's resident memory once they are all in its cache, and its peak.
+   the operator's resident memory once they are all in its cache, and its peak;
+3. with `--restart`, starts the operator again (the old one stopped) and reads the new one's
+   memory and peak once its initial listing has read every Workload back.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def _rss_mib(pid: int, field: str = "VmRSS") -> float:
     return float("nan")
 
 
-def run(jobs: int, workloads: int) -> dict[str, Any]:
+def run(jobs: int, workloads: int, restart: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="atoll-bench-") as tmp:
         sb = Sandbox(root=Path(tmp) / "sb")
         sb.up(log=lambda _m: None)
@@ -163,6 +165,16 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
             if math.isnan(loaded_rss):  # the operator is gone
                 log = Path(tmp) / "sb" / "logs" / "atoll-operator.log"
                 print(log.read_text()[-3000:], file=sys.stderr)
+            restarted: dict[str, Any] = {}
+            if restart:
+                # a new operator (the old one stopped): /readyz answers once its initial
+                # listing has read every Workload back
+                pid = sb.start_operator(timeout=600).pid
+                time.sleep(10)
+                restarted = {
+                    "restart_rss_mib": _rss_mib(pid),
+                    "restart_peak_rss_mib": _rss_mib(pid, "VmHWM"),
+                }
         finally:
             sb.down(log=lambda _m: None)
     latencies.sort()
@@ -175,6 +187,7 @@ def run(jobs: int, workloads: int) -> dict[str, Any]:
         "workloads": workloads,
         "rss_with_workloads_mib": loaded_rss,
         "peak_rss_mib": peak_rss,
+        **restarted,
     }
 
 
@@ -182,9 +195,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=60)
     parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="then restart the operator and read its memory after the initial listing",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.jobs, args.workloads)
+    result = run(args.jobs, args.workloads, args.restart)
     if args.json:
         print(json.dumps(result, indent=2))
         return
