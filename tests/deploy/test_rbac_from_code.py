@@ -225,12 +225,13 @@ def _bootstrap_lists() -> set[Grant]:
         def __init__(self, api: object) -> None:
             del api
 
-        async def list(self, group: str, version: str, plural: str) -> dict[str, object]:
-            paths.append(Resource(group, version, plural).path(None))
-            return {"items": [], "metadata": {"resourceVersion": "1"}}
+        async def list(self, resource: Resource, parse: object) -> tuple[list[object], str]:
+            del parse
+            paths.append(resource.path(None))
+            return [], "1"
 
     async def load() -> None:
-        await bootstrap._load(None, Cache(), {})  # type: ignore[arg-type]
+        await bootstrap._load(None, Cache(), {}, handlers.Parsers())  # type: ignore[arg-type]
         for kind in CUSTOM_KINDS.values():
             await bootstrap.serves(None, Cache(), kind)  # type: ignore[arg-type]
 

@@ -1,6 +1,12 @@
 """The initial listing: before the scheduler admits anything, every queue object, Workload and
 Job is read into the cache, so the ledger is rebuilt from Workload statuses after a restart
-and no quota is handed out twice."""
+and no quota is handed out twice.
+
+Each kind is listed a page at a time (`Rest.list`) and each object parsed as its page
+arrives; the objects of a kind are stored once its last page is read (a continue token that
+expired restarts the kind's listing, which must then not have stored half of it). Workloads
+and Jobs are parsed by the watches' own parsers (`handlers.Parsers`): equal pod-set
+templates and pod specs are parsed and held once."""
 
 from __future__ import annotations
 
@@ -14,16 +20,16 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, PriorityClass
+from atoll.api.core import PriorityClass
 from atoll.api.localqueue import LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
-from atoll.api.workload import Workload
 from atoll.kube import retry
+from atoll.kube.handlers import Parsers
 from atoll.kube.kinds import CustomKind
-from atoll.kube.rest import Rest
+from atoll.kube.rest import Resource, Rest, raw
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -32,16 +38,30 @@ K = TypeVar("K", bound=KubeObject)
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 
 
+def parser(model: type[K]) -> Callable[[dict[str, Any]], K | None]:
+    """`model.from_dict`, but an object that cannot be parsed is logged and None (skipped, as
+    the watch handlers skip it)."""
+
+    def parse(obj: dict[str, Any]) -> K | None:
+        try:
+            return model.from_dict(obj)
+        except ValidationError as e:
+            log.warning("object not understood, ignored", kind=model.KIND, error=str(e))
+            return None
+
+    return parse
+
+
 def each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> int:
     """Parse and store each listed object; one that cannot be parsed is logged and skipped
     (as the watch handlers do); returns how many were stored."""
+    parse = parser(model)
     n = 0
-    for raw in items:
-        try:
-            store(model.from_dict(raw))
+    for obj in items:
+        parsed = parse(obj)
+        if parsed is not None:
+            store(parsed)
             n += 1
-        except ValidationError as e:
-            log.warning("object not understood, ignored", kind=model.KIND, error=str(e))
     return n
 
 
@@ -51,83 +71,101 @@ async def load(
     *,
     attempts: int | None = None,
     versions: dict[tuple[str, str, str], str] | None = None,
+    parsers: Parsers | None = None,
 ) -> dict[str, int]:
     """List everything atoll reads, retrying while the API server is unreachable or warming
     up (e.g. a CRD whose storage initializes), at most `attempts` times (None: until it
     answers); return how many objects of each kind were loaded. `versions` receives the
     resourceVersion of the list of each Kueue kind and of Jobs, by (group, version, plural):
     their watches start there, so that a watch's own start-up listing cannot hand the cache
-    an older state than the one the reconcilers already acted on."""
+    an older state than the one the reconcilers already acted on. `parsers`: those of the
+    watches that follow (the operator's), so that what they share is shared with the
+    listed objects (default: new ones)."""
+    parse = parsers or Parsers()
     return await retry.call(
-        lambda: _load(api, cache, versions if versions is not None else {}),
+        lambda: _load(api, cache, versions if versions is not None else {}, parse),
         what="initial listing",
         attempts=attempts,
     )
 
 
 async def _load(
-    api: client.ApiClient, cache: Cache, versions: dict[tuple[str, str, str], str]
+    api: client.ApiClient,
+    cache: Cache,
+    versions: dict[tuple[str, str, str], str],
+    parsers: Parsers,
 ) -> dict[str, int]:
     rest = Rest(api)
     counts: dict[str, int] = {}
 
-    async def kueue(plural: str, model: type[K], store: Callable[[K], None]) -> None:
-        raw = await rest.list(GROUP, VERSION, plural)
-        counts[plural] = each(model, raw.get("items", []), store)
-        versions[GROUP, VERSION, plural] = _version(raw)
+    async def kind(
+        resource: Resource,
+        parse: Callable[[dict[str, Any]], K | None],
+        store: Callable[[K], None],
+        *,
+        watched_from: bool = True,
+    ) -> None:
+        listed, version = await rest.list(resource, parse)
+        for obj in listed:
+            store(obj)
+        counts[resource.plural] = len(listed)
+        if watched_from:
+            versions[resource.group, resource.version, resource.plural] = version
 
-    await kueue("resourceflavors", ResourceFlavor, cache.set_flavor)
-    await kueue("cohorts", Cohort, cache.set_cohort)
-    await kueue("clusterqueues", ClusterQueue, cache.set_cluster_queue)
-    await kueue("localqueues", LocalQueue, cache.set_local_queue)
-    await kueue("workloadpriorityclasses", WorkloadPriorityClass, cache.set_workload_class)
-    await kueue("workloads", Workload, cache.set_workload)
-    pcs = await rest.list("scheduling.k8s.io", "v1", "priorityclasses")
-    counts["priorityclasses"] = each(PriorityClass, pcs.get("items", []), cache.set_priority_class)
-    nss = await rest.list("", "v1", "namespaces")
-    for ns in nss.get("items", []):
+    def kueue(plural: str) -> Resource:
+        return Resource(GROUP, VERSION, plural)
+
+    await kind(kueue("resourceflavors"), parser(ResourceFlavor), cache.set_flavor)
+    await kind(kueue("cohorts"), parser(Cohort), cache.set_cohort)
+    await kind(kueue("clusterqueues"), parser(ClusterQueue), cache.set_cluster_queue)
+    await kind(kueue("localqueues"), parser(LocalQueue), cache.set_local_queue)
+    await kind(
+        kueue("workloadpriorityclasses"), parser(WorkloadPriorityClass), cache.set_workload_class
+    )
+    await kind(kueue("workloads"), parsers.workload, cache.set_workload)
+    pcs = Resource("scheduling.k8s.io", "v1", "priorityclasses")
+    await kind(pcs, parser(PriorityClass), cache.set_priority_class, watched_from=False)
+    nss, _ = await rest.list(Resource("", "v1", "namespaces"), raw)
+    for ns in nss:
         meta = ns.get("metadata", {})
         cache.set_namespace(meta["name"], dict(meta.get("labels") or {}))
-    counts["namespaces"] = len(nss.get("items", []))
-    jobs = await rest.list("batch", "v1", "jobs")
-    counts["jobs"] = each(Job, jobs.get("items", []), cache.set_job)
-    versions["batch", "v1", "jobs"] = _version(jobs)
+    counts["namespaces"] = len(nss)
+    await kind(Resource("batch", "v1", "jobs"), parsers.job, cache.set_job)
     counts["resourceclaimtemplates"] = await _claim_templates(rest, cache)
     return counts
-
-
-def _version(listed: dict[str, Any]) -> str:
-    return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
 
 async def _claim_templates(rest: Rest, cache: Cache) -> int:
     """ResourceClaimTemplates, so that device quota is counted from the first cycle on (a
     cluster without resource.k8s.io/v1 has none)."""
     try:
-        raw = await rest.list("resource.k8s.io", "v1", "resourceclaimtemplates")
+        listed, _ = await rest.list(
+            Resource("resource.k8s.io", "v1", "resourceclaimtemplates"),
+            parser(ResourceClaimTemplate),
+        )
     except ApiException as e:
         if e.status == 404:
             return 0
         raise
-    return each(ResourceClaimTemplate, raw.get("items", []), cache.set_claim_template)
+    for template in listed:
+        cache.set_claim_template(template)
+    return len(listed)
 
 
 async def serves(api: client.ApiClient, cache: Cache, kind: CustomKind) -> bool:
     """List the kind's objects into the cache; False when the cluster does not serve the
     kind (its CRD is not installed)."""
     rest = Rest(api)
+    resource = Resource(kind.group, kind.version, kind.plural)
     try:
-        raw = await retry.call(
-            lambda: rest.list(kind.group, kind.version, kind.plural), what=f"{kind.kind} listing"
+        listed, _ = await retry.call(
+            lambda: rest.list(resource, parser(kind.model)), what=f"{kind.kind} listing"
         )
     except ApiException as e:
         if e.status == 404:
             return False
         raise
     objects = kind.objects(cache)
-
-    def store(obj: KubeObject) -> None:
+    for obj in listed:
         objects[wls.key_of(obj.namespace, obj.name)] = obj
-
-    each(kind.model, raw.get("items", []), store)
     return True

@@ -65,6 +65,31 @@ OWN_INVENTORY = (("", "v1", "nodes"), ("", "v1", "pods"))
 """Inventory kinds watched by atoll's own loops (`register_watches`), not by kopf."""
 
 
+class Parsers:
+    """Parsers of the kinds whose objects share parts (the Workloads and the Jobs made from
+    one manifest), each with its table of parts parsed lately (`Shared`). One per operator,
+    used by its watches and its initial listing alike (`bootstrap.load`), so that Workloads
+    listed at start share their pod-set templates as those seen on the watch do, and with
+    them."""
+
+    __slots__ = ("pod_specs", "templates")
+
+    def __init__(self) -> None:
+        self.templates: Shared[PodTemplateSpec] = Shared(POD_TEMPLATES)
+        self.pod_specs: Shared[PodSpec] = Shared(POD_SPECS)
+
+    def workload(self, body: Mapping[str, Any], known: Workload | None = None) -> Workload | None:
+        """`body` as a Workload (`known`: the cached one of that key; see `_parse_workload`);
+        None (logged) when it cannot be parsed."""
+        return _parse_workload(body, known, self.templates)
+
+    def job(self, body: Mapping[str, Any]) -> Job | None:
+        """`body` as a Job; its pods' spec equal to one parsed before is that one (the Jobs
+        made from one manifest differ in their template's labels, not in its spec)."""
+        path = ("spec", "template", "spec")
+        return _parse_sharing(Job, body, path, self.pod_specs, lambda job: job.spec.template.spec)
+
+
 @dataclass(slots=True)
 class Wiring:
     """Where parsed objects go."""
@@ -82,6 +107,8 @@ class Wiring:
     """The reconcile queue of each other managed kind (JobSet, …), by kind; Jobs use `jobs`."""
     group_pod: Callable[[Pod, bool], None] | None = None
     """Sees every pod (and whether it was deleted): the plain-pod integration's hook."""
+    parsers: Parsers = field(default_factory=Parsers)
+    """The Workload and Job parsers of the watches (and of the initial listing)."""
 
 
 def json_text(obj: object) -> bytes:
@@ -360,8 +387,6 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
 def register_watches(watches: Watches, w: Wiring) -> None:
     """Register the kinds atoll watches without kopf (`atoll.kube.watch`) on `watches`."""
 
-    templates: Shared[PodTemplateSpec] = Shared(POD_TEMPLATES)
-
     def workload(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
         if type == "DELETED":
@@ -369,7 +394,7 @@ def register_watches(watches: Watches, w: Wiring) -> None:
             w.cache.delete_workload(key)
             w.gone_workload(key)
         else:
-            wl = _parse_workload(body, w.cache.workloads.get(key), templates)
+            wl = w.parsers.workload(body, w.cache.workloads.get(key))
             if wl is None:
                 return
             w.cache.set_workload(wl)
@@ -499,13 +524,6 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
 
     watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
     jobs = Digests(job_view)
-    pod_specs: Shared[PodSpec] = Shared(POD_SPECS)
-
-    def parse_job(raw: Mapping[str, Any]) -> Job | None:
-        """`raw` as a Job; its pods' spec equal to one parsed before is that one (the Jobs
-        made from one manifest differ in their template's labels, not in its spec)."""
-        path = ("spec", "template", "spec")
-        return _parse_sharing(Job, raw, path, pod_specs, lambda job: job.spec.template.spec)
 
     def job(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
@@ -513,7 +531,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            parsed = jobs.parse(key, body, parse_job)
+            parsed = jobs.parse(key, body, w.parsers.job)
             if parsed is None:
                 return
             c.set_job(parsed)

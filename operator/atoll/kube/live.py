@@ -9,10 +9,9 @@ through the same cache setters as the watch handlers. Read-only: nothing is writ
 
 from __future__ import annotations
 
-import functools
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -22,9 +21,10 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.kube import bootstrap, connection
 from atoll.kube.handlers import inventory_kinds
 from atoll.kube.kinds import CUSTOM_KINDS, ReadKind
-from atoll.kube.rest import Rest
+from atoll.kube.rest import Resource, Rest
 from atoll.state.cache import Cache
 
+K = TypeVar("K", bound=KubeObject)
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -32,16 +32,16 @@ class ClusterReadError(RuntimeError):
     """The cluster could not be read (no kubeconfig, unreachable, forbidden)."""
 
 
-async def _optional(rest: Rest, group: str, version: str, plural: str) -> list[dict[str, Any]]:
-    """Items of a LIST of a kind the cluster may not serve (DRA, Kueue's Topology): none."""
+async def _optional(rest: Rest, resource: Resource, model: type[K]) -> list[K]:
+    """The objects of a LIST of a kind the cluster may not serve (DRA, Kueue's Topology):
+    none."""
     try:
-        raw = await rest.list(group, version, plural)
+        listed, _ = await rest.list(resource, bootstrap.parser(model))
     except ApiException as e:
         if e.status == 404:
             return []
         raise
-    items = raw.get("items", []) if isinstance(raw, dict) else []
-    return list(items)
+    return listed
 
 
 async def _inventory(rest: Rest, cache: Cache) -> None:
@@ -51,12 +51,13 @@ async def _inventory(rest: Rest, cache: Cache) -> None:
     for kind in inventory_kinds(cache):
         if kind.model is ResourceClaimTemplate:
             continue
-        group, version, plural = kind.resource
-        if group:
-            items = await _optional(rest, group, version, plural)
+        resource = Resource(*kind.resource)
+        if resource.group:
+            listed = await _optional(rest, resource, kind.model)
         else:
-            items = (await rest.list(group, version, plural)).get("items", [])
-        bootstrap.each(kind.model, items, kind.upsert)
+            listed, _ = await rest.list(resource, bootstrap.parser(kind.model))
+        for obj in listed:
+            kind.upsert(obj)
 
 
 async def _read_kinds(rest: Rest, cache: Cache) -> None:
@@ -66,12 +67,15 @@ async def _read_kinds(rest: Rest, cache: Cache) -> None:
     for kind in CUSTOM_KINDS.values():
         for read in kind.reads:
             try:
-                items = await _optional(rest, read.group, read.version, read.plural)
+                listed = await _optional(
+                    rest, Resource(read.group, read.version, read.plural), read.model
+                )
             except ApiException as e:
                 if e.status != 403:
                     raise
-                items = []
-            bootstrap.each(read.model, items, functools.partial(_store, read, read.objects(cache)))
+                listed = []
+            for obj in listed:
+                _store(read, read.objects(cache), obj)
 
 
 def _store(read: ReadKind, objects: dict[str, Any], obj: KubeObject) -> None:

@@ -518,7 +518,9 @@ class Operator:
         await connection.wait_for_server(self.api)
         await self._prepare_webhook()
         versions: dict[tuple[str, str, str], str] = {}
-        counts = await bootstrap.load(self.api, self.cache, versions=versions)
+        counts = await bootstrap.load(
+            self.api, self.cache, versions=versions, parsers=self._wiring.parsers
+        )
         for (group, version, plural), listed_at in versions.items():
             self.watches.start_at(group, version, plural, listed_at)
         await self._watch_kinds()

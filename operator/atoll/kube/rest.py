@@ -13,13 +13,19 @@ methods raise (`read_ok`), so callers and `retry` see no difference.
 
 Paths: `Resource.path` builds the REST path of any object or collection from its group, version,
 namespace, plural and name (`Resource` holds the group, version and plural of a kind).
+
+Collections are read a page at a time (`Rest.pages`, `Rest.list`), as client-go's pager and
+reflector read them: `limit` objects per request, then the rest from the answer's `continue`
+token, so that at most a page of a collection's text and decoded objects is held at once (a
+LIST of 10,000 Workloads answered and decoded at once held them all twice over).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -28,9 +34,16 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
+T = TypeVar("T")
+Listed: TypeAlias = tuple[list[T], str]
+"""The objects of a LIST and the list's resourceVersion."""
 JSON = "application/json"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+PAGE = 500
+"""Objects per LIST page (client-go's pager asks for as many)."""
+LIST_TIMEOUT_S = 60
+"""Bound of one LIST request (a page, or a whole collection)."""
 
 
 def decode(data: bytes) -> Any:
@@ -160,15 +173,72 @@ class Rest:
         body: Any = None,
         *,
         content_type: str = JSON,
+        query: list[tuple[str, Any]] | None = None,
         limit: aiohttp.ClientTimeout | float | None = None,
     ) -> bytes:
         """The answer's body; an `ApiException` when the status is not 2xx."""
-        resp = await self.send(method, path, body, content_type=content_type, limit=limit)
+        resp = await self.send(
+            method, path, body, content_type=content_type, query=query, limit=limit
+        )
         return await read_ok(resp)
 
-    async def list(self, group: str, version: str, plural: str) -> dict[str, Any]:
-        """Every object of a kind in one LIST (all namespaces), decoded."""
-        raw: dict[str, Any] = decode(
-            await self.request("GET", Resource(group, version, plural).path(None))
-        )
-        return raw
+    async def pages(
+        self, resource: Resource, query: Sequence[tuple[str, Any]] = (), *, page: int = PAGE
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Each page of a LIST of every `resource` object (all namespaces; `query` adds
+        selectors), decoded: at most `page` objects each (0: the whole collection in one),
+        the next one asked for with the last one's `metadata.continue` token until a page
+        has none. Every page is read at the first one's resourceVersion, so the last page's
+        `metadata.resourceVersion` is the list's. A continue token the API server no longer
+        honours (its resourceVersion compacted away between two pages) is refused with
+        `ApiException` 410."""
+        cont: str | None = None
+        while True:
+            asked = [*query, ("limit", page)] if page else [*query]
+            if cont:
+                asked.append(("continue", cont))
+            body: dict[str, Any] = decode(
+                await self.request("GET", resource.path(None), query=asked, limit=LIST_TIMEOUT_S)
+            )
+            cont = (body.get("metadata") or {}).get("continue")
+            yield body
+            del body  # not held while the next page is read
+            if not cont:
+                return
+
+    async def list(
+        self,
+        resource: Resource,
+        parse: Callable[[dict[str, Any]], T | None],
+        *,
+        page: int = PAGE,
+    ) -> Listed[T]:
+        """Every object of `resource` (all namespaces), each through `parse` as its page
+        arrives (None: left out), so that only one page of raw objects is held at a time;
+        and the list's resourceVersion. When a continue token has expired (410 between two
+        pages), what was parsed is dropped and the collection read again in one LIST, as
+        client-go's pager falls back to a full list."""
+        try:
+            return await self._list(resource, parse, page)
+        except ApiException as e:
+            if e.status != 410 or not page:
+                raise
+        return await self._list(resource, parse, 0)
+
+    async def _list(
+        self, resource: Resource, parse: Callable[[dict[str, Any]], T | None], page: int
+    ) -> Listed[T]:
+        items: list[T] = []
+        version = ""
+        async for body in self.pages(resource, page=page):
+            for item in body.get("items") or ():
+                parsed = parse(item)
+                if parsed is not None:
+                    items.append(parsed)
+            version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return items, version
+
+
+def raw(obj: dict[str, Any]) -> dict[str, Any]:
+    """`Rest.list`'s `parse` that keeps each object as the API server sent it."""
+    return obj

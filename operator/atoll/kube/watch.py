@@ -3,10 +3,11 @@
 kopf handles each event through its causes, diff-base, per-object loggers and a deep copy of
 the body: most of the operator's CPU under load went there (py-spy, `make bench-kueue
 BENCH_ARGS=--profile`). A `Watches` registry runs one loop per registered resource instead:
-LIST (paginated) then WATCH from the list's resourceVersion with bookmarks, decode each line
-(`decode`: orjson) and call the handler with the event type and the raw object. The loop
-starts at a resourceVersion the initial listing already read (`start_at`, so the start-up
-LIST is not repeated), re-lists on `410 Gone` (objects that disappeared meanwhile get a
+LIST (a page at a time: `Rest.pages`) then WATCH from the list's resourceVersion with
+bookmarks, decode each line (`decode`: orjson) and call the handler with the event type and
+the raw object. The loop starts at a resourceVersion the initial listing already read
+(`start_at`, so the start-up LIST is not repeated), re-lists on `410 Gone` (also a continue
+token that expired between two pages) (objects that disappeared meanwhile get a
 synthesized DELETED event carrying only their namespace and name) and retries any failure
 with `retry.DEFAULT`'s backoff, forever: a watch outlives API server outages.
 
@@ -35,8 +36,6 @@ Handler = Callable[[str | None, Mapping[str, Any]], None]
 """Called with the event type (None for an object of a LIST, else ADDED, MODIFIED or
 DELETED) and the object as the API server sent it."""
 
-PAGE = 500
-"""Objects per LIST page."""
 SERVER_TIMEOUT_S = 300
 """The API server ends each WATCH after this long; the loop then watches again."""
 READ_TIMEOUT_S = SERVER_TIMEOUT_S + 30
@@ -151,20 +150,17 @@ def _selector(watch: Watch) -> list[tuple[str, Any]]:
 
 async def _list(api: client.ApiClient, watch: Watch) -> None:
     seen: set[str] = set()
-    cont: str | None = None
-    while True:
-        query: list[tuple[str, Any]] = [("limit", PAGE), *_selector(watch)]
-        if cont:
-            query.append(("continue", cont))
-        resp = await _get(api, watch.resource.path(None), query, limit=60)
-        body = decode(await read_ok(resp))
-        for item in body.get("items") or ():
-            seen.add(object_key(item))
-            _handle(watch, None, item)
-        meta = body.get("metadata") or {}
-        cont = meta.get("continue")
-        if not cont:
-            break
+    meta: dict[str, Any] = {}
+    try:
+        async for body in Rest(api).pages(watch.resource, _selector(watch)):
+            for item in body.get("items") or ():
+                seen.add(object_key(item))
+                _handle(watch, None, item)
+            meta = body.get("metadata") or {}
+    except ApiException as e:
+        if e.status == 410:  # a continue token expired: list again from the start
+            raise GoneError() from e
+        raise
     for key in [k for k in watch.known() if k not in seen]:
         _handle(watch, "DELETED", _stub(key))
     watch.resource_version = str(meta.get("resourceVersion") or "") or None
