@@ -5,6 +5,7 @@ server does: `limit` objects per answer, a `continue` token for the rest, and (w
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,11 +14,15 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from atoll.api.configuration import Configuration
 from atoll.api.workload import Workload
+from atoll.engine.decisions import PendingReason
 from atoll.kube import bootstrap
 from atoll.kube.handlers import Parsers
+from atoll.kube.operator import Operator, RunOptions
 from atoll.kube.rest import PAGE, WORKLOADS, Rest, raw
 from atoll.kube.watch import GoneError, Watch, _list
+from atoll.state import lifecycle
 from atoll.state.cache import Cache
 from tests.api.builders import pod_set, workload
 
@@ -38,7 +43,9 @@ async def api_server() -> AsyncIterator[Api]:
 
     async def handle(request: web.Request) -> web.Response:
         query = dict(request.query)
-        served.asked.append({"path": request.path, **query})
+        served.asked.append({"method": request.method, "path": request.path, **query})
+        if request.method == "PATCH":
+            return web.json_response({"metadata": {"resourceVersion": "43"}})
         if "continue" in query and served.expire_continue:
             status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
             return web.json_response(status, status=410)
@@ -52,7 +59,7 @@ async def api_server() -> AsyncIterator[Api]:
         return web.json_response({"kind": "List", "metadata": meta, "items": page})
 
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
+    app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -160,3 +167,25 @@ async def test_the_initial_listing_shares_equal_templates_across_pages_and_with_
     seen = parsers.workload(later)  # as the Workload watch parses one created later
     assert seen is not None
     assert seen.spec.pod_sets[0].template is first
+
+
+async def test_a_restarted_operator_writes_a_listed_workloads_status_without_reading_it(
+    api_server: Api,
+) -> None:
+    """The writer takes each listed Workload as the base of its next status write, as it
+    takes one seen on the watch: no GET (and no second parse held) per Workload."""
+    body = workload(name="w", pod_sets=[pod_set(count=1)], queueName="q")
+    body["metadata"] |= {"uid": "u", "generation": 1, "resourceVersion": "5"}
+    api_server.collections[WORKLOADS.path(None)] = [body]
+    opts = RunOptions(configuration=Configuration(), webhook="off", leader_elect=False)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    pending = lifecycle.pending(PendingReason.WAITING_FOR_QUOTA, "no quota", now)
+    async with client.ApiClient(client.Configuration(host=api_server.host)) as api:
+        op = Operator(opts, api)
+        await op._start()
+        api_server.asked.clear()
+        written = await op.writer.update_workload_status("default/w", pending)
+    assert written is not None
+    assert [(a["method"], a["path"]) for a in api_server.asked] == [
+        ("PATCH", WORKLOADS.path("default", "w", "status"))
+    ]

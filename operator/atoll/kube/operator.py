@@ -525,10 +525,14 @@ class Operator:
             self.watches.start_at(group, version, plural, listed_at)
         await self._watch_kinds()
         # The Workload and Job watches resume after the listing, so they replay none of them:
-        # queue every listed Workload's owner once, as a watch event would (an owner that is
-        # gone finishes its Workload as OwnerNotFound and releases its quota); every listed
-        # Job is queued when this replica leads (`_lead`).
+        # as a watch event would, the writer takes every listed Workload as the base of its
+        # next status write (else its first write of each would GET it and hold a second
+        # parse of it: 10,000 GETs and 23 MiB after a restart with 10,000 pending), and every
+        # listed Workload's owner is queued once (an owner that is gone finishes its
+        # Workload as OwnerNotFound and releases its quota); every listed Job is queued when
+        # this replica leads (`_lead`).
         for wl in list(self.cache.workloads.values()):
+            self._wiring.seen_workload(wl)
             handlers.queue_owner(wl, self._wiring)
         log.info("initial sync done", **counts)
         self.synced.set()
