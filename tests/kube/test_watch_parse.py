@@ -5,6 +5,7 @@ the status merge patch the writer sends turns the old status into the new one.""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from hypothesis import given
@@ -66,6 +67,37 @@ def test_a_new_generation_or_another_object_is_parsed_whole() -> None:
         assert parsed is not None
         assert parsed.spec.queue_name == "elsewhere"
         assert parsed.spec is not known.spec
+
+
+def _fresh(raw: Any) -> Any:
+    """`raw` as decoded from its own JSON text (every string a new object, as on the wire)."""
+    return json.loads(json.dumps(raw))
+
+
+def test_the_type_head_and_the_priority_class_are_one_string_for_all_workloads() -> None:
+    raws = [_raw(uid=uid) for uid in ("a", "b")]
+    for raw in raws:
+        raw["spec"]["priorityClassRef"] = {
+            "group": "kueue.x-k8s.io",
+            "kind": "WorkloadPriorityClass",
+            "name": "high",
+        }
+    a, b = (Workload.from_dict(_fresh(raw)) for raw in raws)
+    assert a.api_version is b.api_version
+    assert a.kind is b.kind
+    assert a.spec.priority_class_ref is not None
+    assert b.spec.priority_class_ref is not None
+    assert a.spec.priority_class_ref.name is b.spec.priority_class_ref.name
+    # a status change keeps the known Workload's; another apiVersion is parsed whole
+    fast = _parse_workload(_fresh(_raw(uid="a", status=ADMITTED)), a, _templates())
+    assert fast is not None
+    assert fast.kind is a.kind
+    assert fast.api_version is a.api_version
+    other = _raw(uid="a") | {"apiVersion": "kueue.x-k8s.io/v1beta1"}
+    whole = _parse_workload(other, a, _templates())
+    assert whole is not None
+    assert whole.api_version == "kueue.x-k8s.io/v1beta1"
+    assert whole.spec is not a.spec
 
 
 def test_an_invalid_status_is_refused_as_by_a_full_parse() -> None:

@@ -78,10 +78,10 @@ class _Shared:
 SHARED_STRINGS: Final = _Shared(4 * 1024 * 1024)
 """The table behind `INTERNED` (at most 4 Mi characters held)."""
 INTERNED: Final = AfterValidator(SHARED_STRINGS)
-"""Marks a string field whose values repeat across objects (a namespace, a queue or flavor
-name, a condition's reason and message): each parsed value is one shared copy
-(`SHARED_STRINGS`), not a string per object (10,000 pending Workloads held ~1 KiB each of
-such copies)."""
+"""Marks a string field whose values repeat across objects (an object's apiVersion and kind,
+a namespace, a queue, flavor or priority class name, a condition's reason and message):
+each parsed value is one shared copy (`SHARED_STRINGS`), not a string per object (10,000
+pending Workloads held ~1 KiB each of such copies)."""
 Interned = Annotated[str, INTERNED]
 """A string of few distinct values (see `INTERNED`)."""
 DnsSubdomain = Annotated[
@@ -151,9 +151,9 @@ class StrEnum(enum.StrEnum):
 class OwnerReference(ApiModel):
     """A reference to an owning object."""
 
-    api_version: str
+    api_version: Interned
     """API version of the owner."""
-    kind: str
+    kind: Interned
     """Kind of the owner."""
     name: str
     """Name of the owner."""
@@ -281,9 +281,9 @@ class KubeObject(ApiModel):
     API_VERSION: ClassVar[str] = ""
     KIND: ClassVar[str] = ""
 
-    api_version: str | None = None
+    api_version: Interned | None = None
     """APIVersion of the object."""
-    kind: str | None = None
+    kind: Interned | None = None
     """Kind of the object."""
     metadata: ObjectMeta = ObjectMeta()
     """Standard object metadata."""

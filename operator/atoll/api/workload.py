@@ -89,7 +89,7 @@ class PriorityClassRef(ApiModel):
     """kueue.x-k8s.io or scheduling.k8s.io."""
     kind: PriorityClassKind
     """WorkloadPriorityClass or PriorityClass."""
-    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=253), INTERNED]
     """Name of the class."""
 
 

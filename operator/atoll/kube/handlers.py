@@ -173,21 +173,22 @@ def _parse_workload(
     metadata.generation, its spec is unchanged (the API server bumps the generation of a
     custom resource with a status subresource on every spec change): only the metadata and
     the status are parsed, and the known spec is shared (most of a Workload's parsing cost
-    is its pod templates). Otherwise each pod-set template equal to one in `templates` is
-    that one (parsed once, held once)."""
+    is its pod templates), and so are its apiVersion and kind (the interned strings of its
+    first parse). Otherwise each pod-set template equal to one in `templates` is that one
+    (parsed once, held once)."""
     meta = body.get("metadata") or {}
     if (
         known is None
         or meta.get("generation") is None
         or meta.get("generation") != known.metadata.generation
         or meta.get("uid") != known.metadata.uid
+        or body.get("apiVersion") != known.api_version
+        or body.get("kind") != known.kind
     ):
         return _parse_shared(body, templates)
     try:
         return known.model_copy(
             update={
-                "api_version": body.get("apiVersion"),
-                "kind": body.get("kind"),
                 "metadata": ObjectMeta.from_dict(meta),
                 "status": WorkloadStatus.from_dict(body.get("status") or {}),
             }
