@@ -1,7 +1,8 @@
 """Collections read a page at a time (`Rest.pages`, `Rest.list`, the watch loop's LIST and the
-initial listing), against a small HTTP server on the loopback address that pages as the API
-server does: `limit` objects per answer, a `continue` token for the rest, and (when told to)
-410 Gone for a continue token, as for one whose resourceVersion was compacted away."""
+initial listing), against a small HTTP server on the loopback address (`tests.kube.loopback`)
+that pages as the API server does: `limit` objects per answer, a `continue` token for the
+rest, and (when told to) 410 Gone for a continue token, as for one whose resourceVersion was
+compacted away."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from atoll.kube.watch import GoneError, Watch, _list
 from atoll.state import lifecycle
 from atoll.state.cache import Cache
 from tests.api.builders import pod_set, workload
+from tests.kube.loopback import serve
 
 
 @dataclass
@@ -58,17 +60,8 @@ async def api_server() -> AsyncIterator[Api]:
             meta["continue"] = str(start + limit)
         return web.json_response({"kind": "List", "metadata": meta, "items": page})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    served.host = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serve(handle) as served.host:
         yield served
-    finally:
-        await runner.cleanup()
 
 
 def _objects(n: int) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.kube.rest import JSON, MERGE, PODS, WORKLOADS, Resource, Rest, decode, encode
 from atoll.kube.writers import api_message
+from tests.kube.loopback import serve
 
 Seen = list[dict[str, Any]]
 
@@ -41,17 +42,8 @@ async def server() -> AsyncIterator[tuple[str, Seen]]:
             return web.json_response(status, status=404)
         return web.json_response({"metadata": {"resourceVersion": "7"}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with serve(handle) as host:
+        yield host, seen
 
 
 def _config(host: str) -> client.Configuration:
