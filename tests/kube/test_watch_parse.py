@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atoll.api.core import Job, PodSpec, PodTemplateSpec
+from atoll.api.meta import Condition
 from atoll.api.workload import Workload
 from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload
 from atoll.kube.writers import merge_patch
@@ -98,6 +99,38 @@ def test_the_type_head_and_the_priority_class_are_one_string_for_all_workloads()
     assert whole is not None
     assert whole.api_version == "kueue.x-k8s.io/v1beta1"
     assert whole.spec is not a.spec
+
+
+def test_equal_conditions_are_parsed_once_and_shared_by_every_workload() -> None:
+    templates, conditions = _templates(), Shared[Condition](16)
+    later = copy.deepcopy(ADMITTED)
+    later["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:01Z"
+    # whole parses (new objects) and a status change of a known one
+    a = _parse_workload(_fresh(_raw(uid="a", status=ADMITTED)), None, templates, conditions)
+    b = _parse_workload(_fresh(_raw(uid="b", status=ADMITTED)), None, templates, conditions)
+    known = Workload.from_dict(_raw(uid="c"))
+    c = _parse_workload(_fresh(_raw(uid="c", status=ADMITTED)), known, templates, conditions)
+    d = _parse_workload(_fresh(_raw(uid="d", status=later)), None, templates, conditions)
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert d is not None
+    assert a.status is not None
+    assert b.status is not None
+    assert c.status is not None
+    assert d.status is not None
+    assert a.status.conditions is not None
+    assert b.status.conditions is not None
+    assert c.status.conditions is not None
+    assert d.status.conditions is not None
+    assert b.status.conditions[0] is a.status.conditions[0]
+    assert c.status.conditions[0] is a.status.conditions[0]
+    assert d.status.conditions[0] is not a.status.conditions[0]  # another time
+    assert len(conditions) == 2
+    for parsed, raw in ((b, _raw(uid="b", status=ADMITTED)), (d, _raw(uid="d", status=later))):
+        assert parsed == Workload.from_dict(raw)  # as a full parse
+    bad = _raw(uid="e", status={"conditions": [ADMITTED["conditions"][0], {"type": "X"}]})
+    assert _parse_workload(bad, None, templates, conditions) is None  # refused with the rest
 
 
 def test_an_invalid_status_is_refused_as_by_a_full_parse() -> None:
