@@ -30,6 +30,7 @@ __all__ = ["lws_controller"]
 GATE = "kueue.x-k8s.io/admission"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 
 lws_operator = operator_for("lws_operator", "LeaderWorkerSet", needs=("lws_controller", "dgx"))
@@ -96,27 +97,29 @@ def _admitted_whole(
     *,
     restarted: bool = False,
 ) -> None:
-    """The group of `wl` has all its pods ungated and bound, none scheduled before the
-    Workload reserved quota. `restarted`: the group was just stopped, so the pods of its
-    earlier admission may still be going; wait for the ones bound after this admission."""
+    """The group of `wl` has all its pods ungated, bound and labelled with their pod set,
+    none scheduled before the Workload reserved quota. The checks read one listing of the
+    group. `restarted`: the group was just stopped, and the LWS controller recreates a whole
+    group whenever one of its pods goes, so it may replace the group more than once while the
+    old pods are torn down; wait for a listing whose pods were all bound after this admission
+    (pods of the earlier admission cannot be told from early ones)."""
     index = index_of(wl)
     reserved = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]
-    cluster.wait_for(
-        f"group {index}'s {size} pods to be ungated and bound",
-        lambda: (
-            len(pods := group_pods(cluster, namespace, name, index)) == size
-            and all(not gates(p) and p["spec"].get("nodeName") for p in pods)
-            and (not restarted or all(scheduled_at(p) >= reserved for p in pods))
-        ),
-    )
-    early = [
-        p["metadata"]["name"]
-        for p in group_pods(cluster, namespace, name, index)
-        if scheduled_at(p) < reserved
-    ]
+    seen: list[dict[str, Any]] = []
+
+    def started() -> bool:
+        seen[:] = group_pods(cluster, namespace, name, index)
+        return (
+            len(seen) == size
+            and all(not gates(p) and p["spec"].get("nodeName") for p in seen)
+            and all(PODSET_LABEL in p["metadata"].get("labels", {}) for p in seen)
+            and (not restarted or all(scheduled_at(p) >= reserved for p in seen))
+        )
+
+    cluster.wait_for(f"group {index}'s {size} pods to be ungated, bound and labelled", started)
+    early = [p["metadata"]["name"] for p in seen if scheduled_at(p) < reserved]
     assert early == [], f"pods scheduled before the admission at {reserved}: {early}"
-    seen = group_pods(cluster, namespace, name, index)
-    roles = sorted(p["metadata"]["labels"].get("kueue.x-k8s.io/podset", "?") for p in seen)
+    roles = sorted(p["metadata"]["labels"][PODSET_LABEL] for p in seen)
     assert roles == ["leader", *["worker"] * (size - 1)]
 
 
