@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, Node, Pod, PodSpec, PodTemplateSpec, PriorityClass
+from atoll.api.core import Job, Node, Pod, PodSpec, PodStatus, PodTemplateSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.labels import (
     MANAGED_LABEL,
@@ -398,7 +398,11 @@ class Digests:
     def new(self, key: str, body: Mapping[str, Any]) -> int | None:
         """The digest of `body` when it differs from the one last `seen` under `key`, else
         None (nothing to do)."""
-        digest = hash(json_text(self._view(body)))
+        return self.new_view(key, self._view(body))
+
+    def new_view(self, key: str, view: object) -> int | None:
+        """`new` for a view already taken (`view(body)`)."""
+        digest = hash(json_text(view))
         return None if self._digests.get(key) == digest else digest
 
     def seen(self, key: str, digest: int) -> None:
@@ -468,8 +472,20 @@ POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 NODE_STATUS_FIELDS = ("capacity", "allocatable")
 """Not its heartbeats, images, addresses."""
 job_view = model_view(*JOB_STATUS_FIELDS)
-pod_view = model_view(*POD_STATUS_FIELDS)
 node_view = model_view(*NODE_STATUS_FIELDS)
+
+
+def pod_view(body: Mapping[str, Any]) -> tuple[int, int, int]:
+    """What a Pod reads of a pod (as `model_view(*POD_STATUS_FIELDS)`), as one digest per
+    part: its metadata (but the resourceVersion and managedFields), its spec, its status.
+    An event is handled when any part changed; a kept pod whose spec did not change is
+    parsed only in its changed parts (`_pods`)."""
+    status = body.get("status") or {}
+    return (
+        hash(json_text(_meta_view(body))),
+        hash(json_text(body.get("spec"))),
+        hash(json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))),
+    )
 
 
 def _kept(pod: Pod) -> bool:
@@ -545,8 +561,9 @@ def _capacity_changed(w: Wiring) -> None:
 
 def _pods(watches: Watches, w: Wiring) -> None:
     pods = Digests(pod_view)
-    last: dict[str, Pod] = {}
-    """The last state of the pods `_kept` needs, by key."""
+    last: dict[str, tuple[Pod, tuple[int, int, int]]] = {}
+    """The last state of the pods `_kept` needs, by key, with the digests of its parts
+    (`pod_view`)."""
     specs: Shared[PodSpec] = Shared(POD_SPECS)
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
@@ -557,23 +574,33 @@ def _pods(watches: Watches, w: Wiring) -> None:
         pods.forget(key)
         known = last.pop(key, None)
         # a re-list reports a pod gone with only its name: its last state stands in
-        return known if known is not None and "spec" not in body else _parse(Pod, body)
+        if known is not None and "spec" not in body:
+            return known[0]
+        return _parse(Pod, body)
 
     def pod(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
         deleted = type == "DELETED"
+        before = last.get(key)
         if deleted:
             parsed = gone(key, body)
             if parsed is None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            parsed = pods.parse(key, body, parse)
+            parts = pod_view(body)
+            digest = pods.new_view(key, parts)
+            if digest is None:
+                return
+            parsed = None if before is None else _reparse_pod(before[0], before[1], parts, body)
+            if parsed is None:
+                parsed = parse(body)
             if parsed is None:
                 return
+            pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
-                last[key] = parsed
+                last[key] = (parsed, parts)
             else:
                 last.pop(key, None)
         if w.group_pod is not None:
@@ -581,10 +608,46 @@ def _pods(watches: Watches, w: Wiring) -> None:
         seen = w.ungater.observe(parsed, deleted=deleted)
         if seen is not None:
             w.pods.add(seen)
-        if deleted or parsed.status.phase in ("Succeeded", "Failed"):
-            _capacity_changed(w)  # its node has room again
+        was_over = before is not None and before[0].status.phase in _OVER
+        if (deleted or parsed.status.phase in _OVER) and not was_over:
+            # its node has room again (a pod already seen over left the inventory then)
+            _capacity_changed(w)
 
     watches.on("", "v1", "pods", pod, known=pods.keys)
+
+
+_OVER = ("Succeeded", "Failed")
+"""Pod phases after which a pod uses no capacity."""
+
+
+def _reparse_pod(
+    known: Pod, before: tuple[int, int, int], parts: tuple[int, int, int], body: Mapping[str, Any]
+) -> Pod | None:
+    """`body` as a Pod, from `known` (the pod's last state, whose parts had the digests
+    `before`) when the spec is unchanged: only the changed metadata and status are parsed,
+    the spec is shared (as `_parse_workload` does for a Workload of an unchanged
+    generation). None when it cannot be (spec changed, not a plain pod body): parse it all."""
+    meta, status = body.get("metadata"), body.get("status")
+    if (
+        parts[1] != before[1]
+        or not isinstance(meta, Mapping)
+        or not isinstance(status, Mapping)
+        or body.get("apiVersion") != known.api_version
+        or body.get("kind") != known.kind
+    ):
+        return None
+    update: dict[str, Any] = {}
+    try:
+        if parts[0] != before[0]:
+            update["metadata"] = ObjectMeta.from_dict(meta)
+        elif meta.get("resourceVersion") != known.metadata.resource_version:
+            version = meta.get("resourceVersion")
+            update["metadata"] = known.metadata.model_copy(update={"resource_version": version})
+        if parts[2] != before[2]:
+            update["status"] = PodStatus.from_dict(status)
+    except ValidationError:
+        return None  # parsed whole, which logs what is wrong
+    return known.model_copy(update=update) if update else known
 
 
 def _watch(
