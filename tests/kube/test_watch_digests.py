@@ -310,3 +310,25 @@ def test_a_pod_whose_end_was_not_kept_wakes_on_every_ending_event() -> None:
     on("ADDED", running)
     on("DELETED", running)
     assert len(wakes) == 4
+
+
+@given(st.lists(st.sampled_from(READ["pod"] + IGNORED["pod"]), max_size=3))
+def test_pods_of_equal_statuses_share_one_and_each_is_its_whole_parse(edits: list[Edit]) -> None:
+    """A status parsed for one pod is held once for every pod whose status reads the same
+    (`pod_view`'s status part); a pod whose status reads otherwise gets its own."""
+    on, seen, _ = _pod_watch_waking()
+    first = _kept_pod()
+    on("ADDED", first)
+    other = _kept_pod()
+    other["metadata"]["name"] = "b"
+    on("ADDED", other)
+    edited = copy.deepcopy(other)
+    for edit in edits:
+        edit(edited)
+    edited["metadata"]["resourceVersion"] = "9"
+    on("MODIFIED", edited)
+    a, b = seen[0], seen[-1]
+    assert _without_version(b) == _without_version(Pod.from_dict(edited))
+    assert seen[1].status is a.status
+    if b.status == a.status:
+        assert b.status is a.status

@@ -57,6 +57,9 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JSON_SEPARATORS = (",", ":")
 POD_SPECS = 1024
 """Parsed pod specs kept by their JSON text (the pods of a Job share theirs until bound)."""
+POD_STATUSES = 256
+"""Parsed pod statuses kept by the JSON text of what a PodStatus reads (the pods of a gang
+go through the same few: conditions are kept without their times)."""
 POD_TEMPLATES = 1024
 """Parsed pod-set templates of Workloads kept by their JSON text (the Workloads of Jobs made
 from one manifest share theirs: the Job controller's labels are left out of a Workload's
@@ -480,12 +483,20 @@ def pod_view(body: Mapping[str, Any]) -> tuple[int, int, int]:
     part: its metadata (but the resourceVersion and managedFields), its spec, its status.
     An event is handled when any part changed; a kept pod whose spec did not change is
     parsed only in its changed parts (`_pods`)."""
+    return _pod_parts(body)[0]
+
+
+def _pod_parts(body: Mapping[str, Any]) -> tuple[tuple[int, int, int], bytes]:
+    """`pod_view(body)` and the JSON text of the status part (all a PodStatus reads: equal
+    texts parse to equal statuses)."""
     status = body.get("status") or {}
-    return (
+    status_text = json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))
+    digests = (
         hash(json_text(_meta_view(body))),
         hash(json_text(body.get("spec"))),
-        hash(json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))),
+        hash(status_text),
     )
+    return digests, status_text
 
 
 def _kept(pod: Pod) -> bool:
@@ -565,6 +576,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
     """The last state of the pods `_kept` needs, by key, with the digests of its parts
     (`pod_view`)."""
     specs: Shared[PodSpec] = Shared(POD_SPECS)
+    statuses: Shared[PodStatus] = Shared(POD_STATUSES)
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
         """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
@@ -588,13 +600,28 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            parts = pod_view(body)
+            parts, status_text = _pod_parts(body)
             digest = pods.new_view(key, parts)
             if digest is None:
                 return
-            parsed = None if before is None else _reparse_pod(before[0], before[1], parts, body)
+
+            def status_of(raw: Mapping[str, Any]) -> PodStatus:
+                known = statuses.get(status_text)
+                if known is None:
+                    known = PodStatus.from_dict(raw)
+                    statuses.put(status_text, known)
+                return known
+
+            parsed = (
+                None
+                if before is None
+                else _reparse_pod(before[0], before[1], parts, body, status_of)
+            )
             if parsed is None:
-                parsed = parse(body)
+                shared = statuses.get(status_text)
+                parsed = parse(body if shared is None else {**body, "status": shared})
+                if parsed is not None and shared is None:
+                    statuses.put(status_text, parsed.status)
             if parsed is None:
                 return
             pods.seen(key, digest)
@@ -621,12 +648,17 @@ _OVER = ("Succeeded", "Failed")
 
 
 def _reparse_pod(
-    known: Pod, before: tuple[int, int, int], parts: tuple[int, int, int], body: Mapping[str, Any]
+    known: Pod,
+    before: tuple[int, int, int],
+    parts: tuple[int, int, int],
+    body: Mapping[str, Any],
+    status_of: Callable[[Mapping[str, Any]], PodStatus],
 ) -> Pod | None:
     """`body` as a Pod, from `known` (the pod's last state, whose parts had the digests
-    `before`) when the spec is unchanged: only the changed metadata and status are parsed,
-    the spec is shared (as `_parse_workload` does for a Workload of an unchanged
-    generation). None when it cannot be (spec changed, not a plain pod body): parse it all."""
+    `before`) when the spec is unchanged: only the changed metadata and status are parsed
+    (the status by `status_of`), the spec is shared (as `_parse_workload` does for a
+    Workload of an unchanged generation). None when it cannot be (spec changed, not a plain
+    pod body): parse it all."""
     meta, status = body.get("metadata"), body.get("status")
     if (
         parts[1] != before[1]
@@ -644,7 +676,7 @@ def _reparse_pod(
             version = meta.get("resourceVersion")
             update["metadata"] = known.metadata.model_copy(update={"resource_version": version})
         if parts[2] != before[2]:
-            update["status"] = PodStatus.from_dict(status)
+            update["status"] = status_of(status)
     except ValidationError:
         return None  # parsed whole, which logs what is wrong
     return known.model_copy(update=update) if update else known
