@@ -2,10 +2,10 @@
 same client budget, each on a fresh sandbox (etcd + kube-apiserver on loopback), one after
 the other, in one command.
 
-    make bench-kueue SCALE=0.1 [BUDGET=50/100]
+    make bench-kueue SCALE=0.1 [BUDGET=50/100] [LOAD=0]
     python bench/kueue_baseline/run.py [--scale 0.1] [--large-scale] [--budget 50/100]
-        [--budget 300/500] [--only atoll|kueue] [--profile] [--tracemalloc] [--json]
-        [--timeout 600]
+        [--budget 300/500] [--background-load 0] [--background-load 1]
+        [--only atoll|kueue] [--profile] [--tracemalloc] [--json] [--timeout 600]
 
 For each controller: sandbox up, CRDs (atoll's from crds/, Kueue's from its Go module), the
 controller started with qps/burst = the budget, the queues created, then the generator
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import itertools
 import json
 import math
 import re
@@ -124,7 +125,7 @@ async def apiserver_writes(client: KubeClient) -> dict[str, float]:
 def run_one(
     system: str, shape: Shape, budget: Budget, args: argparse.Namespace, base: Path
 ) -> dict[str, Any]:
-    workdir = base / f"{system}-{budget.qps}-{budget.burst}"
+    workdir = base / f"{system}-{budget.qps}-{budget.burst}-load{args.load}"
     workdir.mkdir(parents=True)
     sandbox = Sandbox(root=Path(tempfile.mkdtemp(prefix=f"atoll-bench-{system}-")) / "sb")
     controller: Controller | None = None
@@ -212,12 +213,13 @@ def rows(res: dict[str, Any]) -> list[tuple[str, float, bool]]:
     return out
 
 
-def table(shape: Shape, budget: str, results: dict[str, dict[str, Any]]) -> Table:
+def table(shape: Shape, budget: str, load: int, results: dict[str, dict[str, Any]]) -> Table:
     kueue, atoll = results.get("kueue", {}), results.get("atoll", {})
     version = kueue.get("version", "")
     t = Table(
         title=f"{shape.name}: {len(shape.cluster_queues)} ClusterQueues, "
-        f"{shape.total_workloads:,} Workloads, client budget {budget} (qps/burst)"
+        f"{shape.total_workloads:,} Workloads, client budget {budget} (qps/burst), "
+        f"background load {load}"
     )
     t.add_column("metric")
     t.add_column(f"Kueue {version}".strip(), justify="right")
@@ -279,17 +281,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--background-load",
         type=count,
-        default=0,
+        action="append",
         metavar="N",
-        help="N busy-looping processes during each controller's run (default 0)",
+        help="N busy-looping processes during each controller's run (repeatable; default 0)",
     )
     return p
+
+
+def background_loads(args: argparse.Namespace) -> list[int]:
+    """The background loads to run each budget with, in the order given (default: none)."""
+    return list(args.background_load or [0])
 
 
 def main() -> None:
     args = parser().parse_args()
     shape = shape_from_args(args.scale, args.large_scale)
     budgets = [Budget.parse(b) for b in (args.budget or ["50/100"])]
+    loads = background_loads(args)
     systems = [args.only] if args.only else ["kueue", "atoll"]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     base = args.out or Path(tempfile.gettempdir()) / f"atoll-bench-kueue-{stamp}"
@@ -297,18 +305,19 @@ def main() -> None:
     console.print(
         f"{shape.name}: {len(shape.cluster_queues)} ClusterQueues, {shape.total_workloads:,} "
         f"Workloads; budgets {', '.join(map(str, budgets))}; "
-        f"background load {args.background_load}; logs in {base}"
+        f"background loads {', '.join(map(str, loads))}; logs in {base}"
     )
     all_results: list[dict[str, Any]] = []
-    for budget in budgets:
+    for budget, load in itertools.product(budgets, loads):
+        args.load = load
         results = {}
         for s in systems:
-            with BackgroundLoad(args.background_load):
+            with BackgroundLoad(load):
                 results[s] = run_one(s, shape, budget, args, base)
-            results[s]["background_load"] = args.background_load
+            results[s]["background_load"] = load
         all_results += results.values()
         out = Console(stderr=args.json)  # with --json, stdout carries only the JSON
-        out.print(table(shape, str(budget), results))
+        out.print(table(shape, str(budget), load, results))
         for s, res in results.items():
             changes = ", ".join(f"{k} {n}" for k, n in res.get("workload_changes", {}).items())
             out.print(f"{s}: Workload changes seen on the watch: {changes}")

@@ -107,14 +107,15 @@ def test_budget_parses_qps_and_burst() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "load"),
+    ("argv", "loads"),
     [
-        pytest.param([], 0, id="default-none"),
-        pytest.param(["--background-load", "2"], 2, id="two"),
+        pytest.param([], [0], id="default-none"),
+        pytest.param(["--background-load", "2"], [2], id="two"),
+        pytest.param(["--background-load", "0", "--background-load", "1"], [0, 1], id="both"),
     ],
 )
-def test_background_load_option(argv: list[str], load: int) -> None:
-    assert run.parser().parse_args(argv).background_load == load
+def test_background_load_option(argv: list[str], loads: list[int]) -> None:
+    assert run.background_loads(run.parser().parse_args(argv)) == loads
 
 
 @pytest.mark.parametrize("value", ["-1", "two"])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from atoll.engine import domainpreemption as dp
 from atoll.engine.backfill import Guard, Holder, Reservation, reserve
 from atoll.engine.cycle import run_cycle
-from atoll.engine.decisions import Admit, Decision, Pending, PendingReason, Requeue
+from atoll.engine.decisions import Admit, Decision, Pending, PendingReason, Preempt, Requeue
 from atoll.engine.flavors import Assignment
 from atoll.engine.inventory import (
     Gang,
@@ -140,6 +140,10 @@ class FakePlacer:
             )
         self.placed[str(admit.workload)] = got
         return admit
+
+    def unplaceable(self, preempt: Preempt) -> Pending | None:
+        del preempt  # every gang here fits an empty topology
+        return None
 
     def decided(self, decision: Decision) -> None:
         pass

@@ -102,6 +102,10 @@ class FakePlacer:
             requeue=Requeue.INADMISSIBLE,
         )
 
+    def unplaceable(self, preempt: Preempt) -> Pending | None:
+        del preempt  # every gang here fits an empty topology
+        return None
+
     def decided(self, decision: Decision) -> None:
         pass
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atoll.api.core import Job, JobStatus, Node, NodeStatus, Pod, PodCondition, PodStatus
-from atoll.api.labels import MANAGED_LABEL
+from atoll.api.labels import MANAGED_LABEL, WORKLOAD_ANNOTATION
 from atoll.api.meta import KubeObject
 from atoll.kube import handlers
 from atoll.kube.watch import Watches
@@ -202,3 +202,133 @@ def test_a_pod_a_relist_finds_gone_is_handled_with_its_last_state() -> None:
         ({MANAGED_LABEL: "true"}, False),
         ({MANAGED_LABEL: "true"}, True),
     ]
+
+
+def _kept_pod() -> dict[str, Any]:
+    """POD as a Workload's pod (its last state is kept, so later events reuse its parts)."""
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["annotations"] = {WORKLOAD_ANNOTATION: "wl"}
+    return pod
+
+
+def _pod_watch_waking() -> tuple[
+    Callable[[str | None, Mapping[str, Any]], None], list[Pod], list[int]
+]:
+    cache = Cache()
+    seen: list[Pod] = []
+    wakes: list[int] = []
+    wiring = bare_wiring(
+        cache, group_pod=lambda pod, _deleted: seen.append(pod), wake=lambda: wakes.append(1)
+    )
+    watches = Watches()
+    handlers.register_watches(watches, wiring)
+    pods = next(w for r, w in watches.watches.items() if r.plural == "pods")
+    return pods.handler, seen, wakes
+
+
+SPEC_EDITS: list[Edit] = [
+    _set("spec.nodeName", "n2"),
+    _set("spec.schedulingGates", [{"name": "g"}]),
+    _set("spec.containers", [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]),
+]
+
+
+@given(st.lists(st.lists(st.sampled_from(READ["pod"] + IGNORED["pod"] + SPEC_EDITS), max_size=4)))
+def test_a_kept_pod_parsed_from_its_last_state_is_the_pod_parsed_whole(
+    steps: list[list[Edit]],
+) -> None:
+    """A kept pod's events parse only the changed metadata or status when the spec is the
+    same: the pod held is then, after every event, the one a whole parse of it gives (but
+    what the digests ignore when nothing read changed), and its resourceVersion is the
+    event's."""
+    on, seen, _ = _pod_watch_waking()
+    body = _kept_pod()
+    on("ADDED", body)
+    for i, edits in enumerate(steps):
+        body = copy.deepcopy(body)
+        for edit in edits:
+            edit(body)
+        body["metadata"]["resourceVersion"] = str(i + 2)
+        handled = len(seen)
+        on("MODIFIED", body)
+        whole = Pod.from_dict(body)
+        if len(seen) > handled:
+            assert seen[-1] == whole
+            assert seen[-1].metadata.resource_version == str(i + 2)
+        else:  # dropped: nothing read changed
+            assert _without_version(seen[-1]) == _without_version(whole)
+
+
+@given(st.sampled_from(READ["pod"] + SPEC_EDITS))
+def test_a_kept_pod_event_changing_a_read_field_is_handled(edit: Edit) -> None:
+    on, seen, _ = _pod_watch_waking()
+    body = _kept_pod()
+    on("ADDED", body)
+    on("MODIFIED", copy.deepcopy(body))  # nothing read changed: dropped
+    assert len(seen) == 1
+    new = copy.deepcopy(body)
+    edit(new)
+    on("MODIFIED", new)
+    assert len(seen) == 2
+    assert seen[-1] == Pod.from_dict(new)
+    assert seen[-1] != seen[0]
+
+
+def test_a_pod_wakes_the_scheduler_once_when_it_ends() -> None:
+    """Its end frees its node's room (one wake); the events after it (the Job controller's
+    finalizer removal, the deletion) change no capacity and wake nothing."""
+    on, seen, wakes = _pod_watch_waking()
+    body = _kept_pod()
+    on("ADDED", body)
+    assert wakes == []
+    done = copy.deepcopy(body)
+    done["status"]["phase"] = "Succeeded"
+    on("MODIFIED", done)
+    assert len(wakes) == 1
+    unfinalized = copy.deepcopy(done)
+    unfinalized["metadata"]["finalizers"] = []
+    on("MODIFIED", unfinalized)
+    on("DELETED", unfinalized)
+    assert len(seen) == 4  # every event handled
+    assert len(wakes) == 1
+
+
+def test_a_pod_whose_end_was_not_kept_wakes_on_every_ending_event() -> None:
+    """A pod of no Workload is not kept: whether it ended before is not known, so each of
+    its ending events and its deletion wake the scheduler, as a deleted running pod does."""
+    on, _, wakes = _pod_watch_waking()
+    done = copy.deepcopy(POD)
+    done["status"]["phase"] = "Failed"
+    on("ADDED", done)
+    again = copy.deepcopy(done)
+    again["metadata"]["labels"] = {"l": "2"}
+    on("MODIFIED", again)
+    on("DELETED", again)
+    assert len(wakes) == 3
+    running = copy.deepcopy(_kept_pod())
+    running["metadata"]["name"] = "b"
+    on("ADDED", running)
+    on("DELETED", running)
+    assert len(wakes) == 4
+
+
+@given(st.lists(st.sampled_from(READ["pod"] + IGNORED["pod"]), max_size=3))
+def test_pods_of_equal_statuses_share_one_and_each_is_its_whole_parse(edits: list[Edit]) -> None:
+    """A status parsed for one pod is held once for every pod whose status reads the same
+    (`pod_view`'s status part); a pod whose status reads otherwise gets its own."""
+    on, seen, _ = _pod_watch_waking()
+    first = _kept_pod()
+    on("ADDED", first)
+    other = _kept_pod()
+    other["metadata"]["name"] = "b"
+    on("ADDED", other)
+    edited = copy.deepcopy(other)
+    for edit in edits:
+        edit(edited)
+    edited["metadata"]["resourceVersion"] = "9"
+    on("MODIFIED", edited)
+    a, b = seen[0], seen[-1]
+    assert _without_version(b) == _without_version(Pod.from_dict(edited))
+    assert seen[1].status is a.status
+    if b.status == a.status:
+        assert b.status is a.status

@@ -19,6 +19,7 @@ from atoll.cli.simulate_cmd import print_policies, read_scenario
 from atoll.sim import policies
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.scenario import Scenario
+from atoll.state.cache import REQUEUE_BATCH_PERIOD
 from tests.sim.builders import cluster_queue, flavor, job, local_queue, nodes, scenario
 
 LIMIT = keys.MAX_EXEC_TIME_SECONDS_LABEL
@@ -70,7 +71,9 @@ def test_backfill_starts_the_big_gang_that_best_effort_starves() -> None:
     assert big["Backfill"] <= 6 * 60 + 15
     assert big["Backfill"] <= big["StrictFIFO"]
     assert util["Backfill"] >= util["StrictFIFO"]
-    assert small["Backfill"] <= small["StrictFIFO"]
+    # at most one requeue batch more than under StrictFIFO, whose head is retried at once
+    # where a backfill queue's parked Jobs wait for Kueue's batched requeue
+    assert small["Backfill"] <= small["StrictFIFO"] + REQUEUE_BATCH_PERIOD
     assert set(doc["goals"]) == {
         "bigP99WaitAtMostStrictFIFO",
         "utilisationAtLeast95PercentOfBestEffort",

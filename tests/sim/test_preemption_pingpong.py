@@ -20,6 +20,7 @@ from atoll.engine import decisions as d
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobRecord, SimResult
 from atoll.sim.workloads import EPOCH
+from atoll.state.cache import REQUEUE_BATCH_PERIOD
 from atoll.state.decide import Decider
 from tests.sim.builders import (
     cluster_queue,
@@ -66,9 +67,10 @@ def test_the_reclaimer_is_admitted_and_its_victim_waits() -> None:
     jobs = _by_name(result)
     assert jobs["small"].admitted == 20.0
     assert jobs["small"].evictions == 0
-    # v is preempted once, and readmitted only when small is done (its quota is free again)
+    # v is preempted once, and readmitted only when small is done (its quota is free again),
+    # in the requeue batch after that
     assert jobs["v"].evictions == 1
-    assert jobs["v"].admitted == 620.0
+    assert jobs["v"].admitted == 620.0 + REQUEUE_BATCH_PERIOD
     assert all(r.finished is not None for r in result.jobs)
 
 
@@ -151,9 +153,19 @@ def _steps_at(
     ]
 
 
-def _run_abc(*jobs: dict[str, Any]) -> SimResult:
+UNBATCHED = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "atoll": {"batchedRequeue": False},
+}
+"""Parked workloads requeued at the next step instead of in Kueue's 1 s batches: a victim
+freed in a step can come back within the same instant, as the stories below need."""
+
+
+def _run_abc(*jobs: dict[str, Any], batched: bool = True) -> SimResult:
     """ClusterQueues a, b, c of 3, 3 and 2 GPUs in one cohort, on 8 nodes of 1 GPU."""
     scn = scenario(
+        *([] if batched else [UNBATCHED]),
         nodes(8, 1),
         flavor(),
         *(
@@ -165,7 +177,7 @@ def _run_abc(*jobs: dict[str, Any]) -> SimResult:
         priority_class("high", 1000),
         *jobs,
     )
-    return GangSimulator(scn, Settings()).run()
+    return GangSimulator(scn, Settings.of(scn.config)).run()
 
 
 def test_the_preemptor_gets_the_quota_its_victims_free_before_older_heads(
@@ -194,7 +206,9 @@ def test_the_simulator_still_cuts_a_real_ping_pong(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         cycle, "cycle_key", lambda level, w: ordering.cycle_key(level, replace(w, sticky=False))
     )
-    result = _run_abc(*THIEF)
+    # (With the batched requeue, the default, the looping victims come back only a batch
+    # later: the loop is cut within one instant here.)
+    result = _run_abc(*THIEF, batched=False)
     assert result.notes == [
         f"t=10s: the engine repeats a cycle (livelock): (('admit', '{wl_key('thief')}'),)"
     ]
@@ -207,7 +221,8 @@ def test_a_victim_readmitted_from_another_state_is_no_livelock(
     # At 10 s j4 (c) reclaims j6 (a, 4 GPUs, borrowing) and j5 (c, 3) borrows what is
     # left; a's j3 and j2 reclaim from c, j4 first, then j5, after which c is within
     # nominal again and j4 is admitted again: the same decision as before, from another
-    # set of admitted workloads, and the instant ends (it is no livelock).
+    # set of admitted workloads, and the instant ends (it is no livelock). Without the
+    # batched requeue, so that all of it happens within the instant.
     specs = [
         *[(1, 0, "la")] * 4,
         (1, 10, "lc"),
@@ -223,7 +238,8 @@ def test_a_victim_readmitted_from_another_state_is_no_livelock(
         *(
             job(f"j{i}", pods=p, arrival=a, duration="1m", queue=lq, priority="low")
             for i, (p, a, lq) in enumerate(specs)
-        )
+        ),
+        batched=False,
     )
     at_10 = _steps_at(cycles, 10.0)
     assert [dec for step in at_10 for dec in step].count(("Admit", "j4", ())) == 2

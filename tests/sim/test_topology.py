@@ -17,6 +17,7 @@ from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobRecord, JobState, SimResult
 from atoll.sim.whatif import add_job, what_if
+from atoll.state.cache import REQUEUE_BATCH_PERIOD as BATCH
 from tests.sim import builders as b
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,6 +91,24 @@ def test_a_gang_no_rack_can_hold_waits_with_the_reason() -> None:
     assert job.admitted is None
     assert job.state is JobState.PENDING
     assert job.reason == "TopologyPlacementFailed"
+
+
+def test_a_gang_no_rack_can_hold_preempts_nobody_for_quota() -> None:
+    # Kueue's check on an empty topology: low-priority Jobs take all 128 GPUs of the queue's
+    # quota, so quota alone would preempt them for the high-priority 40-pod gang, but no rack
+    # holds 40 pods of 1 GPU even with nothing running (a rack has 32): evicting them cannot
+    # help. Nobody is evicted, and the gang waits with the topology's reason.
+    low = [b.job(f"low-{i}", pods=8, gpus=8, duration="1h", priority="low") for i in range(2)]
+    wide = _rack_job("wide", 40, arrival=60)
+    wide["metadata"].setdefault("labels", {})["kueue.x-k8s.io/priority-class"] = "high"
+    docs = _dgx_scenario(*low, wide, b.priority_class("low", 10), b.priority_class("high", 1000))
+    (cq,) = [x for x in docs if x["kind"] == "ClusterQueue" and x["metadata"]["name"] == "cq"]
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    scn = b.scenario(docs)
+    jobs = _jobs(GangSimulator(scn, Settings.of(scn.config)).run())
+    assert [jobs[f"low-{i}"].evictions for i in range(2)] == [0, 0]  # type: ignore[attr-defined]
+    assert jobs["wide"].state is JobState.PENDING  # type: ignore[attr-defined]
+    assert jobs["wide"].reason == "TopologyPlacementFailed"  # type: ignore[attr-defined]
 
 
 def test_gangs_atoll_did_not_place_still_count_on_the_nodes() -> None:
@@ -167,7 +186,8 @@ def test_a_strict_fifo_head_that_no_rack_holds_blocks_its_queue(strategy: str) -
     big, small = jobs["big"], jobs["small"]
     assert isinstance(big, JobRecord)
     assert isinstance(small, JobRecord)
-    assert big.admitted == 3600.0  # when the fillers end
+    # when the fillers end (BestEffortFIFO parked it: woken by the batched requeue)
+    assert big.admitted == 3600.0 + (BATCH if strategy == "BestEffortFIFO" else 0.0)
     if strategy == "StrictFIFO":
         assert small.admitted is not None
         assert small.admitted >= big.admitted

@@ -648,7 +648,7 @@ class AtollSettings(ApiModel):
     """Lowest level written to the log."""
     event_loop: EventLoop = EventLoop.UVLOOP
     """The event loop of `atoll run`: `uvloop` (default) or `asyncio`."""
-    batched_requeue: bool = False
+    batched_requeue: bool = True
     """Requeue the Workloads parked as inadmissible in batches, 1 s after a change that may
     let them fit, as Kueue does (its `requeueBatchPeriod`; 10 s with the feature gate
     `SchedulerLongRequeueInterval`). Off: they are tried again at the next step."""

@@ -69,6 +69,11 @@ class Placer(Protocol):
         reservations hold are cut down to what they leave for it (`engine.reservedhosts`)."""
         ...
 
+    def unplaceable(self, preempt: Preempt) -> Pending | None:
+        """Why a quota preemption cannot help: the gang would not fit its topology even
+        with no gang placed (Kueue's TAS check on an empty topology); None: it would."""
+        ...
+
     def decided(self, decision: Decision) -> None:
         """Every decision of the cycle, in order, once taken (after `place`)."""
         ...
@@ -324,6 +329,29 @@ def _kept(guard: Guard | None, outcome: Admit | Preempt | Pending) -> Admit | Pr
     return outcome
 
 
+Asked = tuple[Admit | Preempt, Admit | Preempt | Pending]
+"""What placement was asked about (an admission, or a quota preemption) and its answer."""
+
+
+def _attempt(
+    ov: UsageOverlay,
+    e: Entry,
+    preempted: dict[WorkloadKey, Target],
+    guard: Guard | None,
+    placer: Placer,
+) -> tuple[Admit | Preempt | Pending, Reserve, Asked | None]:
+    """`_quota`'s decision and reserve for `e`, and what placement was asked and answered:
+    where an admission is placed (or why not), or why a quota preemption cannot make room
+    for the gang in its topology; None when placement has nothing to say."""
+    decision, reserve = _quota(ov, e, preempted, guard)
+    if isinstance(decision, Admit):
+        return decision, reserve, (decision, _place(placer, guard, decision))
+    if isinstance(decision, Preempt):
+        answer = placer.unplaceable(decision)
+        return decision, reserve, None if answer is None else (decision, answer)
+    return decision, reserve, None
+
+
 def _placed(
     ov: UsageOverlay,
     e: Entry,
@@ -331,42 +359,44 @@ def _placed(
     guard: Guard | None,
     placer: Placer,
 ) -> tuple[Admit | Preempt | Pending, Reserve, Entry]:
-    """`_quota`, with every admission placed; a flavor whose topology refuses the gang is
-    refused and flavors are assigned again without it (`engine.topologyflavors`). The
-    decision, what it reserves, and the entry (the assignment) it was taken on."""
-    decision, reserve = _quota(ov, e, preempted, guard)
-    if not isinstance(decision, Admit):
+    """`_quota`, with every admission placed and every quota preemption checked against
+    the topology; a flavor whose topology refuses the gang is refused and flavors are
+    assigned again without it (`engine.topologyflavors`). The decision, what it reserves,
+    and the entry (the assignment) it was taken on."""
+    decision, reserve, asked = _attempt(ov, e, preempted, guard, placer)
+    if asked is None:
         return decision, reserve, e
-    outcome = _place(placer, guard, decision)
-    refused = tas.refusal(ov.snapshot, decision, outcome)
+    checked, outcome = asked
+    refused = tas.refusal(ov.snapshot, checked, outcome)
     if not refused:
         return _kept(guard, outcome), None, e
-    tried = [(e, decision, outcome)]
+    tried = [(e, checked, outcome)]
     all_refused = dict(refused)
     entry = e
     while not tas.stops_search(outcome, e.cluster_queue):
         if guard is not None:  # the refused flavor's admission is not made
             guard.withdraw(e.workload.key)
         entry = nominate(ov, e.workload, e.cluster_queue, all_refused)
-        decision, reserve = _quota(ov, entry, preempted, guard)
-        if not isinstance(decision, Admit):
+        decision, reserve, asked = _attempt(ov, entry, preempted, guard, placer)
+        if asked is None:
             break
-        outcome = _place(placer, guard, decision)
-        refused = tas.refusal(ov.snapshot, decision, outcome)
+        checked, outcome = asked
+        refused = tas.refusal(ov.snapshot, checked, outcome)
         if not refused:
             return _kept(guard, outcome), None, entry
         all_refused.update(refused)
-        tried.append((entry, decision, outcome))
+        tried.append((entry, checked, outcome))
     else:
         return _kept(guard, outcome), None, entry
     first = tas.fallback([o for _, _, o in tried])
     if first is not None:  # the first flavor that preempts in one of its domains
         entry, admit, _ = next(t for t in tried if t[2] is first)
+        assert isinstance(admit, Admit)  # a quota preemption's refusal is never a fallback
         if guard is not None:  # checked again: the guard forgot it when it was refused
-            checked, _ = _quota(ov, entry, preempted, guard)
-            if not isinstance(checked, Admit):
-                return checked, None, entry
-            admit = checked
+            again, _ = _quota(ov, entry, preempted, guard)
+            if not isinstance(again, Admit):
+                return again, None, entry
+            admit = again
         return _kept(guard, _place(placer, guard, admit)), None, entry  # placed again: its state
     if len(tried) == 1 and entry.assignment.mode is FitMode.NO_FIT:
         return tried[0][2], None, e  # only one flavor's topology refused it: its answer

@@ -52,6 +52,7 @@ from atoll.engine.ordering import requeue_for
 from atoll.engine.placement import place
 from atoll.engine.reservedhosts import Fence, Fenced
 from atoll.engine.snapshot import Snapshot
+from atoll.engine.topologyflavors import topology_flavors
 
 _T = TypeVar("_T")
 PREEMPTIBLE = frozenset({NoFitReason.NO_DOMAIN, NoFitReason.INSUFFICIENT})
@@ -339,6 +340,35 @@ class CyclePlacer:
         if checked is not None:
             self.placed[str(admit.workload)] = checked
         return admit
+
+    def unplaceable(self, preempt: d.Preempt) -> d.Pending | None:
+        """Kueue's check before a quota preemption of a gang with a topology flavor (TAS
+        `WithSimulateEmpty`): would the gang fit if no gang held a place? If not, no victim
+        can make room for it: it stays pending (TopologyPlacementFailed) with placement's
+        reason, and nothing is preempted. None: it would fit, or needs no placement."""
+        admit = d.Admit(
+            workload=preempt.workload,
+            cluster_queue=preempt.cluster_queue,
+            pod_sets=preempt.pod_sets,
+            borrowing=False,
+        )
+        if not topology_flavors(self.snapshot, admit):
+            return None
+        gang = self.converter.gang(admit)
+        if not isinstance(gang, Gang):
+            return None  # no placement, or misconfigured: the admission's placement says why
+        if callable(self.live):
+            self.live = self.live()
+        live, held = self.live, self.held
+        key = str(preempt.workload)
+        result = self.memory.memoized(
+            "empty", key, (live, gang), lambda: place(dp.release(live, held.values()), gang)
+        )
+        if isinstance(result, Placement):
+            return None
+        self.changed.add(key)
+        message = f"{result.message}, even with no workload admitted in the topology"
+        return pending(admit, d.PendingReason.TOPOLOGY_PLACEMENT_FAILED, message, self.snapshot)
 
     def decided(self, decision: d.Decision) -> None:
         key = str(decision.workload)

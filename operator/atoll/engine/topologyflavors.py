@@ -16,6 +16,11 @@ modes do (`shouldTryNextFlavor`): a gang that fits no domain now (no candidates)
 leaving it) moves on only when `whenCanPreempt: TryNextFlavor`, and if no later flavor
 admits it, that preemption is the answer (the first such flavor, as Kueue's "best mode seen").
 When every flavor is refused, the pending message names each flavor's reason.
+
+The same holds when quota alone needs preemption: Kueue checks the gang against its flavor's
+topology with every TAS workload gone (`WithSimulateEmpty`) and turns the assignment into
+NoFit when even that fails, so no workload is preempted for a gang that could never be placed
+there (`CyclePlacer.unplaceable`); the flavor is refused like any other.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ _TOPOLOGY_OUTCOMES = frozenset(
 )
 
 
-def topology_flavors(snapshot: Snapshot, admit: Admit) -> dict[PodSetName, FlavorName]:
-    """The pod sets of `admit` assigned a flavor with a topology, and that flavor."""
+def topology_flavors(snapshot: Snapshot, admit: Admit | Preempt) -> dict[PodSetName, FlavorName]:
+    """The pod sets of `admit` (or of the admission a preemption makes room for) assigned
+    a flavor with a topology, and that flavor."""
     out = {}
     for ps in admit.pod_sets:
         for _, name in ps.flavors:
@@ -42,7 +48,9 @@ def topology_flavors(snapshot: Snapshot, admit: Admit) -> dict[PodSetName, Flavo
     return out
 
 
-def refusal(snapshot: Snapshot, admit: Admit, outcome: Admit | Preempt | Pending) -> Refused:
+def refusal(
+    snapshot: Snapshot, admit: Admit | Preempt, outcome: Admit | Preempt | Pending
+) -> Refused:
     """(pod set, flavor) → reason, for the topology flavors of `admit` that placement did
     not admit it into (`outcome`: the placer's answer); empty when the gang was placed, was
     refused for something else (its devices, a bad request), or uses no topology flavor."""

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
-from atoll.api.core import Job, Node, Pod, PodSpec, PodTemplateSpec, PriorityClass
+from atoll.api.core import Job, Node, Pod, PodSpec, PodStatus, PodTemplateSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
 from atoll.api.labels import (
     MANAGED_LABEL,
@@ -57,6 +57,9 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JSON_SEPARATORS = (",", ":")
 POD_SPECS = 1024
 """Parsed pod specs kept by their JSON text (the pods of a Job share theirs until bound)."""
+POD_STATUSES = 256
+"""Parsed pod statuses kept by the JSON text of what a PodStatus reads (the pods of a gang
+go through the same few: conditions are kept without their times)."""
 POD_TEMPLATES = 1024
 """Parsed pod-set templates of Workloads kept by their JSON text (the Workloads of Jobs made
 from one manifest share theirs: the Job controller's labels are left out of a Workload's
@@ -485,7 +488,11 @@ class Digests:
     def new(self, key: str, body: Mapping[str, Any]) -> int | None:
         """The digest of `body` when it differs from the one last `seen` under `key`, else
         None (nothing to do)."""
-        digest = hash(json_text(self._view(body)))
+        return self.new_view(key, self._view(body))
+
+    def new_view(self, key: str, view: object) -> int | None:
+        """`new` for a view already taken (`view(body)`)."""
+        digest = hash(json_text(view))
         return None if self._digests.get(key) == digest else digest
 
     def seen(self, key: str, digest: int) -> None:
@@ -555,8 +562,28 @@ POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 NODE_STATUS_FIELDS = ("capacity", "allocatable")
 """Not its heartbeats, images, addresses."""
 job_view = model_view(*JOB_STATUS_FIELDS)
-pod_view = model_view(*POD_STATUS_FIELDS)
 node_view = model_view(*NODE_STATUS_FIELDS)
+
+
+def pod_view(body: Mapping[str, Any]) -> tuple[int, int, int]:
+    """What a Pod reads of a pod (as `model_view(*POD_STATUS_FIELDS)`), as one digest per
+    part: its metadata (but the resourceVersion and managedFields), its spec, its status.
+    An event is handled when any part changed; a kept pod whose spec did not change is
+    parsed only in its changed parts (`_pods`)."""
+    return _pod_parts(body)[0]
+
+
+def _pod_parts(body: Mapping[str, Any]) -> tuple[tuple[int, int, int], bytes]:
+    """`pod_view(body)` and the JSON text of the status part (all a PodStatus reads: equal
+    texts parse to equal statuses)."""
+    status = body.get("status") or {}
+    status_text = json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))
+    digests = (
+        hash(json_text(_meta_view(body))),
+        hash(json_text(body.get("spec"))),
+        hash(status_text),
+    )
+    return digests, status_text
 
 
 def _kept(pod: Pod) -> bool:
@@ -625,9 +652,11 @@ def _capacity_changed(w: Wiring) -> None:
 
 def _pods(watches: Watches, w: Wiring) -> None:
     pods = Digests(pod_view)
-    last: dict[str, Pod] = {}
-    """The last state of the pods `_kept` needs, by key."""
+    last: dict[str, tuple[Pod, tuple[int, int, int]]] = {}
+    """The last state of the pods `_kept` needs, by key, with the digests of its parts
+    (`pod_view`)."""
     specs: Shared[PodSpec] = Shared(POD_SPECS)
+    statuses: Shared[PodStatus] = Shared(POD_STATUSES)
 
     def parse(body: Mapping[str, Any]) -> Pod | None:
         """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
@@ -637,23 +666,48 @@ def _pods(watches: Watches, w: Wiring) -> None:
         pods.forget(key)
         known = last.pop(key, None)
         # a re-list reports a pod gone with only its name: its last state stands in
-        return known if known is not None and "spec" not in body else _parse(Pod, body)
+        if known is not None and "spec" not in body:
+            return known[0]
+        return _parse(Pod, body)
 
     def pod(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
         deleted = type == "DELETED"
+        before = last.get(key)
         if deleted:
             parsed = gone(key, body)
             if parsed is None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            parsed = pods.parse(key, body, parse)
+            parts, status_text = _pod_parts(body)
+            digest = pods.new_view(key, parts)
+            if digest is None:
+                return
+
+            def status_of(raw: Mapping[str, Any]) -> PodStatus:
+                known = statuses.get(status_text)
+                if known is None:
+                    known = PodStatus.from_dict(raw)
+                    statuses.put(status_text, known)
+                return known
+
+            parsed = (
+                None
+                if before is None
+                else _reparse_pod(before[0], before[1], parts, body, status_of)
+            )
+            if parsed is None:
+                shared = statuses.get(status_text)
+                parsed = parse(body if shared is None else {**body, "status": shared})
+                if parsed is not None and shared is None:
+                    statuses.put(status_text, parsed.status)
             if parsed is None:
                 return
+            pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
-                last[key] = parsed
+                last[key] = (parsed, parts)
             else:
                 last.pop(key, None)
         if w.group_pod is not None:
@@ -661,10 +715,51 @@ def _pods(watches: Watches, w: Wiring) -> None:
         seen = w.ungater.observe(parsed, deleted=deleted)
         if seen is not None:
             w.pods.add(seen)
-        if deleted or parsed.status.phase in ("Succeeded", "Failed"):
-            _capacity_changed(w)  # its node has room again
+        was_over = before is not None and before[0].status.phase in _OVER
+        if (deleted or parsed.status.phase in _OVER) and not was_over:
+            # its node has room again (a pod already seen over left the inventory then)
+            _capacity_changed(w)
 
     watches.on("", "v1", "pods", pod, known=pods.keys)
+
+
+_OVER = ("Succeeded", "Failed")
+"""Pod phases after which a pod uses no capacity."""
+
+
+def _reparse_pod(
+    known: Pod,
+    before: tuple[int, int, int],
+    parts: tuple[int, int, int],
+    body: Mapping[str, Any],
+    status_of: Callable[[Mapping[str, Any]], PodStatus],
+) -> Pod | None:
+    """`body` as a Pod, from `known` (the pod's last state, whose parts had the digests
+    `before`) when the spec is unchanged: only the changed metadata and status are parsed
+    (the status by `status_of`), the spec is shared (as `_parse_workload` does for a
+    Workload of an unchanged generation). None when it cannot be (spec changed, not a plain
+    pod body): parse it all."""
+    meta, status = body.get("metadata"), body.get("status")
+    if (
+        parts[1] != before[1]
+        or not isinstance(meta, Mapping)
+        or not isinstance(status, Mapping)
+        or body.get("apiVersion") != known.api_version
+        or body.get("kind") != known.kind
+    ):
+        return None
+    update: dict[str, Any] = {}
+    try:
+        if parts[0] != before[0]:
+            update["metadata"] = ObjectMeta.from_dict(meta)
+        elif meta.get("resourceVersion") != known.metadata.resource_version:
+            version = meta.get("resourceVersion")
+            update["metadata"] = known.metadata.model_copy(update={"resource_version": version})
+        if parts[2] != before[2]:
+            update["status"] = status_of(status)
+    except ValidationError:
+        return None  # parsed whole, which logs what is wrong
+    return known.model_copy(update=update) if update else known
 
 
 def _watch(
