@@ -40,7 +40,12 @@ def test_only_the_leader_admits_and_a_follower_takes_over(
                 for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]
             ),
         )
-        assert "kueue_admitted_workloads_total{" in one.metrics()
+        # counted once the status write's answer is back: a moment after the API shows it
+        cluster.wait_for(
+            "replica-one to count the admission",
+            lambda: "kueue_admitted_workloads_total{" in one.metrics(),
+            timeout=10,
+        )
         assert "kueue_admitted_workloads_total{" not in two.metrics()
         assert "atoll_leader 0.0" in two.metrics() or "atoll_leader" not in two.metrics()
         one.kill()
@@ -60,7 +65,11 @@ def test_only_the_leader_admits_and_a_follower_takes_over(
                 == 2
             ),
         )
-        assert "kueue_admitted_workloads_total{" in two.metrics()
+        cluster.wait_for(
+            "replica-two to count the admission",
+            lambda: "kueue_admitted_workloads_total{" in two.metrics(),
+            timeout=10,
+        )
     finally:
         one.kill()
         two.stop()
