@@ -52,19 +52,6 @@ def parser(model: type[K]) -> Callable[[dict[str, Any]], K | None]:
     return parse
 
 
-def each(model: type[K], items: list[dict[str, Any]], store: Callable[[K], None]) -> int:
-    """Parse and store each listed object; one that cannot be parsed is logged and skipped
-    (as the watch handlers do); returns how many were stored."""
-    parse = parser(model)
-    n = 0
-    for obj in items:
-        parsed = parse(obj)
-        if parsed is not None:
-            store(parsed)
-            n += 1
-    return n
-
-
 async def load(
     api: client.ApiClient,
     cache: Cache,
