@@ -112,7 +112,9 @@ def test_gang_admission_runs_the_same_jobs_one_after_the_other(
     deadline = time.monotonic() + 120
     done: set[str] = set()
     while time.monotonic() < deadline and len(done) < 2:
-        wls = [workload_of(cluster, namespace, j) for j in ("a", "bb")]
+        # One LIST: both Workloads as of one resourceVersion. Two reads could see `a` still
+        # running and, a moment later, `bb` admitted after `a` finished.
+        wls = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
         holding = [w for w in wls if is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
         both_reserved = both_reserved or len(holding) == 2
         for j in ("a", "bb"):
@@ -121,6 +123,15 @@ def test_gang_admission_runs_the_same_jobs_one_after_the_other(
         time.sleep(0.3)
     assert done == {"a", "bb"}, "both gangs must complete"
     assert not both_reserved, "8 GPUs of gangs must never be admitted on 6 GPUs"
+    # The second gang's quota was reserved no earlier than the first one finished.
+    first, second = sorted(
+        (workload_of(cluster, namespace, j) for j in ("a", "bb")),
+        key=lambda w: str((condition(w, "QuotaReserved") or {}).get("lastTransitionTime")),
+    )
+    finished = (condition(first, "Finished") or {}).get("lastTransitionTime")
+    reserved = (condition(second, "QuotaReserved") or {}).get("lastTransitionTime")
+    assert finished is not None and reserved is not None
+    assert reserved >= finished, (finished, reserved)
 
 
 def test_gang_that_never_becomes_ready_is_evicted_and_requeued_with_backoff(
