@@ -106,7 +106,7 @@ def test_a_workload_holding_a_reservation_is_woken_by_the_next_step_alone() -> N
     cache.bump()
     cache.requeue_due(NOW)
     assert cache.parked_keys() == {keys[1]}  # the holder at once, the other in the batch
-    assert [k for _, k in cache.queues.heads(cache.epoch, cache.parked)] == [keys[0]]
+    assert [k for _, k in cache.queues.heads(cache.parked)] == [keys[0]]
     cache.set_workload(holder.model_copy(deep=True))  # its own event, seen in the same step
     assert [w.name for _, w in cache.queue_heads(NOW)] == [holder.metadata.name]
     cache.park(keys[0])  # tried and parked again: not woken again until the next change
@@ -235,11 +235,11 @@ def test_changes_within_one_period_wake_parked_workloads_once() -> None:
     cache.queue_heads(NOW)
     cache.bump()  # a second release before the requeue: it joins the batch
     cache.queue_heads(NOW + P / 2)
-    assert cache.requeue_at == NOW + P
+    assert cache.next_wake(NOW + P / 2) == NOW + P
     cache.queue_heads(NOW + P)
     assert cache.epoch == epoch + 1
     assert not cache.requeue_requested
-    assert cache.requeue_at is None
+    assert cache.next_wake(NOW + P) is None
     cache.park(key)
     cache.queue_heads(NOW + 3 * P)  # no change since: it stays parked
     assert key in cache.parked_keys()
@@ -255,7 +255,7 @@ def test_a_change_after_the_requeue_starts_a_new_period() -> None:
     cache.bump()
     cache.queue_heads(NOW + 1.5 * P)
     assert key in cache.parked_keys()
-    assert cache.requeue_at == NOW + 2.5 * P
+    assert cache.next_wake(NOW + 1.5 * P) == NOW + 2.5 * P
     cache.queue_heads(NOW + 2.5 * P)
     assert key not in cache.parked_keys()
 

@@ -529,9 +529,7 @@ class GangSimulator:
         """An event for the batched requeue of the parked workloads, when one is due (as
         the live loop's timer, `Cache.next_requeue`)."""
         cache = self.cache
-        at = cache.requeue_at  # on the step's clock: sw.EPOCH + simulated seconds
-        if at is None and cache.requeue_requested:
-            at = sw.EPOCH + t + cache.requeue_period  # requested after the last step
+        at = cache.next_wake(sw.EPOCH + t)  # on the step's clock: sw.EPOCH + simulated seconds
         if at is None or at <= sw.EPOCH + t or not cache.any_parked():
             return
         due = round(at - sw.EPOCH, 6)  # simulated seconds, without the clock's rounding

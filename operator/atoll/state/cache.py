@@ -48,6 +48,8 @@ from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
+EVERY_QUEUE = "*"
+"""The requeue scope of a change that may let any parked workload in (`Cache.bump`)."""
 REQUEUE_BATCH_PERIOD = 1.0
 """Seconds from a change that may make parked (inadmissible) workloads admissible to their
 requeue: Kueue v0.17's `requeueBatchPeriod` (pkg/cache/queue/inadmissible_workloads.go)."""
@@ -116,23 +118,21 @@ class Cache:
     preemptors: dict[str, str] = field(default_factory=dict)
     """BestEffortFIFO ClusterQueue → the workload that issued preemptions from its head and
     is not admitted yet: it stays the head (Kueue's sticky preemptor; see `preempting`)."""
-    parked: dict[str, int] = field(default_factory=dict)
-    """Inadmissible workloads parked one at a time, with the epoch they were parked at
-    (whole queues are parked by `queues.park_all`; `parked_keys` gives both)."""
+    parked: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """Inadmissible workloads parked one at a time, with their queue's epoch when they were
+    parked (whole queues are parked by `queues.park_all`; `parked_keys` gives both)."""
     queues: PendingQueues = field(default_factory=PendingQueues)
-    """The pending workloads by queue, in queue order (see `queue_heads`)."""
-    epoch: int = 0
-    """Bumped by the requeue of the parked workloads (`requeue_due`): a workload parked at an
-    older epoch is awake."""
+    """The pending workloads by queue, in queue order (see `queue_heads`), and each queue's
+    epoch: a workload parked in an older epoch of its queue is awake."""
     requeue_period: float = 0.0
     """Seconds from a change that may make parked workloads admissible (`bump`) to their
     requeue; 0 (the default) requeues them at the next step, REQUEUE_BATCH_PERIOD is
     Kueue's batching (`requeue_period`)."""
-    requeue_requested: bool = False
-    """A change since the last requeue may make parked workloads admissible (`bump`)."""
-    requeue_at: float | None = None
-    """When the requested requeue is due: `requeue_period` after the first step that saw the
-    request (the step's clock; the cache reads none)."""
+    requeues: dict[str, float | None] = field(default_factory=dict)
+    """The requested requeues by scope (`bump`: every queue, a root Cohort's tree, or a
+    ClusterQueue without a Cohort), each with when it is due: `requeue_period` after the
+    first step that saw the request (the step's clock; the cache reads none), None until a
+    step saw it."""
     promised: frozenset[str] = frozenset()
     """The workloads holding a backfill reservation (set by each step): the first step after
     a change (`bump`) wakes them at once, not a batch period later, since their
@@ -180,35 +180,76 @@ class Cache:
     _e_local_queues: dict[str, m.LocalQueue] = field(default_factory=dict)
 
     # -- queue objects (each change may make parked workloads admissible) -----------------
-    def bump(self) -> None:
+    def bump(self, *scopes: str) -> None:
         """Something changed that may make parked workloads admissible: request their
-        requeue. As Kueue, the requeue is batched (`requeue_due`): changes within one
-        period wake the parked workloads once, not once per change."""
-        self.requeue_requested = True
+        requeue. `scopes` (from `scope_of`) name what may have become admissible: the
+        ClusterQueues of a root Cohort's tree, or one ClusterQueue without a Cohort, as
+        Kueue's requeuer; none: every queue (capacity, or objects read by all queues). As
+        Kueue, the requeue is batched (`requeue_due`): changes within one period wake the
+        parked workloads of a scope once, not once per change."""
+        for scope in scopes or (EVERY_QUEUE,):
+            self.requeues.setdefault(scope, None)
         self.promised_due = True
+
+    @property
+    def requeue_requested(self) -> bool:
+        """Whether a requeue is requested (due now or later)."""
+        return bool(self.requeues)
+
+    def scope_of(self, cluster_queue: str | None) -> str:
+        """The requeue scope of a change of quota in `cluster_queue`: its root Cohort's tree
+        (in a Cohort), else the ClusterQueue alone; every queue for a Cohort tree with a
+        cycle, or an unknown ClusterQueue."""
+        cq = self._e_cluster_queues.get(cluster_queue) if cluster_queue else None
+        if cq is None:
+            return EVERY_QUEUE
+        if cq.cohort is None:
+            return f"cq:{cq.name}"
+        return self._cohort_scope(cq.cohort)
+
+    def _cohort_scope(self, cohort: str) -> str:
+        seen = {cohort}
+        while (co := self._e_cohorts.get(cohort)) is not None and co.parent is not None:
+            if co.parent in seen:
+                return EVERY_QUEUE  # a cycle (Kueue leaves such a tree alone until it is fixed)
+            seen.add(co.parent)
+            cohort = co.parent
+        return f"co:{cohort}"
 
     def requeue_due(self, now: float) -> None:
         """The batched requeue at `now`, the step's clock. A request not timed yet is due
-        `requeue_period` from now; changes before it is due join it; when it is due, every
-        parked workload is woken at once (Kueue's requeuer, whose delaying queue keeps the
-        earliest time of a request made again before it is due)."""
-        if self.requeue_requested and self.requeue_at is None:
-            self.requeue_at = now + self.requeue_period
-        if self.requeue_at is not None and self.requeue_at <= now:
-            self.wake_parked()
+        `requeue_period` from now; changes of its scope before it is due join it; when it is
+        due, the parked workloads of its scope are woken at once (Kueue's requeuer, whose
+        delaying queue keeps the earliest time of a request made again before it is due)."""
+        for scope, at in self.requeues.items():
+            if at is None:
+                self.requeues[scope] = now + self.requeue_period
+        due = [scope for scope, at in self.requeues.items() if at is not None and at <= now]
+        if EVERY_QUEUE in due:
+            self.queues.wake_all(self.parked)
+        elif due:
+            scopes = set(due)
+            self.queues.wake_queues(
+                (cq for cq in self._e_cluster_queues if self.scope_of(cq) in scopes), self.parked
+            )
+        for scope in due:
+            del self.requeues[scope]
         if self.promised_due:
             self.promised_due = False
             for key in self.promised:
-                self.queues.wake(key, self.epoch, self.parked)
+                self.queues.wake(key, self.parked)
 
     def wake_parked(self) -> None:
-        """Wake every parked workload now (a new epoch); what-if copies that ask about
-        capacity, not timing, call it directly."""
-        self.epoch += 1
-        self.parked.clear()
-        self.requeue_requested = False
-        self.requeue_at = None
+        """Wake every parked workload now (a new epoch of every queue); what-if copies that
+        ask about capacity, not timing, call it directly."""
+        self.queues.wake_all(self.parked)
+        self.requeues.clear()
         self.promised_due = False
+
+    @property
+    def epoch(self) -> int:
+        """Bumped by every requeue (of every queue, or of some)."""
+        return self.queues.clock
 
     def _queues_changed(self) -> None:
         self._structure = None
@@ -229,17 +270,25 @@ class Cache:
             or old.metadata.deletion_timestamp != (obj.metadata.deletion_timestamp)
             or convert.backfill(old) != convert.backfill(obj)  # atoll.dev/backfill*
         ):
+            if old is None:
+                self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
+                self._queues_changed()
+                self.bump()  # its LocalQueues' workloads waited in queues of their own
+                return
+            before = self.scope_of(obj.name)
             self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
             self._queues_changed()
-            self.bump()
+            # its tree (Kueue's), and the one it left (what it used or lent there changed)
+            self.bump(*{before, self.scope_of(obj.name)})
 
     def set_cohort(self, obj: Cohort) -> None:
         old = self.cohorts.get(obj.name)
         self.cohorts[obj.name] = obj
         if old is None or old.spec != obj.spec:
+            before = self._cohort_scope(obj.name)
             self._e_cohorts[obj.name] = convert.cohort(obj)
             self._queues_changed()
-            self.bump()
+            self.bump(*{before, self._cohort_scope(obj.name)})  # the tree(s) it is in
 
     def set_local_queue(self, obj: LocalQueue) -> None:
         key = wls.key_of(obj.namespace, obj.name)
@@ -248,7 +297,8 @@ class Cache:
         if old is None or old.spec != obj.spec:
             self._e_local_queues[key] = convert.local_queue(obj)
             self._queues_changed()
-            self.bump()
+            cqs = {obj.spec.cluster_queue} | ({old.spec.cluster_queue} if old else set())
+            self.bump(*{self.scope_of(cq) for cq in cqs})
 
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
         if self.namespaces.get(name) != labels:
@@ -302,8 +352,7 @@ class Cache:
         was_holding = old is not None and wls.has_quota(old) and not wls.is_finished(old)
         holds = wls.has_quota(wl) and not wls.is_finished(wl)
         if was_holding and not holds:
-            self.inventory.release(key)
-            self.bump()  # quota released: parked workloads may fit now
+            self._release(key, old)  # quota released: parked workloads may fit now
         elif holds and not self.inventory.holds(key):
             # Admitted before this process started (or by another replica): hold its
             # placement as its status records it, so that its unbound pods keep their room.
@@ -352,14 +401,32 @@ class Cache:
         self._waiting.pop(key, None)
         self._forget_engine_form(key)
         self._admissions.pop(key, None)
-        assumed = self.assumed.pop(key, None) is not None
+        assumed = self.assumed.pop(key, None)
+        holding = assumed is not None or (old is not None and wls.has_quota(old))
+        if holding:
+            self._release(key, old, assumed)
         self.inventory.release(key)
         self.parked.pop(key, None)
         self.queues.renew(key)
         self.evicting.discard(key)
         self._unstick(key)
-        if assumed or (old is not None and wls.has_quota(old)):
+
+    def _release(self, key: str, wl: Workload | None, assumed: m.Admission | None = None) -> None:
+        """`key` no longer holds quota (nor its placement): request the requeue of what may
+        fit now. Quota is shared only within a Cohort tree (Kueue requeues the root Cohort's
+        tree of the Workload's ClusterQueue); a placement held on nodes is room for any
+        queue whose flavors select them, so that wakes every queue."""
+        admission = wl.status.admission if wl is not None and wl.status is not None else None
+        cq: str | None = None
+        if assumed is not None:
+            cq = assumed.cluster_queue
+        elif admission is not None:
+            cq = admission.cluster_queue
+        if self.inventory.holds(key):
             self.bump()
+        else:
+            self.bump(self.scope_of(cq))
+        self.inventory.release(key)
 
     # -- ResourceClaimTemplates (their devices count against quota) -----------------------
     def set_claim_template(self, obj: ResourceClaimTemplate) -> None:
@@ -478,13 +545,17 @@ class Cache:
 
     def forget(self, key: str) -> None:
         """A status write failed: drop the assumption so the quota is free again."""
-        self.inventory.release(key)
         self.queues.touch(key)
-        if self.assumed.pop(key, None) is not None:
-            self.bump()
+        assumed = self.assumed.pop(key, None)
+        if assumed is not None:
+            self._release(key, None, assumed)
+        self.inventory.release(key)
 
     def park(self, key: str) -> None:
-        self.parked[key] = self.epoch
+        group = self.queues.group_of.get(key)
+        if group is None and (wl := self.workloads.get(key)) is not None:
+            group = self._waiting_facts(wl)[3]  # its ClusterQueue (queues not kept: tests)
+        self.queues.park(key, self.parked, group)
 
     def engine_workload(self, key: str) -> m.Workload | None:
         cached = self._engine_workloads.get(key)
@@ -574,11 +645,21 @@ class Cache:
             for key in self._waiting
             if (t := wls.requeue_at(self.workloads[key])) is not None and t > now
         ]
-        if self.requeue_at is not None:
-            times.append(max(now, self.requeue_at))
-        elif self.requeue_requested:
-            times.append(now + self.requeue_period)
+        if (at := self.next_wake(now)) is not None:
+            times.append(at)
         return min(times) if times else None
+
+    def next_wake(self, now: float) -> float | None:
+        """When the next requested requeue of parked workloads is due, as seen by a step at
+        `now` (a request not timed yet: a period after it)."""
+        return (
+            min(
+                (now + self.requeue_period if at is None else max(now, at))
+                for at in self.requeues.values()
+            )
+            if self.requeues
+            else None
+        )
 
     def pending_by_queue(self, now: float) -> dict[m.ClusterQueueName, list[m.Workload]]:
         """Pending workloads grouped by ClusterQueue (unknown queues grouped by LocalQueue);
@@ -618,10 +699,10 @@ class Cache:
 
     def any_parked(self) -> bool:
         """Whether a workload may be parked now (cheaper than `parked_keys`)."""
-        return self.queues.any_parked(self.epoch, self.parked)
+        return self.queues.any_parked(self.parked)
 
     def parked_keys(self) -> frozenset[m.WorkloadKey]:
-        return frozenset(m.WorkloadKey(k) for k in self.queues.parked_keys(self.epoch, self.parked))
+        return frozenset(m.WorkloadKey(k) for k in self.queues.parked_keys(self.parked))
 
     # -- the pending queues, kept up to date (what the scheduling loop reads) -------------
     def queue_heads(self, now: float) -> list[tuple[str, m.Workload]]:
@@ -631,14 +712,14 @@ class Cache:
         self.requeue_due(now)
         q = self.queues
         if q.version != self._queues_version:
-            q.dirty |= q.rebuild(self._queues_version, self.epoch, self.parked)
+            q.dirty |= q.rebuild(self._queues_version, self.parked)
             q.dirty.update(self._waiting)
         q.due(now)
         if q.dirty:
             dirty, q.dirty = q.dirty, set()
             for key in sorted(dirty):
-                q.place(key, self._queue_place(key, now), self.epoch, self.parked)
-        return [(g, self._queued_form(g, k)) for g, k in q.heads(self.epoch, self.parked)]
+                q.place(key, self._queue_place(key, now), self.parked)
+        return [(g, self._queued_form(g, k)) for g, k in q.heads(self.parked)]
 
     def _queued_form(self, group: str, key: str) -> m.Workload:
         ew = self.engine_workload(key)
@@ -675,10 +756,10 @@ class Cache:
 
     def queue_park_all(self, group: str) -> None:
         """Park every workload now in queue `group` (as `park` on each of them)."""
-        self.queues.park_all(group, self.epoch)
+        self.queues.park_all(group)
 
     def queue_asleep(self, key: str) -> bool:
-        return self.queues.asleep(key, self.epoch, self.parked)
+        return self.queues.asleep(key, self.parked)
 
     def _reserved_at(self, key: str) -> float:
         """When the workload's quota was reserved (Kueue's "most recently admitted" order of

@@ -7,11 +7,17 @@ Mirrors Kueue's pkg/cache/queue/cluster_queue.go: one queue per ClusterQueue in 
 (`touch`), so that taking the heads costs the changes since the last time, not the length
 of the queues.
 
-A workload is parked in two ways, with the same meaning: one at a time (`Cache.park`, a
-failed head), or a whole queue at once (`park_all`), as a marker: every workload in the
-queue when it was set stays parked until the next epoch, exactly as if each had been parked
-on its own, but without touching each. A workload that leaves the queue while the marker
-covers it is parked on its own then, so that it comes back parked, as it would have.
+A workload is parked in two ways, with the same meaning: one at a time (`park`, a failed
+head), or a whole queue at once (`park_all`), as a marker: every workload in the queue when
+it was set stays parked until the queue's next epoch, exactly as if each had been parked on
+its own, but without touching each. A workload that leaves the queue while the marker covers
+it is parked on its own then, so that it comes back parked, as it would have.
+
+Each queue has an epoch: a workload parked at its queue's epoch is asleep; waking a queue
+gives it a new one. Every queue is woken at once (`wake_all`), or only some (`wake_queues`:
+Kueue's requeuer wakes the ClusterQueues of one root Cohort's tree). Epochs are values of one
+counter (`clock`), so a workload that was parked in one queue and moved to another is asleep
+there only if that queue was not woken since.
 
 Each workload also has an equivalence class (`engine.ordering.scheduling_class`): what the
 engine cycle reads from it. Workloads of one class in one queue get the same decision from
@@ -22,10 +28,12 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Iterator, MutableMapping
+from collections.abc import Hashable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 QueueKey = tuple[bool, int, float, str, str]
+Parked = MutableMapping[str, tuple[str | None, int]]
+"""Workloads parked on their own: workload → (its queue, that queue's epoch) when parked."""
 
 
 @dataclass(slots=True)
@@ -74,6 +82,12 @@ class PendingQueues:
     """(requeueAt, key) of workloads waiting for their backoff to end (a heap)."""
     version: int = -1
     """The cache's queue-objects version the queues were built for."""
+    clock: int = 0
+    """Bumped by every wake, of all queues or of some: the epochs are its values."""
+    base: int = 0
+    """The epoch of every queue not woken on its own since the last `wake_all`."""
+    woken: dict[str, int] = field(default_factory=dict)
+    """The epoch of each queue woken on its own since the last `wake_all` (`wake_queues`)."""
 
     def fork(self) -> PendingQueues:
         return PendingQueues(
@@ -84,7 +98,31 @@ class PendingQueues:
             dirty=set(self.dirty),
             deferred=list(self.deferred),
             version=self.version,
+            clock=self.clock,
+            base=self.base,
+            woken=dict(self.woken),
         )
+
+    def epoch_of(self, group: str | None) -> int:
+        """The epoch of queue `group` (of no queue: that of the queues never woken alone)."""
+        return self.base if group is None else self.woken.get(group, self.base)
+
+    def wake_all(self, parked: Parked) -> None:
+        """A new epoch for every queue: every parked workload is awake."""
+        self.clock += 1
+        self.base = self.clock
+        self.woken.clear()
+        parked.clear()
+
+    def wake_queues(self, groups: Iterable[str], parked: Parked) -> None:
+        """A new epoch for the queues `groups`: their parked workloads are awake, the other
+        queues' stay parked."""
+        self.clock += 1
+        woken = set(groups)
+        for group in woken:
+            self.woken[group] = self.clock
+        for key in [k for k, (group, _) in parked.items() if group in woken]:
+            del parked[key]
 
     # -- changes --------------------------------------------------------------------------
     def touch(self, key: str) -> None:
@@ -104,11 +142,11 @@ class PendingQueues:
         while self.deferred and self.deferred[0][0] <= now:
             self.dirty.add(heapq.heappop(self.deferred)[1])
 
-    def rebuild(self, version: int, epoch: int, parked: MutableMapping[str, int]) -> set[str]:
+    def rebuild(self, version: int, parked: Parked) -> set[str]:
         """Empty every queue (the queue objects changed); returns the keys that were in one."""
         keys = set(self.group_of)
         for key in keys:
-            self.place(key, None, epoch, parked)
+            self.place(key, None, parked)
         self.groups.clear()
         self.version = version
         return keys
@@ -117,16 +155,15 @@ class PendingQueues:
         self,
         key: str,
         target: tuple[str, QueueKey, Hashable] | None,
-        epoch: int,
-        parked: MutableMapping[str, int],
+        parked: Parked,
     ) -> None:
         """Put `key` in queue `target` = (group, queue key, class), or in none."""
         old = self.group_of.get(key)
         if old is not None:
             q = self.groups[old]
             if target is None or target[0] != old:
-                if self._covered(q, key, epoch):
-                    parked[key] = epoch  # it stays parked without the marker
+                if self._covered(q, old, key):
+                    self.park(key, parked, old)  # it stays parked without the marker
                 del self.group_of[key]
             self._remove(q, key)
             if not q.entry and q.marker is None:
@@ -138,6 +175,11 @@ class PendingQueues:
             self.seq[key] = self.next_seq
             self.next_seq += 1
             self.group_of[key] = group
+            if key in parked:  # parked on its own in no queue or another: now in this one's
+                if self._alone(key, parked):
+                    self.park(key, parked, group)
+                else:
+                    del parked[key]
         q = self.groups.setdefault(group, _Queue())
         i = bisect.bisect_left(q.order, (qkey, key))
         q.order.insert(i, (qkey, key))
@@ -162,74 +204,87 @@ class PendingQueues:
         q.fresh.discard(key)
 
     # -- parking --------------------------------------------------------------------------
-    def _covered(self, q: _Queue, key: str, epoch: int) -> bool:
+    def _covered(self, q: _Queue, group: str, key: str) -> bool:
         m = q.marker
         return (
-            m is not None and m[0] == epoch and self.seq.get(key, 0) <= m[1] and key not in q.fresh
+            m is not None
+            and m[0] == self.epoch_of(group)
+            and self.seq.get(key, 0) <= m[1]
+            and key not in q.fresh
         )
 
-    def asleep(self, key: str, epoch: int, parked: MutableMapping[str, int]) -> bool:
-        """Whether `key` is parked at `epoch` (on its own or by its queue's marker)."""
-        if parked.get(key) == epoch:
+    def _alone(self, key: str, parked: Parked) -> bool:
+        """Whether `key` is parked on its own, and its queue was not woken since."""
+        at = parked.get(key)
+        return at is not None and at[1] == self.epoch_of(at[0])
+
+    def asleep(self, key: str, parked: Parked) -> bool:
+        """Whether `key` is parked (on its own or by its queue's marker)."""
+        if self._alone(key, parked):
             return True
         group = self.group_of.get(key)
-        return group is not None and self._covered(self.groups[group], key, epoch)
+        return group is not None and self._covered(self.groups[group], group, key)
 
-    def park_all(self, group: str, epoch: int) -> None:
-        """Park every workload now in `group` until the next epoch."""
+    def park(self, key: str, parked: Parked, group: str | None) -> None:
+        """Park `key` on its own until the next epoch of queue `group` (its queue now)."""
+        parked[key] = (group, self.epoch_of(group))
+
+    def park_all(self, group: str) -> None:
+        """Park every workload now in `group` until the queue's next epoch."""
         q = self.groups[group]
-        q.marker = (epoch, self.next_seq - 1)
+        q.marker = (self.epoch_of(group), self.next_seq - 1)
         q.fresh = set()
 
-    def wake(self, key: str, epoch: int, parked: MutableMapping[str, int]) -> None:
-        """Wake `key` alone if it is parked at `epoch` (on its own or by its queue's marker);
-        the rest of its queue stays as it is."""
-        if parked.get(key) == epoch:
+    def wake(self, key: str, parked: Parked) -> None:
+        """Wake `key` alone if it is parked (on its own or by its queue's marker); the rest
+        of its queue stays as it is."""
+        if self._alone(key, parked):
             del parked[key]
         group = self.group_of.get(key)
         if group is None:
             return
         q = self.groups[group]
-        if self._covered(q, key, epoch):
+        if self._covered(q, group, key):
             self.renew(key)  # newer than the marker, also once placed again
             q.fresh.add(key)
         q.cursor = 0
 
-    def parked_keys(self, epoch: int, parked: MutableMapping[str, int]) -> set[str]:
-        out = {k for k, e in parked.items() if e == epoch}
-        for q in self.groups.values():
+    def parked_keys(self, parked: Parked) -> set[str]:
+        out = {k for k, (g, e) in parked.items() if e == self.epoch_of(g)}
+        for group, q in self.groups.items():
             m = q.marker
-            if m is not None and m[0] == epoch:
+            if m is not None and m[0] == self.epoch_of(group):
                 out.update(k for k in q.entry if self.seq[k] <= m[1] and k not in q.fresh)
         return out
 
-    def any_parked(self, epoch: int, parked: MutableMapping[str, int]) -> bool:
-        """Whether a workload may be parked at `epoch` (a queue's marker may cover only
-        workloads that left it: then this says yes)."""
-        return any(e == epoch for e in parked.values()) or any(
-            q.marker is not None and q.marker[0] == epoch and q.entry for q in self.groups.values()
+    def any_parked(self, parked: Parked) -> bool:
+        """Whether a workload may be parked (a queue's marker may cover only workloads that
+        left it: then this says yes)."""
+        return any(e == self.epoch_of(g) for g, e in parked.values()) or any(
+            q.marker is not None and q.marker[0] == self.epoch_of(g) and q.entry
+            for g, q in self.groups.items()
         )
 
     # -- heads ----------------------------------------------------------------------------
-    def heads(self, epoch: int, parked: MutableMapping[str, int]) -> Iterator[tuple[str, str]]:
+    def heads(self, parked: Parked) -> Iterator[tuple[str, str]]:
         """(group, key) of the first unparked workload of every queue, by group name."""
         for group in sorted(self.groups):
-            head = self._head(self.groups[group], epoch, parked)
+            head = self._head(self.groups[group], self.epoch_of(group), parked)
             if head is not None:
                 yield group, head
 
-    def _head(self, q: _Queue, epoch: int, parked: MutableMapping[str, int]) -> str | None:
+    def _head(self, q: _Queue, epoch: int, parked: Parked) -> str | None:
         if q.marker is not None and q.marker[0] != epoch:
             q.marker, q.fresh = None, set()
         if not q.order:
             return None
         if q.marker is not None:
-            awake = [k for k in q.fresh if parked.get(k) != epoch]
+            awake = [k for k in q.fresh if not self._alone(k, parked)]
             return min(awake, key=lambda k: (q.entry[k], k)) if awake else None
         if q.cursor_epoch != epoch:
             q.cursor, q.cursor_epoch = 0, epoch
         i, order = q.cursor, q.order
-        while i < len(order) and parked.get(order[i][1]) == epoch:
+        while i < len(order) and self._alone(order[i][1], parked):
             i += 1
         q.cursor = i
         return order[i][1] if i < len(order) else None

@@ -1,0 +1,230 @@
+"""The batched requeue wakes the parked workloads of what changed, as Kueue's requeuer: the
+ClusterQueues of one root Cohort's tree, or one ClusterQueue without a Cohort; a change of
+capacity or of an object every queue reads wakes every queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atoll.api.cohort import Cohort
+from atoll.api.localqueue import LocalQueue
+from atoll.api.resourceflavor import ResourceFlavor
+from atoll.engine import decisions as d
+from atoll.engine import model as m
+from atoll.engine.inventory import Placement
+from atoll.state import workloads as wls
+from atoll.state.cache import REQUEUE_BATCH_PERIOD, Cache
+from atoll.state.decide import Decider
+from tests.control.builders import cluster_queue, job, workload_for
+
+NOW = 1_796_000_000.0
+P = REQUEUE_BATCH_PERIOD
+QUEUES = {"a1": "child-a", "a2": "root-a", "b": "co-b", "solo": None}
+"""ClusterQueue → its Cohort; `child-a` is a child of `root-a`."""
+
+
+def _cache() -> Cache:
+    cache = Cache()
+    cache.requeue_period = P
+    cache.set_flavor(ResourceFlavor.from_dict({"metadata": {"name": "rf"}}))
+    cache.set_cohort(Cohort.from_dict({"metadata": {"name": "root-a"}, "spec": {}}))
+    cache.set_cohort(
+        Cohort.from_dict({"metadata": {"name": "child-a"}, "spec": {"parentName": "root-a"}})
+    )
+    for cq, cohort in QUEUES.items():
+        spec: dict[str, Any] = {"cohortName": cohort} if cohort else {}
+        cache.set_cluster_queue(cluster_queue(cq, gpus=1, **spec))
+        cache.set_local_queue(
+            LocalQueue.from_dict(
+                {"metadata": {"name": f"lq-{cq}", "namespace": "ns"}, "spec": {"clusterQueue": cq}}
+            )
+        )
+    cache.set_namespace("ns", {"kubernetes.io/metadata.name": "ns"})
+    cache.requeue_due(NOW - P)
+    cache.requeue_due(NOW)  # the set-up's own requeue
+    assert not cache.requeue_requested
+    return cache
+
+
+def _workload(cache: Cache, name: str, cq: str, pods: int = 1) -> str:
+    raw = workload_for(job(name, pods=pods)).to_dict()
+    raw["spec"]["queueName"] = f"lq-{cq}"
+    wl = type(workload_for(job(name))).from_dict(raw)
+    cache.set_workload(wl)
+    return wls.wl_key(wl)
+
+
+def _holding(cache: Cache, name: str, cq: str) -> str:
+    """A workload assumed admitted in `cq` (its 1 GPU)."""
+    key = _workload(cache, name, cq)
+    cache.assume(
+        key,
+        m.Admission(
+            cluster_queue=m.ClusterQueueName(cq),
+            pod_sets=(
+                m.PodSetAssignment(
+                    name=m.PodSetName("main"),
+                    count=1,
+                    flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("rf")),),
+                    resource_usage=((m.ResourceName("nvidia.com/gpu"), 1),),
+                ),
+            ),
+        ),
+    )
+    return key
+
+
+def _parked_everywhere(cache: Cache) -> dict[str, str]:
+    """A parked workload in each ClusterQueue (after the queues placed them)."""
+    keys = {cq: _workload(cache, f"w-{cq}", cq) for cq in QUEUES}
+    cache.queue_heads(NOW)
+    for key in keys.values():
+        cache.park(key)
+    assert cache.parked_keys() == set(keys.values())
+    return keys
+
+
+def _woken_after_a_period(cache: Cache, t: float = NOW) -> set[str]:
+    before = set(cache.parked_keys())
+    cache.queue_heads(t)
+    cache.queue_heads(t + P)
+    return before - cache.parked_keys()
+
+
+def test_the_scope_of_a_cluster_queue_is_its_root_cohort_or_itself() -> None:
+    cache = _cache()
+    assert cache.scope_of("a1") == cache.scope_of("a2") == "co:root-a"
+    assert cache.scope_of("b") == "co:co-b"
+    assert cache.scope_of("solo") == "cq:solo"
+    assert cache.scope_of("missing") == cache.scope_of(None) == "*"
+
+
+def test_freed_quota_wakes_the_parked_workloads_of_its_cohort_tree_only() -> None:
+    cache = _cache()
+    holder = _holding(cache, "holder", "a1")
+    keys = _parked_everywhere(cache)
+    cache.delete_workload(holder)
+    assert _woken_after_a_period(cache) == {keys["a1"], keys["a2"]}
+    assert cache.parked_keys() == {keys["b"], keys["solo"]}
+
+
+def test_freed_quota_of_a_cluster_queue_without_a_cohort_wakes_it_alone() -> None:
+    cache = _cache()
+    holder = _holding(cache, "holder", "solo")
+    keys = _parked_everywhere(cache)
+    cache.forget(holder)  # its status write failed: the assumed quota is free again
+    assert _woken_after_a_period(cache) == {keys["solo"]}
+
+
+def test_a_released_placement_on_nodes_wakes_every_queue() -> None:
+    cache = _cache()
+    holder = _holding(cache, "holder", "solo")
+    cache.inventory.hold(Placement(gang=holder, pod_sets=()))
+    keys = _parked_everywhere(cache)
+    cache.delete_workload(holder)
+    assert _woken_after_a_period(cache) == set(keys.values())
+
+
+def test_a_cluster_queue_moving_to_another_cohort_wakes_both_trees() -> None:
+    cache = _cache()
+    keys = _parked_everywhere(cache)
+    cache.set_cluster_queue(cluster_queue("a1", gpus=1, cohortName="co-b"))
+    # the queues are rebuilt (a queue object changed); parked workloads stay parked
+    assert cache.parked_keys() == set(keys.values())
+    assert _woken_after_a_period(cache) == {keys["a1"], keys["a2"], keys["b"]}
+
+
+def test_a_new_cluster_queue_wakes_every_queue() -> None:
+    """Workloads of a LocalQueue whose ClusterQueue did not exist wait in a queue of their
+    own; its creation must reach them."""
+    cache = _cache()
+    keys = _parked_everywhere(cache)
+    cache.set_cluster_queue(cluster_queue("new", gpus=1))
+    assert _woken_after_a_period(cache) == set(keys.values())
+
+
+def test_a_parked_workload_that_moves_to_another_queue_stays_parked_until_that_one_wakes() -> None:
+    cache = _cache()
+    keys = _parked_everywhere(cache)
+    key = keys["solo"]
+    wl = cache.workloads[key]
+    raw = wl.to_dict()
+    raw["spec"]["queueName"] = "lq-b"
+    raw["metadata"]["resourceVersion"] = "2"
+    cache.set_workload(type(wl).from_dict(raw))  # a spec change: tried again at once
+    assert key not in cache.parked_keys()
+    cache.queue_heads(NOW)
+    cache.park(key)
+    holder = _holding(cache, "holder", "solo")
+    cache.delete_workload(holder)
+    assert key not in _woken_after_a_period(cache)  # "solo" was woken, not "b"
+    holder = _holding(cache, "holder2", "b")
+    cache.delete_workload(holder)
+    assert key in _woken_after_a_period(cache, NOW + 2 * P)
+
+
+def test_a_released_quota_admits_only_in_its_own_tree_a_period_later() -> None:
+    """Through the step: a1's freed GPU lets a2's workload borrow it a period later; b's
+    parked workload (another tree) is not even tried."""
+    cache = _cache()
+    holder = _workload(cache, "holder", "a1")
+    decider = Decider(cache)
+    (admit,) = decider.decide(NOW)
+    assert admit.workload == holder
+    waiting_a = _workload(cache, "waiting-a", "a2", pods=2)  # its 1 GPU and a1's
+    waiting_b = _workload(cache, "waiting-b", "b", pods=2)
+    tried = {dec.workload for dec in decider.decide(NOW)}
+    assert {waiting_a, waiting_b} <= tried
+    assert {waiting_a, waiting_b} <= cache.parked_keys()
+    cache.delete_workload(holder)
+    assert decider.decide(NOW + 10) == ()
+    (admit,) = decider.decide(NOW + 10 + P)
+    assert isinstance(admit, d.Admit)
+    assert admit.workload == waiting_a
+    assert waiting_b in cache.parked_keys()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+            st.sampled_from([*QUEUES, "all", "park", "step"]),
+        ),
+        max_size=30,
+    )
+)
+def test_a_parked_workload_wakes_exactly_when_a_change_of_its_scope_is_due(
+    steps: list[tuple[float, str]],
+) -> None:
+    """Model: each scope has its own batch (due a period after the first step that saw
+    its request); at a step, a parked workload is awake iff a batch of its scope, or of
+    every queue, came due since it was parked."""
+    cache = _cache()
+    keys = _parked_everywhere(cache)
+    scope = {cq: cache.scope_of(cq) for cq in QUEUES}
+    due: dict[str, float | None] = {}  # the model's requests
+    asleep = set(keys)
+    t = NOW
+    for dt, what in steps:
+        t += dt
+        if what == "park":
+            for cq in QUEUES:
+                if keys[cq] not in cache.parked_keys():
+                    cache.park(keys[cq])
+                    asleep.add(cq)
+        elif what == "step":
+            for s in [s for s, at in due.items() if at is None]:
+                due[s] = t + P
+            for s in [s for s, at in due.items() if at is not None and at <= t]:
+                del due[s]
+                asleep -= {cq for cq in QUEUES if s in ("*", scope[cq])}
+            cache.queue_heads(t)
+            assert {cq for cq in QUEUES if keys[cq] in cache.parked_keys()} == asleep
+        else:
+            s = scope[what] if what != "all" else "*"
+            due.setdefault(s, None)
+            cache.bump(s)
