@@ -241,6 +241,24 @@ def table(shape: Shape, budget: str, load: int, results: dict[str, dict[str, Any
     return t
 
 
+def print_runner_trouble(system: str, res: dict[str, Any], out: Console) -> None:
+    """What the runner had to rescue or could not do, and what stayed unfinished: a run with
+    any of it measured a little of the runner too (a rescued Finished is written late)."""
+    lines = []
+    if res.get("runner_error_count"):
+        lines.append(f"{res['runner_error_count']} runner errors, first: {res['runner_errors']}")
+    if res.get("runner_rescued"):
+        lines.append(
+            f"the runner's sweep rescued {res['runner_rescued']}: {res['runner_rescued_workloads']}"
+        )
+    if res.get("watch_relists") or res.get("watch_restarts"):
+        lines.append(f"watch re-listed {res['watch_relists']}x, resumed {res['watch_restarts']}x")
+    if res.get("unfinished"):
+        lines.append(f"unfinished (first 5): {res['unfinished']}")
+    for line in lines:
+        out.print(f"{system}: {line}", markup=False, highlight=False)
+
+
 def print_profile(res: dict[str, Any], out: Console) -> None:
     prof = res.get("profile")
     if not prof:
@@ -324,6 +342,7 @@ def main() -> None:
         for s, res in results.items():
             changes = ", ".join(f"{k} {n}" for k, n in res.get("workload_changes", {}).items())
             out.print(f"{s}: Workload changes seen on the watch: {changes}")
+            print_runner_trouble(s, res, out)
         if "atoll" in results:
             print_profile(results["atoll"], out)
             for labels, n in sorted(results["atoll"].get("api_requests", {}).items()):

@@ -8,6 +8,16 @@ Evicted while it still holds a quota reservation, the runner clears the reservat
 does, because no Job exists to be stopped. Writes are merge patches guarded by the
 resourceVersion; on a conflict the runner re-reads and decides again.
 
+Those two reactions start on watch events; a sweep (every `sweep_s`) starts them again from
+the newest state the runner knows whenever a Workload is left without one: Admitted, not
+Evicted, not Finished, its run time over and no finish pending (the finish gave up on a
+transient eviction that the controller then withdrew, a re-list after 410 Gone coalesced an
+un-admission and re-admission, or the write failed), or Evicted and still reserved with no
+un-reserve pending. A rescued finish is written at once (its due time, admission seen + run
+time, is past); for a Workload the events handled, the sweep finds the finish pending and does
+nothing, so it changes no timing. Rescues, task errors (with the Workload) and watch re-lists
+are counted in the summary.
+
 Times are taken when events arrive on the watch (time.monotonic), as Kueue's recorder does:
 time-to-admission = first Admitted=True event - first event of the Workload. Usage per
 ClusterQueue is the integral of the cpu of its admitted, unfinished Workloads over the run,
@@ -23,9 +33,11 @@ import math
 import statistics
 import time
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from generator import API, BENCH_LABEL, CLASS_LABEL, RUNTIME_LABEL, Shape
 from kubeclient import ApiError, KubeClient
 
@@ -48,6 +60,14 @@ def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _is_true(conds: dict[str, dict[str, Any]], type_: str) -> bool:
     c = conds.get(type_)
     return c is not None and c.get("status") == "True"
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def _idle(task: asyncio.Task[None] | None) -> bool:
+    return task is None or task.done()
 
 
 def change_kind(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -100,8 +120,10 @@ class WorkloadRecord:
     runtime_s: float
     first_seen: float
     obj: dict[str, Any] = field(default_factory=dict)
+    """The newest version known: from the watch, a write's response or a re-read; never
+    replaced by an older one (the watch may still be delivering versions a write outran)."""
     seen: dict[str, Any] = field(default_factory=dict)
-    """The last version seen on the watch (`obj` may be a newer write's response)."""
+    """The last version seen on the watch."""
     admitted_at: float | None = None
     running_since: float | None = None
     busy_cpu_ms: float = 0.0
@@ -111,10 +133,18 @@ class WorkloadRecord:
     evictions: int = 0
     evicted: bool = False
     epoch: int = 0
+    """Bumped when a running period (Admitted, not Finished) starts on the watch."""
+    finisher: asyncio.Task[None] | None = None
+    """The finish of the current running period, while it is pending."""
+    unreserver: asyncio.Task[None] | None = None
 
     @property
     def cq(self) -> str:
         return self.ns
+
+    @property
+    def key(self) -> str:
+        return f"{self.ns}/{self.name}"
 
 
 def _cpu_milli(obj: dict[str, Any]) -> int:
@@ -130,9 +160,10 @@ def _cpu_milli(obj: dict[str, Any]) -> int:
 class Runner:
     """Watches, finishes and un-reserves benchmark Workloads; records their timeline."""
 
-    def __init__(self, client: KubeClient, shape: Shape) -> None:
+    def __init__(self, client: KubeClient, shape: Shape, sweep_s: float = 1.0) -> None:
         self.client = client
         self.shape = shape
+        self.sweep_s = sweep_s
         self.records: dict[str, WorkloadRecord] = {}
         self.expected = shape.total_workloads
         self.finished = 0
@@ -145,15 +176,40 @@ class Runner:
         self.writes = 0
         self.conflicts = 0
         self.errors: list[str] = []
+        self.error_count = 0
+        self.rescued: Counter[str] = Counter()
+        """Finishes and un-reserves the sweep had to start, by kind."""
+        self.rescued_workloads: list[str] = []
+        self.sweeps = 0
+        self.relists = 0
+        self.watch_restarts = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- watch -----------------------------------------------------------------------------
     async def run(self) -> None:
-        params = {"labelSelector": f"{BENCH_LABEL}=true"}
+        """The watch and the sweep, until cancelled; raises what either raises."""
+        tasks = {
+            asyncio.create_task(self._watch(), name="watch"),
+            asyncio.create_task(self._sweep(), name="sweep"),
+        }
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _list(self, params: dict[str, str]) -> str:
         listing = await self.client.request("GET", WORKLOADS, params=params)
-        rv = listing["metadata"]["resourceVersion"]
         for obj in listing.get("items") or []:
             self._handle(obj, time.monotonic())
+        return str(listing["metadata"]["resourceVersion"])
+
+    async def _watch(self) -> None:
+        params = {"labelSelector": f"{BENCH_LABEL}=true"}
+        rv = await self._list(params)
         while True:
             try:
                 async for ev in self.client.watch(WORKLOADS, rv, params):
@@ -166,10 +222,50 @@ class Runner:
             except ApiError as e:
                 if e.status != 410:
                     raise
-                listing = await self.client.request("GET", WORKLOADS, params=params)
-                rv = listing["metadata"]["resourceVersion"]
-                for obj in listing.get("items") or []:
-                    self._handle(obj, time.monotonic())
+                # the versions since rv are gone: the listing shows only where each Workload
+                # is now (what happened in between is coalesced; the sweep covers it)
+                self.relists += 1
+                rv = await self._list(params)
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+                self.watch_restarts += 1  # the stream broke: resume from rv
+                await asyncio.sleep(0.5)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> None:
+        """Start the finish or un-reserve a Workload needs when none is pending (module
+        docstring); the newest known state decides, and the writes re-check it."""
+        self.sweeps += 1
+        for rec in self.records.values():
+            if rec.finished_at is not None:
+                continue
+            conds = _conditions(rec.obj)
+            if _is_true(conds, "Finished"):
+                continue
+            evicted = _is_true(conds, "Evicted")
+            if evicted and _is_true(conds, "QuotaReserved") and _idle(rec.unreserver):
+                self._rescue(rec, "unreserve")
+                rec.unreserver = self._spawn(self._unreserve(rec), f"unreserve {rec.key}")
+            elif (
+                _is_true(conds, "Admitted")
+                and not evicted
+                and rec.running_since is not None
+                and now >= rec.running_since + rec.runtime_s
+                and _idle(rec.finisher)
+            ):
+                self._rescue(rec, "finish")
+                due = rec.running_since + rec.runtime_s
+                rec.finisher = self._spawn(
+                    self._finish_at(rec, rec.epoch, due), f"finish {rec.key}"
+                )
+
+    def _rescue(self, rec: WorkloadRecord, kind: str) -> None:
+        self.rescued[kind] += 1
+        if len(self.rescued_workloads) < 20:
+            self.rescued_workloads.append(f"{kind} {rec.key}")
 
     def _handle(self, obj: dict[str, Any], now: float) -> None:
         uid = obj["metadata"]["uid"]
@@ -187,7 +283,9 @@ class Runner:
             self.records[uid] = rec
         else:
             self.changes[change_kind(rec.seen, obj)] += 1
-        rec.obj = rec.seen = obj
+        rec.seen = obj
+        if not rec.obj or _rv(obj) >= _rv(rec.obj):
+            rec.obj = obj
         self.events += 1
         conds = _conditions(obj)
         admitted, finished = _is_true(conds, "Admitted"), _is_true(conds, "Finished")
@@ -198,7 +296,9 @@ class Runner:
             rec.epoch += 1
             if rec.admitted_at is None:
                 rec.admitted_at = now
-            self._spawn(self._finish_later(rec, rec.epoch))
+            rec.finisher = self._spawn(
+                self._finish_at(rec, rec.epoch, now + rec.runtime_s), f"finish {rec.key}"
+            )
         elif not running and rec.running_since is not None:
             rec.busy_cpu_ms += rec.cpu_milli * (now - rec.running_since)
             rec.running_since = None
@@ -206,7 +306,7 @@ class Runner:
             rec.evictions += 1
         rec.evicted = evicted
         if evicted and reserved and not finished:
-            self._spawn(self._unreserve(rec))
+            rec.unreserver = self._spawn(self._unreserve(rec), f"unreserve {rec.key}")
         if finished and rec.finished_at is None:
             rec.finished_at = now
             self.finished += 1
@@ -214,15 +314,21 @@ class Runner:
             if self.finished >= self.expected:
                 self.all_finished.set()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.errors.append(repr(task.exception())[:300])
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._error(f"{task.get_name()}: {exc!r}")
+
+    def _error(self, message: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < 100:
+            self.errors.append(message[:300])
 
     async def close(self) -> None:
         for t in list(self._tasks):
@@ -237,27 +343,29 @@ class Runner:
         body["status"] = status  # type: ignore[assignment]
         try:
             self.writes += 1
-            rec.obj = await self.client.request(
+            written = await self.client.request(
                 "PATCH",
                 _ns_path(rec.ns, rec.name) + "/status",
                 body,
                 content_type="application/merge-patch+json",
             )
+            if _rv(written) >= _rv(rec.obj):  # the watch may have brought a later one
+                rec.obj = written
             return True
         except ApiError as e:
             if e.status != 409:
                 raise
             self.conflicts += 1
             fresh = await self.client.request("GET", _ns_path(rec.ns, rec.name))
-            if int(fresh["metadata"]["resourceVersion"]) > int(
-                rec.obj["metadata"]["resourceVersion"]
-            ):
+            if _rv(fresh) > _rv(rec.obj):
                 rec.obj = fresh
             return False
 
-    async def _finish_later(self, rec: WorkloadRecord, epoch: int) -> None:
-        rec.finish_due = time.monotonic() + rec.runtime_s
-        await asyncio.sleep(rec.runtime_s)
+    async def _finish_at(self, rec: WorkloadRecord, epoch: int, due: float) -> None:
+        """Finished=True at `due` (admission seen + run time) unless the running period it
+        belongs to (`epoch`) is over, the Workload is evicted or already Finished."""
+        rec.finish_due = due
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
         for _ in range(20):
             conds = _conditions(rec.obj)
             still = _is_true(conds, "Admitted") and not _is_true(conds, "Evicted")
@@ -269,7 +377,7 @@ class Runner:
             if await self._patch_status(rec, {"conditions": conditions}):
                 rec.finish_written = time.monotonic()
                 return
-        self.errors.append(f"gave up finishing {rec.ns}/{rec.name}")
+        self._error(f"finish {rec.key}: gave up after 20 conflicts")
 
     async def _unreserve(self, rec: WorkloadRecord) -> None:
         for _ in range(20):
@@ -289,7 +397,7 @@ class Runner:
                 )
             if await self._patch_status(rec, {"conditions": conditions, "admission": None}):
                 return
-        self.errors.append(f"gave up un-reserving {rec.ns}/{rec.name}")
+        self._error(f"unreserve {rec.key}: gave up after 20 conflicts")
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, end: float | None = None) -> dict[str, Any]:
@@ -361,6 +469,13 @@ class Runner:
             "runner_writes": self.writes,
             "runner_conflicts": self.conflicts,
             "runner_errors": self.errors[:10],
+            "runner_error_count": self.error_count,
+            # the sweep's rescues: each one is a Workload the events alone left unfinished
+            # (or reserved while evicted); its Finished was written late
+            "runner_rescued": dict(sorted(self.rescued.items())),
+            "runner_rescued_workloads": self.rescued_workloads[:10],
+            "watch_relists": self.relists,
+            "watch_restarts": self.watch_restarts,
         }
 
 
