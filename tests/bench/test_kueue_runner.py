@@ -95,15 +95,8 @@ class FakeApi:
         conds = (self.objs[name].get("status") or {}).get("conditions") or []
         return {c["type"] for c in conds if c["status"] == "True"}
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        """KubeClient.request's calls the runner makes: list, get, status merge patch."""
         if method == "GET" and path == WORKLOADS:
             items = [copy.deepcopy(o) for o in self.objs.values()]
             return {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
@@ -111,7 +104,7 @@ class FakeApi:
             return copy.deepcopy(self.objs[path.rsplit("/", 1)[1]])
         assert method == "PATCH"
         assert path.endswith("/status")
-        assert content_type == "application/merge-patch+json"
+        assert kw["content_type"] == "application/merge-patch+json"
         if self.patch_gate is not None:
             await self.patch_gate.wait()
         if self.patch_failures:
