@@ -8,15 +8,15 @@ Evicted while it still holds a quota reservation, the runner clears the reservat
 does, because no Job exists to be stopped. Writes are merge patches guarded by the
 resourceVersion; on a conflict the runner re-reads and decides again.
 
-Those two reactions start on watch events; a sweep (every `sweep_s`) starts them again from
-the newest state the runner knows whenever a Workload is left without one: Admitted, not
+Those two reactions start on watch events; a sweep (every `sweep_s`) starts them again
+whenever the watch has caught up with a Workload and left it without one: Admitted, not
 Evicted, not Finished, its run time over and no finish pending (the finish gave up on a
 transient eviction that the controller then withdrew, a re-list after 410 Gone coalesced an
 un-admission and re-admission, or the write failed), or Evicted and still reserved with no
 un-reserve pending. A rescued finish is written at once (its due time, admission seen + run
-time, is past); for a Workload the events handled, the sweep finds the finish pending and does
-nothing, so it changes no timing. Rescues, task errors (with the Workload) and watch re-lists
-are counted in the summary.
+time, is past); for a Workload the events handled, the sweep finds the write pending (or done)
+and does nothing, so it changes no timing. Rescues, task errors (with the Workload) and watch
+re-lists are counted in the summary.
 
 Times are taken when events arrive on the watch (time.monotonic), as Kueue's recorder does:
 time-to-admission = first Admitted=True event - first event of the Workload. Usage per
@@ -237,10 +237,12 @@ class Runner:
 
     def sweep(self, now: float) -> None:
         """Start the finish or un-reserve a Workload needs when none is pending (module
-        docstring); the newest known state decides, and the writes re-check it."""
+        docstring). Only once the watch has brought the newest version the runner knows (a
+        write's response or a re-read can be ahead of it): until then the event of that version
+        is still to come and decides as in any run."""
         self.sweeps += 1
         for rec in self.records.values():
-            if rec.finished_at is not None:
+            if rec.finished_at is not None or _rv(rec.seen) < _rv(rec.obj):
                 continue
             conds = _conditions(rec.obj)
             if _is_true(conds, "Finished"):

@@ -297,6 +297,35 @@ def test_unreserve_that_failed_is_tried_again() -> None:
     ]
 
 
+def test_sweep_leaves_to_the_watch_what_a_reread_saw_first() -> None:
+    """The finish's conflict re-read shows the eviction before the watch does: the sweep does
+    not un-reserve ahead of the watch (that would move the un-reserve earlier than in a run
+    without the sweep); the eviction's event starts it, as always."""
+    released: dict[str, float] = {}
+
+    async def story(api: FakeApi, runner: Runner) -> None:
+        rec = _record(runner)
+        api.write(ADMITTED)
+        await until("a finish is scheduled", lambda: rec.finish_due is not None)
+        api.held = True
+        api.write(PREEMPTED)
+        await until("the finish re-reads after a conflict", lambda: runner.conflicts == 1)
+        await until("it sees the eviction", lambda: rec.obj["status"]["conditions"] == PREEMPTED)
+        sweeps = runner.sweeps
+        await until("the sweep runs", lambda: runner.sweeps > sweeps + 1)
+        assert api.patches == []
+        released["at"] = time.monotonic()
+        api.release()
+        await until("the runner un-reserves it", lambda: "QuotaReserved" not in api.true())
+        api.write(READMITTED)
+
+    api, s = _drive(story)
+    assert s["runner_rescued"] == {}
+    (unreserved, true), _ = api.patches
+    assert true == ["Evicted", "Preempted"]
+    assert unreserved >= released["at"]
+
+
 def test_a_plain_run_is_finished_once_at_admission_plus_run_time() -> None:
     """What the benchmark measures is unchanged: the sweep runs all along, finds the finish
     pending and writes nothing; the one Finished comes no earlier than the admission seen on
