@@ -137,6 +137,8 @@ class WorkloadRecord:
     finisher: asyncio.Task[None] | None = None
     """The finish of the current running period, while it is pending."""
     unreserver: asyncio.Task[None] | None = None
+    changes: list[str] = field(default_factory=list)
+    """Its changes seen on the watch, by `change_kind` (shown with a rescue)."""
 
     @property
     def cq(self) -> str:
@@ -267,7 +269,7 @@ class Runner:
     def _rescue(self, rec: WorkloadRecord, kind: str) -> None:
         self.rescued[kind] += 1
         if len(self.rescued_workloads) < 20:
-            self.rescued_workloads.append(f"{kind} {rec.key}")
+            self.rescued_workloads.append(f"{kind} {rec.key} after {' '.join(rec.changes)}")
 
     def _handle(self, obj: dict[str, Any], now: float) -> None:
         uid = obj["metadata"]["uid"]
@@ -284,7 +286,9 @@ class Runner:
             )
             self.records[uid] = rec
         else:
-            self.changes[change_kind(rec.seen, obj)] += 1
+            kind = change_kind(rec.seen, obj)
+            self.changes[kind] += 1
+            rec.changes.append(kind)
         rec.seen = obj
         if not rec.obj or _rv(obj) >= _rv(rec.obj):
             rec.obj = obj

@@ -218,7 +218,7 @@ def test_eviction_withdrawn_while_admitted_is_still_finished() -> None:
     assert s["workload_changes"] == {"admit": 1, "other": 1, "finish": 1}
     assert s["classes"]["small"]["evictions"] == 1
     assert s["runner_rescued"] == {"finish": 1}
-    assert s["runner_rescued_workloads"] == [f"finish {NS}/{NAME}"]
+    assert s["runner_rescued_workloads"] == [f"finish {NS}/{NAME} after admit other"]
     assert [true for _, true in api.patches] == [["Admitted", "Finished", "QuotaReserved"]]
 
 
