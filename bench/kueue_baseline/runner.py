@@ -206,7 +206,10 @@ class Runner:
     async def _list(self, params: dict[str, str]) -> str:
         listing = await self.client.request("GET", WORKLOADS, params=params)
         for obj in listing.get("items") or []:
-            self._handle(obj, time.monotonic())
+            rec = self.records.get(obj["metadata"]["uid"])
+            # a re-list repeats the Workloads that did not change: they are no event
+            if rec is None or _rv(obj) > _rv(rec.seen):
+                self._handle(obj, time.monotonic())
         return str(listing["metadata"]["resourceVersion"])
 
     async def _watch(self) -> None:

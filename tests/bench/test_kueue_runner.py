@@ -230,6 +230,7 @@ def test_history_coalesced_by_a_relist_is_still_finished() -> None:
 
     async def story(api: FakeApi, runner: Runner) -> None:
         rec = _record(runner)
+        api.create("small-0-33-0")  # one the re-list shows unchanged: no event, no change
         api.write(ADMITTED)
         await until("a finish is scheduled", lambda: rec.finish_due is not None)
         api.patch_gate = asyncio.Event()
@@ -246,6 +247,9 @@ def test_history_coalesced_by_a_relist_is_still_finished() -> None:
 
     api, s = _drive(story)
     assert s["watch_relists"] == 1
+    assert s["workload_changes"] == {"admit": 1, "evict": 1, "other": 1, "finish": 1}
+    # listed pending, the second's create, admitted, evicted, re-listed, Finished
+    assert s["workload_events"] == 6
     assert s["runner_rescued"] == {"finish": 1}
     assert [true for _, true in api.patches] == [
         ["Evicted", "Preempted"],
