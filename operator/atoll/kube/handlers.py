@@ -129,11 +129,18 @@ def json_text(obj: object) -> bytes:
 
 
 class Shared(Generic[P]):
-    """The last `size` parsed parts (pod specs, pod templates) by a digest of their JSON text
-    (`json_text`): a part equal to one parsed before is not parsed again, and the objects
-    holding it share one parsed form (models are frozen). Keyed by a 128-bit BLAKE2b digest,
-    not by the text, so that a large template that is never seen again costs 16 bytes of key
-    here, not its whole text."""
+    """The last `size` parsed parts (pod specs, pod templates, conditions, pod statuses) by a
+    digest of their JSON text (`json_text`), or of a text of all that the part's model reads
+    when that is less (a pod's status): a part equal to one parsed before is not parsed
+    again, and the objects holding it share one parsed form (models are frozen).
+
+    A part met inside an object: `find` it (or `swap_each` for a list of parts) and put the
+    one found in the raw object in place of its raw form, parse the object whole (so that a
+    part shared by an object that is not valid is refused with it), then `put` (`learn`)
+    the parsed parts not found, under the keys `find` gave. A part parsed alone: `parse`.
+    Keyed by a 128-bit BLAKE2b digest, not by the text, so that a large template that is
+    never seen again costs 16 bytes of key here, not its whole text; a text is digested
+    once."""
 
     __slots__ = ("_by_digest", "_size")
 
@@ -141,26 +148,71 @@ class Shared(Generic[P]):
         self._by_digest: OrderedDict[bytes, P] = OrderedDict()
         self._size = size
 
-    def get(self, text: bytes) -> P | None:
-        key = _digest(text)
+    def find(self, text: bytes) -> tuple[P | None, bytes]:
+        """The part held for `text` (None when none is), now the last used, and the key of
+        `text`, to `put` the part parsed from it."""
+        key = hashlib.blake2b(text, digest_size=16).digest()
         found = self._by_digest.get(key)
         if found is not None:
             self._by_digest.move_to_end(key)
-        return found
+        return found, key
 
-    def put(self, text: bytes, part: P) -> None:
-        key = _digest(text)
+    def put(self, key: bytes, part: P) -> None:
+        """`part` held under `key` (from `find`), the last used; the least recently used part
+        goes when there are more than `size`."""
         self._by_digest[key] = part
         self._by_digest.move_to_end(key)
         if len(self._by_digest) > self._size:
             self._by_digest.popitem(last=False)
 
+    def parse(self, text: bytes, raw: Any, parse: Callable[[Any], P]) -> P:
+        """`raw` (of text `text`) parsed alone by `parse`, which may raise: the part held for
+        `text`, else `parse(raw)`, which joins."""
+        known, key = self.find(text)
+        if known is None:
+            known = parse(raw)
+            self.put(key, known)
+        return known
+
+    def swap_each(
+        self, items: list[Any], field: str | None = None
+    ) -> tuple[list[Any] | None, list[bytes | None]]:
+        """`items` with each part (an item's `field`; None: the item itself) held for its
+        JSON text in the place of its raw form (None when none is: `items` stand as they
+        are), and per item the key of its part when not found (None when found or absent),
+        for `learn`."""
+        out: list[Any] = []
+        keys: list[bytes | None] = []
+        found = False
+        for item in items:
+            if field is None:
+                part = item
+            elif isinstance(item, Mapping) and field in item:
+                part = item[field]
+            else:
+                out.append(item)
+                keys.append(None)
+                continue
+            known, key = self.find(json_text(part))
+            if known is None:
+                out.append(item)
+                keys.append(key)
+            else:
+                found = True
+                out.append(known if field is None else {**item, field: known})
+                keys.append(None)
+        return (out if found else None), keys
+
+    def learn(self, keys: list[bytes | None], parsed: Sequence[P]) -> None:
+        """`parsed`: the parts as the object parsed them, one per key of `swap_each`; each
+        not found joins (none when the counts differ)."""
+        if len(parsed) == len(keys):
+            for key, part in zip(keys, parsed, strict=True):
+                if key is not None:
+                    self.put(key, part)
+
     def __len__(self) -> int:
         return len(self._by_digest)
-
-
-def _digest(text: bytes) -> bytes:
-    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -196,7 +248,7 @@ def _parse_workload(
         or body.get("kind") != known.kind
     ):
         return _parse_shared(body, templates, conditions)
-    status, texts = _shared_conditions(body.get("status") or {}, conditions)
+    status, keys = _swap_conditions(body.get("status") or {}, conditions)
     try:
         parsed = known.model_copy(
             update={
@@ -206,7 +258,7 @@ def _parse_workload(
         )
     except ValidationError:
         return _parse(Workload, body)  # logs what is wrong
-    _learn_conditions(parsed, texts, conditions)
+    _learn_conditions(parsed, keys, conditions)
     return parsed
 
 
@@ -226,17 +278,16 @@ def _parse_sharing(
             return _parse(model, body)
         outer.append(here)
         here = here[step]
-    text = json_text(here)
-    known = parts.get(text)
-    if known is None:
-        parsed = _parse(model, body)
-        if parsed is not None:
-            parts.put(text, part_of(parsed))
-        return parsed
-    value: Any = known
-    for step, holder in zip(reversed(path), reversed(outer), strict=True):
-        value = {**holder, step: value}
-    return _parse(model, value)
+    known, key = parts.find(json_text(here))
+    if known is not None:
+        value: Any = known
+        for step, holder in zip(reversed(path), reversed(outer), strict=True):
+            value = {**holder, step: value}
+        body = value
+    parsed = _parse(model, body)
+    if parsed is not None and known is None:
+        parts.put(key, part_of(parsed))
+    return parsed
 
 
 def _parse_shared(
@@ -246,72 +297,38 @@ def _parse_shared(
 ) -> Workload | None:
     spec = body.get("spec")
     pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
-    texts: list[bytes | None] = []
+    keys: list[bytes | None] = []
     if isinstance(spec, Mapping) and isinstance(pod_sets, list):
-        sets, texts = _shared_parts(pod_sets, "template", templates)
+        sets, keys = templates.swap_each(pod_sets, "template")
         if sets is not None:
             body = {**body, "spec": {**spec, "podSets": sets}}
-    status, condition_texts = _shared_conditions(body.get("status"), conditions)
+    status, condition_keys = _swap_conditions(body.get("status"), conditions)
     if status is not body.get("status"):
         body = {**body, "status": status}
     wl = _parse(Workload, body)
     if wl is not None:
-        _learn(templates, texts, [ps.template for ps in wl.spec.pod_sets])
-        _learn_conditions(wl, condition_texts, conditions)
+        templates.learn(keys, [ps.template for ps in wl.spec.pod_sets])
+        _learn_conditions(wl, condition_keys, conditions)
     return wl
 
 
-def _shared_parts(
-    items: list[Any], field: str | None, parts: Shared[P]
-) -> tuple[list[Any] | None, list[bytes | None]]:
-    """`items` with each part (an item's `field`; None: the item itself) equal to one in
-    `parts` replaced by that parsed one (None when none is), and the JSON text of each part
-    not found (None for a part found or absent), for `_learn` once `items` are parsed."""
-    out: list[Any] = []
-    texts: list[bytes | None] = []
-    found = False
-    for item in items:
-        if field is not None and not (isinstance(item, Mapping) and field in item):
-            out.append(item)
-            texts.append(None)
-            continue
-        text = json_text(item if field is None else item[field])
-        known = parts.get(text)
-        if known is None:
-            out.append(item)
-            texts.append(text)
-        else:
-            found = True
-            out.append(known if field is None else {**item, field: known})
-            texts.append(None)
-    return (out if found else None), texts
-
-
-def _learn(parts: Shared[P], texts: list[bytes | None], parsed: Sequence[P]) -> None:
-    """Each parsed part whose text `_shared_parts` did not find joins `parts`."""
-    if len(parsed) == len(texts):
-        for text, part in zip(texts, parsed, strict=True):
-            if text is not None:
-                parts.put(text, part)
-
-
-def _shared_conditions(
+def _swap_conditions(
     status: Any, conditions: Shared[Condition] | None
 ) -> tuple[Any, list[bytes | None]]:
-    """A raw Workload status with its conditions equal to ones parsed before replaced by
-    those (`_shared_parts`); `status` itself when none is."""
+    """A raw Workload status with its conditions equal to ones parsed before in their place
+    (`Shared.swap_each`), `status` itself when none is; and the keys to `learn`."""
     raw = status.get("conditions") if isinstance(status, Mapping) else None
     if conditions is None or not isinstance(raw, list):
         return status, []
-    shared, texts = _shared_parts(raw, None, conditions)
-    return ({**status, "conditions": shared} if shared is not None else status), texts
+    shared, keys = conditions.swap_each(raw)
+    return (status if shared is None else {**status, "conditions": shared}), keys
 
 
 def _learn_conditions(
-    wl: Workload, texts: list[bytes | None], conditions: Shared[Condition] | None
+    wl: Workload, keys: list[bytes | None], conditions: Shared[Condition] | None
 ) -> None:
-    if conditions is not None and texts:
-        _learn(conditions, texts, (wl.status.conditions or ()) if wl.status else ())
+    if conditions is not None and keys:
+        conditions.learn(keys, (wl.status.conditions or ()) if wl.status else ())
 
 
 def queue_owner(wl: Workload, w: Wiring) -> None:
@@ -658,10 +675,6 @@ def _pods(watches: Watches, w: Wiring) -> None:
     specs: Shared[PodSpec] = Shared(POD_SPECS)
     statuses: Shared[PodStatus] = Shared(POD_STATUSES)
 
-    def parse(body: Mapping[str, Any]) -> Pod | None:
-        """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
-        return _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
-
     def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
         pods.forget(key)
         known = last.pop(key, None)
@@ -686,11 +699,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 return
 
             def status_of(raw: Mapping[str, Any]) -> PodStatus:
-                known = statuses.get(status_text)
-                if known is None:
-                    known = PodStatus.from_dict(raw)
-                    statuses.put(status_text, known)
-                return known
+                return statuses.parse(status_text, raw, PodStatus.from_dict)
 
             parsed = (
                 None
@@ -698,10 +707,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 else _reparse_pod(before[0], before[1], parts, body, status_of)
             )
             if parsed is None:
-                shared = statuses.get(status_text)
-                parsed = parse(body if shared is None else {**body, "status": shared})
-                if parsed is not None and shared is None:
-                    statuses.put(status_text, parsed.status)
+                parsed = _parse_pod(body, status_text, specs, statuses)
             if parsed is None:
                 return
             pods.seen(key, digest)
@@ -721,6 +727,24 @@ def _pods(watches: Watches, w: Wiring) -> None:
             _capacity_changed(w)
 
     watches.on("", "v1", "pods", pod, known=pods.keys)
+
+
+def _parse_pod(
+    body: Mapping[str, Any],
+    status_text: bytes,
+    specs: Shared[PodSpec],
+    statuses: Shared[PodStatus],
+) -> Pod | None:
+    """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared, and so
+    is a status that reads as one parsed before (`status_text`: see `_pod_parts`), as
+    `Shared` tells."""
+    known, key = statuses.find(status_text)
+    if known is not None:
+        body = {**body, "status": known}
+    parsed = _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
+    if parsed is not None and known is None:
+        statuses.put(key, parsed.status)
+    return parsed
 
 
 _OVER = ("Succeeded", "Failed")
