@@ -53,6 +53,7 @@ from atoll.state.cache import Cache
 log = structlog.get_logger("atoll.handlers")
 K = TypeVar("K", bound=KubeObject)
 P = TypeVar("P")
+D = TypeVar("D")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JSON_SEPARATORS = (",", ":")
 POD_SPECS = 1024
@@ -491,37 +492,34 @@ def register_watches(watches: Watches, w: Wiring) -> None:
     _core_kinds(watches, w)
 
 
-class Digests:
-    """A digest, by key, of the part of each object its model reads: an event that leaves
-    that part as it was (a heartbeat, a container status, only a new resourceVersion) is not
-    parsed nor handled. The keys are those of the objects held (`known` of a watch)."""
+class Digests(Generic[D]):
+    """A digest, by key, of the part of each object its model reads (`job_digest`,
+    `node_digest`, `pod_digest`): an event whose digest is the one last seen (a heartbeat, a
+    container status, only a new resourceVersion) is not parsed nor handled. The keys are
+    those of the objects held (`known` of a watch)."""
 
-    __slots__ = ("_digests", "_view")
+    __slots__ = ("_digests",)
 
-    def __init__(self, view: Callable[[Mapping[str, Any]], object]) -> None:
-        self._view = view
-        self._digests: dict[str, int] = {}
+    def __init__(self) -> None:
+        self._digests: dict[str, D] = {}
 
-    def new(self, key: str, body: Mapping[str, Any]) -> int | None:
-        """The digest of `body` when it differs from the one last `seen` under `key`, else
-        None (nothing to do)."""
-        return self.new_view(key, self._view(body))
+    def changed(self, key: str, digest: D) -> bool:
+        """Whether `digest` differs from the one last `seen` under `key` (an event to handle)."""
+        return self._digests.get(key) != digest
 
-    def new_view(self, key: str, view: object) -> int | None:
-        """`new` for a view already taken (`view(body)`)."""
-        digest = hash(json_text(view))
-        return None if self._digests.get(key) == digest else digest
-
-    def seen(self, key: str, digest: int) -> None:
+    def seen(self, key: str, digest: D) -> None:
         self._digests[key] = digest
 
     def parse(
-        self, key: str, body: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], K | None]
+        self,
+        key: str,
+        digest: D,
+        body: Mapping[str, Any],
+        parse: Callable[[Mapping[str, Any]], K | None],
     ) -> K | None:
-        """`parse(body)` when `body` changed what its model reads since the last event of
-        `key` (None when it did not, or cannot be parsed)."""
-        digest = self.new(key, body)
-        if digest is None:
+        """`parse(body)` when `body` (of digest `digest`) changed what its model reads since
+        the last event of `key` (None when it did not, or cannot be parsed)."""
+        if not self.changed(key, digest):
             return None
         parsed = parse(body)
         if parsed is not None:
@@ -548,21 +546,22 @@ def _meta_view(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
 
 
-def model_view(*status_fields: str) -> Callable[[Mapping[str, Any]], object]:
-    """What a model reads of an object: its metadata but the resourceVersion and the
-    managedFields, its spec, the `status_fields` of its status and its conditions without
-    their times."""
+def model_digest(*status_fields: str) -> Callable[[Mapping[str, Any]], int]:
+    """A digest of what a model reads of an object: its metadata but the resourceVersion and
+    the managedFields, its spec, the `status_fields` of its status and its conditions
+    without their times."""
 
-    def view(body: Mapping[str, Any]) -> object:
+    def digest(body: Mapping[str, Any]) -> int:
         status = body.get("status") or {}
-        return (
+        view = (
             _meta_view(body),
             body.get("spec"),
             [status.get(f) for f in status_fields],
             _conditions(status),
         )
+        return hash(json_text(view))
 
-    return view
+    return digest
 
 
 JOB_STATUS_FIELDS = (
@@ -578,29 +577,26 @@ POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 """Not its container statuses, IPs, start time."""
 NODE_STATUS_FIELDS = ("capacity", "allocatable")
 """Not its heartbeats, images, addresses."""
-job_view = model_view(*JOB_STATUS_FIELDS)
-node_view = model_view(*NODE_STATUS_FIELDS)
+job_digest = model_digest(*JOB_STATUS_FIELDS)
+node_digest = model_digest(*NODE_STATUS_FIELDS)
+PodDigest = tuple[int, int, int]
+"""What a Pod reads of a pod (as `model_digest(*POD_STATUS_FIELDS)`), as one digest per
+part: its metadata (but the resourceVersion and managedFields), its spec, its status. An
+event is handled when any part changed; a kept pod whose spec did not change is parsed only
+in its changed parts (`_reparse_pod`)."""
 
 
-def pod_view(body: Mapping[str, Any]) -> tuple[int, int, int]:
-    """What a Pod reads of a pod (as `model_view(*POD_STATUS_FIELDS)`), as one digest per
-    part: its metadata (but the resourceVersion and managedFields), its spec, its status.
-    An event is handled when any part changed; a kept pod whose spec did not change is
-    parsed only in its changed parts (`_pods`)."""
-    return _pod_parts(body)[0]
-
-
-def _pod_parts(body: Mapping[str, Any]) -> tuple[tuple[int, int, int], bytes]:
-    """`pod_view(body)` and the JSON text of the status part (all a PodStatus reads: equal
-    texts parse to equal statuses)."""
+def pod_digest(body: Mapping[str, Any]) -> tuple[PodDigest, bytes]:
+    """The `PodDigest` of `body` and the JSON text of its status part (all a PodStatus reads:
+    equal texts parse to equal statuses)."""
     status = body.get("status") or {}
     status_text = json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))
-    digests = (
+    digest = (
         hash(json_text(_meta_view(body))),
         hash(json_text(body.get("spec"))),
         hash(status_text),
     )
-    return digests, status_text
+    return digest, status_text
 
 
 def _kept(pod: Pod) -> bool:
@@ -629,7 +625,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
         w.wake()
 
     watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
-    jobs = Digests(job_view)
+    jobs: Digests[int] = Digests()
 
     def job(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
@@ -637,14 +633,14 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            parsed = jobs.parse(key, body, w.parsers.job)
+            parsed = jobs.parse(key, job_digest(body), body, w.parsers.job)
             if parsed is None:
                 return
             c.set_job(parsed)
         w.jobs.add(key)
 
     watches.on("batch", "v1", "jobs", job, known=lambda: list(c.jobs))
-    nodes = Digests(node_view)
+    nodes: Digests[int] = Digests()
 
     def node(type: str | None, body: Mapping[str, Any]) -> None:
         name = object_key(body)
@@ -652,7 +648,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             nodes.forget(name)
             c.inventory.delete_node(name)
         else:
-            parsed = nodes.parse(name, body, lambda raw: _parse(Node, raw))
+            parsed = nodes.parse(name, node_digest(body), body, lambda raw: _parse(Node, raw))
             if parsed is None:
                 return
             c.inventory.upsert_node(parsed)
@@ -668,10 +664,9 @@ def _capacity_changed(w: Wiring) -> None:
 
 
 def _pods(watches: Watches, w: Wiring) -> None:
-    pods = Digests(pod_view)
-    last: dict[str, tuple[Pod, tuple[int, int, int]]] = {}
-    """The last state of the pods `_kept` needs, by key, with the digests of its parts
-    (`pod_view`)."""
+    pods: Digests[PodDigest] = Digests()
+    last: dict[str, tuple[Pod, PodDigest]] = {}
+    """The last state of the pods `_kept` needs, by key, with its digest."""
     specs: Shared[PodSpec] = Shared(POD_SPECS)
     statuses: Shared[PodStatus] = Shared(POD_STATUSES)
 
@@ -693,9 +688,8 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            parts, status_text = _pod_parts(body)
-            digest = pods.new_view(key, parts)
-            if digest is None:
+            digest, status_text = pod_digest(body)
+            if not pods.changed(key, digest):
                 return
 
             def status_of(raw: Mapping[str, Any]) -> PodStatus:
@@ -704,7 +698,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
             parsed = (
                 None
                 if before is None
-                else _reparse_pod(before[0], before[1], parts, body, status_of)
+                else _reparse_pod(before[0], before[1], digest, body, status_of)
             )
             if parsed is None:
                 parsed = _parse_pod(body, status_text, specs, statuses)
@@ -713,7 +707,7 @@ def _pods(watches: Watches, w: Wiring) -> None:
             pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
-                last[key] = (parsed, parts)
+                last[key] = (parsed, digest)
             else:
                 last.pop(key, None)
         if w.group_pod is not None:
@@ -736,7 +730,7 @@ def _parse_pod(
     statuses: Shared[PodStatus],
 ) -> Pod | None:
     """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared, and so
-    is a status that reads as one parsed before (`status_text`: see `_pod_parts`), as
+    is a status that reads as one parsed before (`status_text`: see `pod_digest`), as
     `Shared` tells."""
     known, key = statuses.find(status_text)
     if known is not None:
@@ -753,19 +747,19 @@ _OVER = ("Succeeded", "Failed")
 
 def _reparse_pod(
     known: Pod,
-    before: tuple[int, int, int],
-    parts: tuple[int, int, int],
+    before: PodDigest,
+    digest: PodDigest,
     body: Mapping[str, Any],
     status_of: Callable[[Mapping[str, Any]], PodStatus],
 ) -> Pod | None:
-    """`body` as a Pod, from `known` (the pod's last state, whose parts had the digests
+    """`body` (of digest `digest`) as a Pod, from `known` (the pod's last state, of digest
     `before`) when the spec is unchanged: only the changed metadata and status are parsed
     (the status by `status_of`), the spec is shared (as `_parse_workload` does for a
     Workload of an unchanged generation). None when it cannot be (spec changed, not a plain
     pod body): parse it all."""
     meta, status = body.get("metadata"), body.get("status")
     if (
-        parts[1] != before[1]
+        digest[1] != before[1]
         or not isinstance(meta, Mapping)
         or not isinstance(status, Mapping)
         or body.get("apiVersion") != known.api_version
@@ -774,12 +768,12 @@ def _reparse_pod(
         return None
     update: dict[str, Any] = {}
     try:
-        if parts[0] != before[0]:
+        if digest[0] != before[0]:
             update["metadata"] = ObjectMeta.from_dict(meta)
         elif meta.get("resourceVersion") != known.metadata.resource_version:
             version = meta.get("resourceVersion")
             update["metadata"] = known.metadata.model_copy(update={"resource_version": version})
-        if parts[2] != before[2]:
+        if digest[2] != before[2]:
             update["status"] = status_of(status)
     except ValidationError:
         return None  # parsed whole, which logs what is wrong
