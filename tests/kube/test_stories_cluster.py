@@ -130,7 +130,8 @@ def test_gang_admission_runs_the_same_jobs_one_after_the_other(
     )
     finished = (condition(first, "Finished") or {}).get("lastTransitionTime")
     reserved = (condition(second, "QuotaReserved") or {}).get("lastTransitionTime")
-    assert finished is not None and reserved is not None
+    assert finished is not None
+    assert reserved is not None
     assert reserved >= finished, (finished, reserved)
 
 
