@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "simulate_large": ([], ["--jobs", "2000", "--nodes", "100"]),
     "operator_latency": ([], ["--jobs", "10", "--workloads", "200"]),
     "operator_memory": ([], ["--workloads", "500"]),
+    "pod_watch": ([], ["--gangs", "20", "--repeat", "5"]),
     "podgroup_members": ([], ["--sizes", "4", "64", "--repeat", "5"]),
 }
 

@@ -178,11 +178,13 @@ def test_a_template_shared_by_a_workload_is_refused_with_it() -> None:
 
 def test_the_shared_parts_keep_the_last_used() -> None:
     parts: Shared[str] = Shared(2)
-    parts.put(b"a", "A")
-    parts.put(b"b", "B")
-    assert parts.get(b"a") == "A"  # now the last used
-    parts.put(b"c", "C")
-    assert (parts.get(b"a"), parts.get(b"b"), parts.get(b"c")) == ("A", None, "C")
+    for text in (b"a", b"b"):
+        part, key = parts.find(text)
+        assert part is None
+        parts.put(key, text.decode().upper())
+    assert parts.find(b"a")[0] == "A"  # now the last used
+    parts.put(parts.find(b"c")[1], "C")
+    assert [parts.find(text)[0] for text in (b"a", b"b", b"c")] == ["A", None, "C"]
 
 
 json_values = st.recursive(

@@ -53,6 +53,7 @@ from atoll.state.cache import Cache
 log = structlog.get_logger("atoll.handlers")
 K = TypeVar("K", bound=KubeObject)
 P = TypeVar("P")
+D = TypeVar("D")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JSON_SEPARATORS = (",", ":")
 POD_SPECS = 1024
@@ -129,11 +130,18 @@ def json_text(obj: object) -> bytes:
 
 
 class Shared(Generic[P]):
-    """The last `size` parsed parts (pod specs, pod templates) by a digest of their JSON text
-    (`json_text`): a part equal to one parsed before is not parsed again, and the objects
-    holding it share one parsed form (models are frozen). Keyed by a 128-bit BLAKE2b digest,
-    not by the text, so that a large template that is never seen again costs 16 bytes of key
-    here, not its whole text."""
+    """The last `size` parsed parts (pod specs, pod templates, conditions, pod statuses) by a
+    digest of their JSON text (`json_text`), or of a text of all that the part's model reads
+    when that is less (a pod's status): a part equal to one parsed before is not parsed
+    again, and the objects holding it share one parsed form (models are frozen).
+
+    A part met inside an object: `find` it (or `swap_each` for a list of parts) and put the
+    one found in the raw object in place of its raw form, parse the object whole (so that a
+    part shared by an object that is not valid is refused with it), then `put` (`learn`)
+    the parsed parts not found, under the keys `find` gave. A part parsed alone: `parse`.
+    Keyed by a 128-bit BLAKE2b digest, not by the text, so that a large template that is
+    never seen again costs 16 bytes of key here, not its whole text; a text is digested
+    once."""
 
     __slots__ = ("_by_digest", "_size")
 
@@ -141,26 +149,71 @@ class Shared(Generic[P]):
         self._by_digest: OrderedDict[bytes, P] = OrderedDict()
         self._size = size
 
-    def get(self, text: bytes) -> P | None:
-        key = _digest(text)
+    def find(self, text: bytes) -> tuple[P | None, bytes]:
+        """The part held for `text` (None when none is), now the last used, and the key of
+        `text`, to `put` the part parsed from it."""
+        key = hashlib.blake2b(text, digest_size=16).digest()
         found = self._by_digest.get(key)
         if found is not None:
             self._by_digest.move_to_end(key)
-        return found
+        return found, key
 
-    def put(self, text: bytes, part: P) -> None:
-        key = _digest(text)
+    def put(self, key: bytes, part: P) -> None:
+        """`part` held under `key` (from `find`), the last used; the least recently used part
+        goes when there are more than `size`."""
         self._by_digest[key] = part
         self._by_digest.move_to_end(key)
         if len(self._by_digest) > self._size:
             self._by_digest.popitem(last=False)
 
+    def parse(self, text: bytes, raw: Any, parse: Callable[[Any], P]) -> P:
+        """`raw` (of text `text`) parsed alone by `parse`, which may raise: the part held for
+        `text`, else `parse(raw)`, which joins."""
+        known, key = self.find(text)
+        if known is None:
+            known = parse(raw)
+            self.put(key, known)
+        return known
+
+    def swap_each(
+        self, items: list[Any], field: str | None = None
+    ) -> tuple[list[Any] | None, list[bytes | None]]:
+        """`items` with each part (an item's `field`; None: the item itself) held for its
+        JSON text in the place of its raw form (None when none is: `items` stand as they
+        are), and per item the key of its part when not found (None when found or absent),
+        for `learn`."""
+        out: list[Any] = []
+        keys: list[bytes | None] = []
+        found = False
+        for item in items:
+            if field is None:
+                part = item
+            elif isinstance(item, Mapping) and field in item:
+                part = item[field]
+            else:
+                out.append(item)
+                keys.append(None)
+                continue
+            known, key = self.find(json_text(part))
+            if known is None:
+                out.append(item)
+                keys.append(key)
+            else:
+                found = True
+                out.append(known if field is None else {**item, field: known})
+                keys.append(None)
+        return (out if found else None), keys
+
+    def learn(self, keys: list[bytes | None], parsed: Sequence[P]) -> None:
+        """`parsed`: the parts as the object parsed them, one per key of `swap_each`; each
+        not found joins (none when the counts differ)."""
+        if len(parsed) == len(keys):
+            for key, part in zip(keys, parsed, strict=True):
+                if key is not None:
+                    self.put(key, part)
+
     def __len__(self) -> int:
         return len(self._by_digest)
-
-
-def _digest(text: bytes) -> bytes:
-    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def _parse(model: type[K], body: Mapping[str, Any]) -> K | None:
@@ -196,7 +249,7 @@ def _parse_workload(
         or body.get("kind") != known.kind
     ):
         return _parse_shared(body, templates, conditions)
-    status, texts = _shared_conditions(body.get("status") or {}, conditions)
+    status, keys = _swap_conditions(body.get("status") or {}, conditions)
     try:
         parsed = known.model_copy(
             update={
@@ -206,7 +259,7 @@ def _parse_workload(
         )
     except ValidationError:
         return _parse(Workload, body)  # logs what is wrong
-    _learn_conditions(parsed, texts, conditions)
+    _learn_conditions(parsed, keys, conditions)
     return parsed
 
 
@@ -226,17 +279,16 @@ def _parse_sharing(
             return _parse(model, body)
         outer.append(here)
         here = here[step]
-    text = json_text(here)
-    known = parts.get(text)
-    if known is None:
-        parsed = _parse(model, body)
-        if parsed is not None:
-            parts.put(text, part_of(parsed))
-        return parsed
-    value: Any = known
-    for step, holder in zip(reversed(path), reversed(outer), strict=True):
-        value = {**holder, step: value}
-    return _parse(model, value)
+    known, key = parts.find(json_text(here))
+    if known is not None:
+        value: Any = known
+        for step, holder in zip(reversed(path), reversed(outer), strict=True):
+            value = {**holder, step: value}
+        body = value
+    parsed = _parse(model, body)
+    if parsed is not None and known is None:
+        parts.put(key, part_of(parsed))
+    return parsed
 
 
 def _parse_shared(
@@ -246,72 +298,38 @@ def _parse_shared(
 ) -> Workload | None:
     spec = body.get("spec")
     pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
-    texts: list[bytes | None] = []
+    keys: list[bytes | None] = []
     if isinstance(spec, Mapping) and isinstance(pod_sets, list):
-        sets, texts = _shared_parts(pod_sets, "template", templates)
+        sets, keys = templates.swap_each(pod_sets, "template")
         if sets is not None:
             body = {**body, "spec": {**spec, "podSets": sets}}
-    status, condition_texts = _shared_conditions(body.get("status"), conditions)
+    status, condition_keys = _swap_conditions(body.get("status"), conditions)
     if status is not body.get("status"):
         body = {**body, "status": status}
     wl = _parse(Workload, body)
     if wl is not None:
-        _learn(templates, texts, [ps.template for ps in wl.spec.pod_sets])
-        _learn_conditions(wl, condition_texts, conditions)
+        templates.learn(keys, [ps.template for ps in wl.spec.pod_sets])
+        _learn_conditions(wl, condition_keys, conditions)
     return wl
 
 
-def _shared_parts(
-    items: list[Any], field: str | None, parts: Shared[P]
-) -> tuple[list[Any] | None, list[bytes | None]]:
-    """`items` with each part (an item's `field`; None: the item itself) equal to one in
-    `parts` replaced by that parsed one (None when none is), and the JSON text of each part
-    not found (None for a part found or absent), for `_learn` once `items` are parsed."""
-    out: list[Any] = []
-    texts: list[bytes | None] = []
-    found = False
-    for item in items:
-        if field is not None and not (isinstance(item, Mapping) and field in item):
-            out.append(item)
-            texts.append(None)
-            continue
-        text = json_text(item if field is None else item[field])
-        known = parts.get(text)
-        if known is None:
-            out.append(item)
-            texts.append(text)
-        else:
-            found = True
-            out.append(known if field is None else {**item, field: known})
-            texts.append(None)
-    return (out if found else None), texts
-
-
-def _learn(parts: Shared[P], texts: list[bytes | None], parsed: Sequence[P]) -> None:
-    """Each parsed part whose text `_shared_parts` did not find joins `parts`."""
-    if len(parsed) == len(texts):
-        for text, part in zip(texts, parsed, strict=True):
-            if text is not None:
-                parts.put(text, part)
-
-
-def _shared_conditions(
+def _swap_conditions(
     status: Any, conditions: Shared[Condition] | None
 ) -> tuple[Any, list[bytes | None]]:
-    """A raw Workload status with its conditions equal to ones parsed before replaced by
-    those (`_shared_parts`); `status` itself when none is."""
+    """A raw Workload status with its conditions equal to ones parsed before in their place
+    (`Shared.swap_each`), `status` itself when none is; and the keys to `learn`."""
     raw = status.get("conditions") if isinstance(status, Mapping) else None
     if conditions is None or not isinstance(raw, list):
         return status, []
-    shared, texts = _shared_parts(raw, None, conditions)
-    return ({**status, "conditions": shared} if shared is not None else status), texts
+    shared, keys = conditions.swap_each(raw)
+    return (status if shared is None else {**status, "conditions": shared}), keys
 
 
 def _learn_conditions(
-    wl: Workload, texts: list[bytes | None], conditions: Shared[Condition] | None
+    wl: Workload, keys: list[bytes | None], conditions: Shared[Condition] | None
 ) -> None:
-    if conditions is not None and texts:
-        _learn(conditions, texts, (wl.status.conditions or ()) if wl.status else ())
+    if conditions is not None and keys:
+        conditions.learn(keys, (wl.status.conditions or ()) if wl.status else ())
 
 
 def queue_owner(wl: Workload, w: Wiring) -> None:
@@ -474,37 +492,34 @@ def register_watches(watches: Watches, w: Wiring) -> None:
     _core_kinds(watches, w)
 
 
-class Digests:
-    """A digest, by key, of the part of each object its model reads: an event that leaves
-    that part as it was (a heartbeat, a container status, only a new resourceVersion) is not
-    parsed nor handled. The keys are those of the objects held (`known` of a watch)."""
+class Digests(Generic[D]):
+    """A digest, by key, of the part of each object its model reads (`job_digest`,
+    `node_digest`, `pod_digest`): an event whose digest is the one last seen (a heartbeat, a
+    container status, only a new resourceVersion) is not parsed nor handled. The keys are
+    those of the objects held (`known` of a watch)."""
 
-    __slots__ = ("_digests", "_view")
+    __slots__ = ("_digests",)
 
-    def __init__(self, view: Callable[[Mapping[str, Any]], object]) -> None:
-        self._view = view
-        self._digests: dict[str, int] = {}
+    def __init__(self) -> None:
+        self._digests: dict[str, D] = {}
 
-    def new(self, key: str, body: Mapping[str, Any]) -> int | None:
-        """The digest of `body` when it differs from the one last `seen` under `key`, else
-        None (nothing to do)."""
-        return self.new_view(key, self._view(body))
+    def changed(self, key: str, digest: D) -> bool:
+        """Whether `digest` differs from the one last `seen` under `key` (an event to handle)."""
+        return self._digests.get(key) != digest
 
-    def new_view(self, key: str, view: object) -> int | None:
-        """`new` for a view already taken (`view(body)`)."""
-        digest = hash(json_text(view))
-        return None if self._digests.get(key) == digest else digest
-
-    def seen(self, key: str, digest: int) -> None:
+    def seen(self, key: str, digest: D) -> None:
         self._digests[key] = digest
 
     def parse(
-        self, key: str, body: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], K | None]
+        self,
+        key: str,
+        digest: D,
+        body: Mapping[str, Any],
+        parse: Callable[[Mapping[str, Any]], K | None],
     ) -> K | None:
-        """`parse(body)` when `body` changed what its model reads since the last event of
-        `key` (None when it did not, or cannot be parsed)."""
-        digest = self.new(key, body)
-        if digest is None:
+        """`parse(body)` when `body` (of digest `digest`) changed what its model reads since
+        the last event of `key` (None when it did not, or cannot be parsed)."""
+        if not self.changed(key, digest):
             return None
         parsed = parse(body)
         if parsed is not None:
@@ -531,21 +546,22 @@ def _meta_view(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
 
 
-def model_view(*status_fields: str) -> Callable[[Mapping[str, Any]], object]:
-    """What a model reads of an object: its metadata but the resourceVersion and the
-    managedFields, its spec, the `status_fields` of its status and its conditions without
-    their times."""
+def model_digest(*status_fields: str) -> Callable[[Mapping[str, Any]], int]:
+    """A digest of what a model reads of an object: its metadata but the resourceVersion and
+    the managedFields, its spec, the `status_fields` of its status and its conditions
+    without their times."""
 
-    def view(body: Mapping[str, Any]) -> object:
+    def digest(body: Mapping[str, Any]) -> int:
         status = body.get("status") or {}
-        return (
+        view = (
             _meta_view(body),
             body.get("spec"),
             [status.get(f) for f in status_fields],
             _conditions(status),
         )
+        return hash(json_text(view))
 
-    return view
+    return digest
 
 
 JOB_STATUS_FIELDS = (
@@ -561,29 +577,26 @@ POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 """Not its container statuses, IPs, start time."""
 NODE_STATUS_FIELDS = ("capacity", "allocatable")
 """Not its heartbeats, images, addresses."""
-job_view = model_view(*JOB_STATUS_FIELDS)
-node_view = model_view(*NODE_STATUS_FIELDS)
+job_digest = model_digest(*JOB_STATUS_FIELDS)
+node_digest = model_digest(*NODE_STATUS_FIELDS)
+PodDigest = tuple[int, int, int]
+"""What a Pod reads of a pod (as `model_digest(*POD_STATUS_FIELDS)`), as one digest per
+part: its metadata (but the resourceVersion and managedFields), its spec, its status. An
+event is handled when any part changed; a kept pod whose spec did not change is parsed only
+in its changed parts (`_reparse_pod`)."""
 
 
-def pod_view(body: Mapping[str, Any]) -> tuple[int, int, int]:
-    """What a Pod reads of a pod (as `model_view(*POD_STATUS_FIELDS)`), as one digest per
-    part: its metadata (but the resourceVersion and managedFields), its spec, its status.
-    An event is handled when any part changed; a kept pod whose spec did not change is
-    parsed only in its changed parts (`_pods`)."""
-    return _pod_parts(body)[0]
-
-
-def _pod_parts(body: Mapping[str, Any]) -> tuple[tuple[int, int, int], bytes]:
-    """`pod_view(body)` and the JSON text of the status part (all a PodStatus reads: equal
-    texts parse to equal statuses)."""
+def pod_digest(body: Mapping[str, Any]) -> tuple[PodDigest, bytes]:
+    """The `PodDigest` of `body` and the JSON text of its status part (all a PodStatus reads:
+    equal texts parse to equal statuses)."""
     status = body.get("status") or {}
     status_text = json_text(([status.get(f) for f in POD_STATUS_FIELDS], _conditions(status)))
-    digests = (
+    digest = (
         hash(json_text(_meta_view(body))),
         hash(json_text(body.get("spec"))),
         hash(status_text),
     )
-    return digests, status_text
+    return digest, status_text
 
 
 def _kept(pod: Pod) -> bool:
@@ -612,7 +625,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
         w.wake()
 
     watches.on("", "v1", "namespaces", namespace, known=lambda: list(c.namespaces))
-    jobs = Digests(job_view)
+    jobs: Digests[int] = Digests()
 
     def job(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
@@ -620,14 +633,14 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             jobs.forget(key)
             c.delete_job(key)
         else:
-            parsed = jobs.parse(key, body, w.parsers.job)
+            parsed = jobs.parse(key, job_digest(body), body, w.parsers.job)
             if parsed is None:
                 return
             c.set_job(parsed)
         w.jobs.add(key)
 
     watches.on("batch", "v1", "jobs", job, known=lambda: list(c.jobs))
-    nodes = Digests(node_view)
+    nodes: Digests[int] = Digests()
 
     def node(type: str | None, body: Mapping[str, Any]) -> None:
         name = object_key(body)
@@ -635,7 +648,7 @@ def _core_kinds(watches: Watches, w: Wiring) -> None:
             nodes.forget(name)
             c.inventory.delete_node(name)
         else:
-            parsed = nodes.parse(name, body, lambda raw: _parse(Node, raw))
+            parsed = nodes.parse(name, node_digest(body), body, lambda raw: _parse(Node, raw))
             if parsed is None:
                 return
             c.inventory.upsert_node(parsed)
@@ -651,16 +664,11 @@ def _capacity_changed(w: Wiring) -> None:
 
 
 def _pods(watches: Watches, w: Wiring) -> None:
-    pods = Digests(pod_view)
-    last: dict[str, tuple[Pod, tuple[int, int, int]]] = {}
-    """The last state of the pods `_kept` needs, by key, with the digests of its parts
-    (`pod_view`)."""
+    pods: Digests[PodDigest] = Digests()
+    last: dict[str, tuple[Pod, PodDigest]] = {}
+    """The last state of the pods `_kept` needs, by key, with its digest."""
     specs: Shared[PodSpec] = Shared(POD_SPECS)
     statuses: Shared[PodStatus] = Shared(POD_STATUSES)
-
-    def parse(body: Mapping[str, Any]) -> Pod | None:
-        """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared."""
-        return _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
 
     def gone(key: str, body: Mapping[str, Any]) -> Pod | None:
         pods.forget(key)
@@ -680,34 +688,26 @@ def _pods(watches: Watches, w: Wiring) -> None:
                 return
             w.cache.inventory.delete_pod(parsed.namespace or "", parsed.name)
         else:
-            parts, status_text = _pod_parts(body)
-            digest = pods.new_view(key, parts)
-            if digest is None:
+            digest, status_text = pod_digest(body)
+            if not pods.changed(key, digest):
                 return
 
             def status_of(raw: Mapping[str, Any]) -> PodStatus:
-                known = statuses.get(status_text)
-                if known is None:
-                    known = PodStatus.from_dict(raw)
-                    statuses.put(status_text, known)
-                return known
+                return statuses.parse(status_text, raw, PodStatus.from_dict)
 
             parsed = (
                 None
                 if before is None
-                else _reparse_pod(before[0], before[1], parts, body, status_of)
+                else _reparse_pod(before[0], before[1], digest, body, status_of)
             )
             if parsed is None:
-                shared = statuses.get(status_text)
-                parsed = parse(body if shared is None else {**body, "status": shared})
-                if parsed is not None and shared is None:
-                    statuses.put(status_text, parsed.status)
+                parsed = _parse_pod(body, status_text, specs, statuses)
             if parsed is None:
                 return
             pods.seen(key, digest)
             w.cache.inventory.upsert_pod(parsed)
             if _kept(parsed):
-                last[key] = (parsed, parts)
+                last[key] = (parsed, digest)
             else:
                 last.pop(key, None)
         if w.group_pod is not None:
@@ -723,25 +723,43 @@ def _pods(watches: Watches, w: Wiring) -> None:
     watches.on("", "v1", "pods", pod, known=pods.keys)
 
 
+def _parse_pod(
+    body: Mapping[str, Any],
+    status_text: bytes,
+    specs: Shared[PodSpec],
+    statuses: Shared[PodStatus],
+) -> Pod | None:
+    """`body` as a Pod; a spec parsed before (most of a pod's parsing cost) is shared, and so
+    is a status that reads as one parsed before (`status_text`: see `pod_digest`), as
+    `Shared` tells."""
+    known, key = statuses.find(status_text)
+    if known is not None:
+        body = {**body, "status": known}
+    parsed = _parse_sharing(Pod, body, ("spec",), specs, lambda pod: pod.spec)
+    if parsed is not None and known is None:
+        statuses.put(key, parsed.status)
+    return parsed
+
+
 _OVER = ("Succeeded", "Failed")
 """Pod phases after which a pod uses no capacity."""
 
 
 def _reparse_pod(
     known: Pod,
-    before: tuple[int, int, int],
-    parts: tuple[int, int, int],
+    before: PodDigest,
+    digest: PodDigest,
     body: Mapping[str, Any],
     status_of: Callable[[Mapping[str, Any]], PodStatus],
 ) -> Pod | None:
-    """`body` as a Pod, from `known` (the pod's last state, whose parts had the digests
+    """`body` (of digest `digest`) as a Pod, from `known` (the pod's last state, of digest
     `before`) when the spec is unchanged: only the changed metadata and status are parsed
     (the status by `status_of`), the spec is shared (as `_parse_workload` does for a
     Workload of an unchanged generation). None when it cannot be (spec changed, not a plain
     pod body): parse it all."""
     meta, status = body.get("metadata"), body.get("status")
     if (
-        parts[1] != before[1]
+        digest[1] != before[1]
         or not isinstance(meta, Mapping)
         or not isinstance(status, Mapping)
         or body.get("apiVersion") != known.api_version
@@ -750,12 +768,12 @@ def _reparse_pod(
         return None
     update: dict[str, Any] = {}
     try:
-        if parts[0] != before[0]:
+        if digest[0] != before[0]:
             update["metadata"] = ObjectMeta.from_dict(meta)
         elif meta.get("resourceVersion") != known.metadata.resource_version:
             version = meta.get("resourceVersion")
             update["metadata"] = known.metadata.model_copy(update={"resource_version": version})
-        if parts[2] != before[2]:
+        if digest[2] != before[2]:
             update["status"] = status_of(status)
     except ValidationError:
         return None  # parsed whole, which logs what is wrong
