@@ -59,7 +59,7 @@ class WakeEverything(Decider):
                     cache.evicting.add(dec.workload)
                 case d.Pending():
                     if dec.requeue is d.Requeue.INADMISSIBLE:
-                        cache.park(dec.workload)
+                        cache.park(dec.workload, dec)
                         self.parked += 1
         return decisions
 

@@ -8,7 +8,6 @@ from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import JobState, SimResult
 from atoll.sim.scenario import Scenario
 from atoll.state import workloads as wls
-from atoll.state.cache import REQUEUE_BATCH_PERIOD as BATCH
 from tests.sim.builders import cluster_queue, flavor, job, local_queue, nodes, scenario, six_gpus
 
 PREEMPTING = {"preemption": {"withinClusterQueue": "LowerPriority"}}
@@ -28,9 +27,9 @@ def test_preemption_evicts_the_whole_gang_and_requeues_it() -> None:
     low, high = result.jobs
     assert (high.admitted, high.started, high.finished) == (60.0, 60.0, 660.0)
     assert low.evictions == 1
-    # requeued at once, readmitted in the requeue batch after `high` finished, restarted
-    # from scratch
-    back = 660.0 + BATCH
+    # requeued at once, readmitted as soon as `high` finished (its GPUs are all `low`
+    # lacked: no batch period), restarted from scratch
+    back = 660.0
     assert (low.admitted, low.started, low.finished) == (back, back, back + 1800.0)
     tl = result.timeline
     at_preemption = list(tl.times).index(60.0)
@@ -48,7 +47,7 @@ def test_equal_priority_does_not_preempt() -> None:
     scn = six_gpus(job("first", arrival=0), job("second", arrival=60), **PREEMPTING)
     first, second = _run(scn).jobs
     assert first.evictions == 0
-    assert second.started == 600.0 + BATCH
+    assert second.started == 600.0  # the release covers what it lacked: no batch period
     assert second.reason is None
 
 
@@ -172,16 +171,15 @@ def test_a_job_is_stopped_at_its_maximum_execution_time() -> None:
     assert over.message is not None
     assert "maximumExecutionTimeSeconds (600s)" in over.message
     assert over.evictions == 1
-    assert within.admitted == 600.0 + BATCH  # the GPUs the stopped Job held
-    assert (within.state, within.finished) == (JobState.FINISHED, 600.0 + BATCH + 300.0)
+    assert within.admitted == 600.0  # the GPUs the stopped Job held
+    assert (within.state, within.finished) == (JobState.FINISHED, 600.0 + 300.0)
     assert result.timeline.series["pending/cq"][-1] == 0
     assert result.summary()["gpuHoursLostToEviction"] == 4 * 600 / 3600
 
 
 def test_the_maximum_execution_time_counts_every_admission() -> None:
-    """Preempted after 300 s of its 1200 s, `low` has 900 s left when readmitted in the
-    requeue batch after 900 s (accumulatedPastExecutionTimeSeconds, as the operator keeps
-    it): stopped 900 s later."""
+    """Preempted after 300 s of its 1200 s, `low` has 900 s left when readmitted at 900 s
+    (accumulatedPastExecutionTimeSeconds, as the operator keeps it): stopped 900 s later."""
     scn = six_gpus(
         _limited(job("low", pods=4, priority="low", arrival=0, duration="30m"), 1200),
         job("high", pods=4, priority="high", arrival=300, duration="10m"),
@@ -190,8 +188,8 @@ def test_the_maximum_execution_time_counts_every_admission() -> None:
     result = _run(scn)
     low, high = result.jobs
     assert high.finished == 900.0
-    assert low.admitted == 900.0 + BATCH
+    assert low.admitted == 900.0
     assert low.evictions == 2
     assert low.reason == "Deactivated"
-    at_stop = list(result.timeline.times).index(1800.0 + BATCH)
+    at_stop = list(result.timeline.times).index(1800.0)
     assert result.timeline.series["busy"][at_stop] == 0

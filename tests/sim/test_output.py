@@ -18,7 +18,6 @@ from atoll.sim.greedy import GreedySimulator
 from atoll.sim.plots import write_plots
 from atoll.sim.render import report
 from atoll.sim.results import align_ends
-from atoll.state.cache import REQUEUE_BATCH_PERIOD as BATCH
 from tests.sim.builders import (
     cluster_queue,
     flavor,
@@ -63,7 +62,7 @@ def test_json_output_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert greedy["summary"]["deadlocked"] is True
     assert {h["job"] for h in greedy["deadlock"]["cycle"]} == {"default/job-a", "default/job-b"}
     # the deadlocked run's timeline is held until the gang run's end, for the plots
-    assert greedy["timeline"]["times"][-1] == gang["end"] == 1200.0 + BATCH
+    assert greedy["timeline"]["times"][-1] == gang["end"] == 1200.0
 
 
 def test_until_stops_both_runs_and_their_totals_there(

@@ -276,7 +276,7 @@ def test_the_long_requeue_interval_gate_gives_kueues_ten_seconds() -> None:
     assert requeue_period(batched=True, long_interval=True) == 10.0
 
 
-def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:
+def test_a_release_that_covers_what_a_parked_workload_lacks_admits_it_at_once() -> None:
     cache = _settled(cache_with_queue(gpus=8))
     holder = workload_for(job("holder", pods=8), created="2026-12-01T00:00:00Z")
     waiting = workload_for(job("waiting", pods=4), created="2026-12-01T00:01:00Z")
@@ -288,14 +288,35 @@ def test_a_released_quota_admits_a_parked_workload_one_period_later() -> None:
     assert isinstance(pending, d.Pending)
     assert pending.requeue is d.Requeue.INADMISSIBLE
     assert wls.wl_key(waiting) in cache.parked_keys()
-    t = NOW + 60
-    cache.delete_workload(wls.wl_key(holder))  # its quota is released
-    assert decider.decide(t) == ()  # the parked workload waits for the batch...
-    assert cache.next_requeue(t) == t + P
-    assert decider.decide(t + P / 2) == ()
-    (admit,) = decider.decide(t + P)  # ...and is tried a period later
+    cache.delete_workload(wls.wl_key(holder))  # 8 GPUs released: it lacked 4
+    (admit,) = decider.decide(NOW + 60)  # not a batch period later
     assert isinstance(admit, d.Admit)
     assert admit.workload == wls.wl_key(waiting)
+
+
+def test_a_release_smaller_than_what_a_parked_workload_lacks_waits_for_the_batch() -> None:
+    cache = _settled(cache_with_queue(gpus=8))
+    big = workload_for(job("big", pods=6), created="2026-12-01T00:00:00Z")
+    small = workload_for(job("small", pods=2), created="2026-12-01T00:00:30Z")
+    waiting = workload_for(job("waiting", pods=4), created="2026-12-01T00:01:00Z")
+    for wl in (big, small, waiting):
+        cache.set_workload(wl)
+    decider = Decider(cache)
+    decisions = decider.decide(NOW) + decider.decide(NOW) + decider.decide(NOW)
+    assert [type(x) for x in decisions] == [d.Admit, d.Admit, d.Pending]
+    key = wls.wl_key(waiting)
+    t = NOW + 60
+    cache.delete_workload(wls.wl_key(small))  # 2 GPUs: it lacks 4
+    assert decider.decide(t) == ()  # it waits for the batch...
+    assert key in cache.parked_keys()
+    assert cache.next_requeue(t) == t + P
+    (again,) = decider.decide(t + P)  # ...is tried a period later, and lacks 2 now
+    assert isinstance(again, d.Pending)
+    assert key in cache.parked_keys()
+    cache.delete_workload(wls.wl_key(big))  # 6 GPUs cover it
+    (admit,) = decider.decide(t + P + 1)
+    assert isinstance(admit, d.Admit)
+    assert admit.workload == key
 
 
 Step = tuple[float, str]

@@ -49,8 +49,10 @@ def _cache() -> Cache:
     return cache
 
 
-def _workload(cache: Cache, name: str, cq: str, pods: int = 1) -> str:
-    raw = workload_for(job(name, pods=pods)).to_dict()
+def _workload(
+    cache: Cache, name: str, cq: str, pods: int = 1, created: str = "2026-12-01T00:00:00Z"
+) -> str:
+    raw = workload_for(job(name, pods=pods), created=created).to_dict()
     raw["spec"]["queueName"] = f"lq-{cq}"
     wl = type(workload_for(job(name))).from_dict(raw)
     cache.set_workload(wl)
@@ -88,10 +90,10 @@ def _parked_everywhere(cache: Cache) -> dict[str, str]:
 
 
 def _woken_after_a_period(cache: Cache, t: float = NOW) -> set[str]:
-    before = set(cache.parked_keys())
+    before = {str(k) for k in cache.parked_keys()}
     cache.queue_heads(t)
     cache.queue_heads(t + P)
-    return before - cache.parked_keys()
+    return before - {str(k) for k in cache.parked_keys()}
 
 
 def test_the_scope_of_a_cluster_queue_is_its_root_cohort_or_itself() -> None:
@@ -166,9 +168,9 @@ def test_a_parked_workload_that_moves_to_another_queue_stays_parked_until_that_o
     assert key in _woken_after_a_period(cache, NOW + 2 * P)
 
 
-def test_a_released_quota_admits_only_in_its_own_tree_a_period_later() -> None:
-    """Through the step: a1's freed GPU lets a2's workload borrow it a period later; b's
-    parked workload (another tree) is not even tried."""
+def test_a_released_quota_admits_only_in_its_own_tree() -> None:
+    """Through the step: a1's freed GPU, all a2's workload lacked, lets it borrow it at
+    once; b's parked workload (another tree) is not even tried."""
     cache = _cache()
     holder = _workload(cache, "holder", "a1")
     decider = Decider(cache)
@@ -180,8 +182,7 @@ def test_a_released_quota_admits_only_in_its_own_tree_a_period_later() -> None:
     assert {waiting_a, waiting_b} <= tried
     assert {waiting_a, waiting_b} <= cache.parked_keys()
     cache.delete_workload(holder)
-    assert decider.decide(NOW + 10) == ()
-    (admit,) = decider.decide(NOW + 10 + P)
+    (admit,) = decider.decide(NOW + 10)
     assert isinstance(admit, d.Admit)
     assert admit.workload == waiting_a
     assert waiting_b in cache.parked_keys()
@@ -228,3 +229,102 @@ def test_a_parked_workload_wakes_exactly_when_a_change_of_its_scope_is_due(
             s = scope[what] if what != "all" else "*"
             due.setdefault(s, None)
             cache.bump(s)
+
+
+def _pending(cache: Cache, key: str, cq: str, lack: int, *, maximum: int = 8) -> d.Pending:
+    return d.Pending(
+        workload=m.WorkloadKey(key),
+        cluster_queue=m.ClusterQueueName(cq),
+        reason=d.PendingReason.WAITING_FOR_QUOTA,
+        message="insufficient unused quota",
+        requeue=d.Requeue.INADMISSIBLE,
+        shortfalls=(
+            d.Shortfall(
+                flavor=m.FlavorName("rf"),
+                resource=m.ResourceName("nvidia.com/gpu"),
+                needed=lack,
+                available=0,
+                maximum=maximum,
+            ),
+        ),
+    )
+
+
+def _parked_lacking(cache: Cache, name: str, cq: str, lack: int, minute: int = 0, **kw: Any) -> str:
+    key = _workload(cache, name, cq, pods=lack, created=f"2026-12-01T00:{minute:02d}:00Z")
+    cache.queue_heads(NOW)
+    cache.park(key, _pending(cache, key, cq, lack, **kw))
+    return key
+
+
+def _released(cache: Cache, cq: str, gpus: int) -> None:
+    holder = _holding(cache, f"holder-{cq}-{gpus}-{len(cache.workloads)}", cq)
+    adm = cache.assumed[holder]
+    (ps,) = adm.pod_sets
+    cache.assumed[holder] = m.Admission(
+        cluster_queue=adm.cluster_queue,
+        pod_sets=(
+            m.PodSetAssignment(
+                name=ps.name, count=gpus, flavors=ps.flavors,
+                resource_usage=((m.ResourceName("nvidia.com/gpu"), gpus),),
+            ),
+        ),
+    )  # fmt: skip
+    cache.delete_workload(holder)
+
+
+def test_freed_quota_wakes_at_once_whom_it_covers_in_queue_order() -> None:
+    cache = _cache()
+    _parked_lacking(cache, "older", "a1", 4, minute=1)
+    newer = _parked_lacking(cache, "newer", "a2", 4, minute=2)
+    small = _parked_lacking(cache, "small", "a2", 2, minute=3)
+    _released(cache, "a1", 4)
+    cache.queue_heads(NOW)  # the next step, no batch period later
+    assert cache.parked_keys() == {newer, small}  # 4 GPUs: the older one's lack
+    _released(cache, "a2", 2)
+    cache.queue_heads(NOW)
+    assert cache.parked_keys() == {newer}  # 2 GPUs: too few for `newer`, enough for `small`
+    _released(cache, "a1", 3)
+    cache.queue_heads(NOW)
+    assert cache.parked_keys() == {newer}  # 3 < 4: it waits for the batch
+    cache.queue_heads(NOW + P)
+    assert cache.parked_keys() == frozenset()
+
+
+def test_a_workload_over_its_maximum_or_in_another_tree_is_not_woken_early() -> None:
+    cache = _cache()
+    never = _parked_lacking(cache, "never", "a1", 4, maximum=2)
+    other = _parked_lacking(cache, "other", "b", 1)
+    _released(cache, "a1", 8)
+    cache.queue_heads(NOW)
+    assert cache.parked_keys() == {never, other}
+
+
+def test_what_a_workload_lacked_is_forgotten_when_it_is_woken_or_admitted() -> None:
+    cache = _cache()
+    key = _parked_lacking(cache, "w", "a1", 4)
+    assert cache.lack_scope == {key: "co:root-a"}
+    _released(cache, "a1", 1)
+    cache.queue_heads(NOW)
+    cache.queue_heads(NOW + P)  # the batch wakes it
+    assert not cache.lack_scope
+    assert not any(cache.lacks.values())
+    cache.park(key, _pending(cache, key, "a1", 4))
+    assert cache.lack_scope == {key: "co:root-a"}
+    cache.assume(key, m.Admission(cluster_queue=m.ClusterQueueName("a1"), pod_sets=()))
+    assert not cache.lack_scope
+
+
+def test_a_what_if_copy_wakes_early_without_touching_the_original() -> None:
+    cache = _cache()
+    key = _parked_lacking(cache, "w", "a1", 4)
+    decider = Decider(cache)
+    _released(cache, "a1", 4)
+    copy = decider.fork()
+    copy.cache.queue_heads(NOW)
+    assert key not in copy.cache.parked_keys()
+    assert key in cache.parked_keys()
+    assert cache.lack_scope == {key: "co:root-a"}
+    assert cache.freed
+    cache.queue_heads(NOW)
+    assert key not in cache.parked_keys()

@@ -27,6 +27,7 @@ from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from atoll.api.workload import Workload
+from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine import trust
 from atoll.engine.ordering import queue_key, scheduling_class
@@ -50,6 +51,8 @@ UNKNOWN_QUEUE_PREFIX = "\0lq:"
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
 EVERY_QUEUE = "*"
 """The requeue scope of a change that may let any parked workload in (`Cache.bump`)."""
+Lack = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+"""(flavor, ((resource, quota lacking), ...)) for each flavor a parked workload could fit."""
 REQUEUE_BATCH_PERIOD = 1.0
 """Seconds from a change that may make parked (inadmissible) workloads admissible to their
 requeue: Kueue v0.17's `requeueBatchPeriod` (pkg/cache/queue/inadmissible_workloads.go)."""
@@ -133,6 +136,14 @@ class Cache:
     ClusterQueue without a Cohort), each with when it is due: `requeue_period` after the
     first step that saw the request (the step's clock; the cache reads none), None until a
     step saw it."""
+    lacks: dict[str, dict[str, Lack]] = field(default_factory=dict)
+    """Scope → parked workload → what it lacked when it was parked for quota (`note_lack`):
+    freed quota that covers it wakes it at once (`requeue_due`). Nested: `fork` copies it."""
+    lack_scope: dict[str, str] = field(default_factory=dict)
+    """Workload → its scope in `lacks`."""
+    freed: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
+    """Scope → (flavor, resource) → quota released there since the last step. Nested:
+    `fork` copies it."""
     promised: frozenset[str] = frozenset()
     """The workloads holding a backfill reservation (set by each step): the first step after
     a change (`bump`) wakes them at once, not a batch period later, since their
@@ -221,17 +232,26 @@ class Cache:
         `requeue_period` from now; changes of its scope before it is due join it; when it is
         due, the parked workloads of its scope are woken at once (Kueue's requeuer, whose
         delaying queue keeps the earliest time of a request made again before it is due)."""
+        if self.freed:
+            for scope, amounts in self.freed.items():
+                self._wake_fitting(scope, amounts)
+            self.freed.clear()
         for scope, at in self.requeues.items():
             if at is None:
                 self.requeues[scope] = now + self.requeue_period
         due = [scope for scope, at in self.requeues.items() if at is not None and at <= now]
         if EVERY_QUEUE in due:
             self.queues.wake_all(self.parked)
+            self.lacks.clear()
+            self.lack_scope.clear()
         elif due:
             scopes = set(due)
             self.queues.wake_queues(
                 (cq for cq in self._e_cluster_queues if self.scope_of(cq) in scopes), self.parked
             )
+            for scope in due:
+                for key in self.lacks.pop(scope, {}):
+                    self.lack_scope.pop(key, None)
         for scope in due:
             del self.requeues[scope]
         if self.promised_due:
@@ -244,7 +264,60 @@ class Cache:
         ask about capacity, not timing, call it directly."""
         self.queues.wake_all(self.parked)
         self.requeues.clear()
+        self.lacks.clear()
+        self.lack_scope.clear()
+        self.freed.clear()
         self.promised_due = False
+
+    def note_lack(self, key: str, dec: d.Pending) -> None:
+        """`key` is parked with `dec`: if it waits for quota (not for more than its
+        ClusterQueue could ever get), remember what it lacks on each flavor, so that a
+        release covering that wakes it before the batched requeue."""
+        self._drop_lack(key)
+        if dec.reason is not d.PendingReason.WAITING_FOR_QUOTA or not dec.shortfalls:
+            return
+        per: dict[str, dict[str, int]] = {}
+        never: set[str] = set()
+        for s in dec.shortfalls:
+            if s.needed > s.maximum:
+                never.add(s.flavor)
+            lack = s.needed - s.available
+            if lack > 0:
+                need = per.setdefault(s.flavor, {})
+                need[s.resource] = max(need.get(s.resource, 0), lack)
+        lacks = tuple((f, tuple(need.items())) for f, need in per.items() if f not in never)
+        scope = self.scope_of(dec.cluster_queue)
+        if lacks and scope != EVERY_QUEUE:
+            self.lacks.setdefault(scope, {})[key] = lacks
+            self.lack_scope[key] = scope
+
+    def _drop_lack(self, key: str) -> None:
+        scope = self.lack_scope.pop(key, None)
+        if scope is not None:
+            records = self.lacks.get(scope)
+            if records is not None:
+                records.pop(key, None)
+
+    def _wake_fitting(self, scope: str, amounts: Mapping[tuple[str, str], int]) -> None:
+        """Wake now the parked workloads of `scope` whose lack on some flavor the quota
+        released there since the last step covers, in queue order (priority, then age),
+        each taking what it lacks from what is left; the others wait for the batch."""
+        records = self.lacks.get(scope)
+        if not records:
+            return
+        left = dict(amounts)
+        for key in sorted(records, key=self._order):
+            for flavor, need in records[key]:
+                if all(lack <= left.get((flavor, r), 0) for r, lack in need):
+                    for r, lack in need:
+                        left[(flavor, r)] -= lack
+                    self._drop_lack(key)
+                    self.queues.wake(key, self.parked)
+                    break
+
+    def _order(self, key: str) -> tuple[object, ...]:
+        ew = self.engine_workload(key)
+        return queue_key(ew) if ew is not None else (True, 0, math.inf, "", key)
 
     @property
     def epoch(self) -> int:
@@ -361,6 +434,7 @@ class Cache:
                 self.inventory.hold(placement)
         if old is None or old.spec != wl.spec:
             self.parked.pop(key, None)
+            self._drop_lack(key)
             self.queues.renew(key)
 
     def _forget_engine_form(self, key: str) -> None:
@@ -407,6 +481,7 @@ class Cache:
             self._release(key, old, assumed)
         self.inventory.release(key)
         self.parked.pop(key, None)
+        self._drop_lack(key)
         self.queues.renew(key)
         self.evicting.discard(key)
         self._unstick(key)
@@ -425,7 +500,16 @@ class Cache:
         if self.inventory.holds(key):
             self.bump()
         else:
-            self.bump(self.scope_of(cq))
+            scope = self.scope_of(cq)
+            self.bump(scope)
+            adm = assumed if assumed is not None else convert.admission(wl) if wl else None
+            if adm is not None and scope != EVERY_QUEUE:
+                freed = self.freed.setdefault(scope, {})
+                for ps in adm.pod_sets:
+                    flavors = dict(ps.flavors)
+                    for resource, amount in ps.resource_usage:
+                        if (flavor := flavors.get(resource)) is not None:
+                            freed[(flavor, resource)] = freed.get((flavor, resource), 0) + amount
         self.inventory.release(key)
 
     # -- ResourceClaimTemplates (their devices count against quota) -----------------------
@@ -448,6 +532,7 @@ class Cache:
                 self._engine_workloads.pop(key, None)
                 self._dirty.add(key)
                 self.parked.pop(key, None)
+                self._drop_lack(key)
                 self.queues.renew(key)
         self.bump()
 
@@ -520,6 +605,7 @@ class Cache:
     def assume(self, key: str, admission: m.Admission) -> None:
         self.assumed[key] = admission
         self.parked.pop(key, None)
+        self._drop_lack(key)
         self.queues.renew(key)
         self._unstick(key)
 
@@ -551,7 +637,11 @@ class Cache:
             self._release(key, None, assumed)
         self.inventory.release(key)
 
-    def park(self, key: str) -> None:
+    def park(self, key: str, dec: d.Pending | None = None) -> None:
+        """Park `key` until its queue is woken (`dec`: the pending decision it was parked
+        with, see `note_lack`)."""
+        if dec is not None:
+            self.note_lack(key, dec)
         group = self.queues.group_of.get(key)
         if group is None and (wl := self.workloads.get(key)) is not None:
             group = self._waiting_facts(wl)[3]  # its ClusterQueue (queues not kept: tests)
@@ -698,7 +788,7 @@ class Cache:
         return wl, self._queues_version, queued, known, wls.requeue_at(wl)
 
     def any_parked(self) -> bool:
-        """Whether a workload may be parked now (cheaper than `parked_keys`)."""
+        """Whether a workload is parked now (cheaper than `parked_keys`)."""
         return self.queues.any_parked(self.parked)
 
     def parked_keys(self) -> frozenset[m.WorkloadKey]:

@@ -63,6 +63,8 @@ def fork(cache: Cache) -> Cache:
             setattr(copy, f.name, type(value)(value))
     copy.inventory = cache.inventory.fork()
     copy.queues = cache.queues.fork()
+    copy.lacks = {scope: dict(records) for scope, records in cache.lacks.items()}
+    copy.freed = {scope: dict(amounts) for scope, amounts in cache.freed.items()}
     return copy
 
 
@@ -231,7 +233,7 @@ class Decider:
                     if dec.workload in failed:
                         self._fail(dec, placed=failed[dec.workload])
                     if not cache.queue_asleep(dec.workload):  # skipped ones are parked
-                        cache.park(dec.workload)
+                        cache.park(dec.workload, dec)
                         self.parked += 1
         return progress
 
@@ -281,8 +283,9 @@ class Decider:
                     self._park_queue(g, out)
                 return []
             for _, w in heads:
-                self._again(self._class(w.key), w.key, out)
-                cache.park(w.key)
+                where = self._class(w.key)
+                self._again(where, w.key, out)
+                cache.park(w.key, self._failed[where])
                 self.checker.forget(w.key)
 
     def _again(self, where: tuple[str, Hashable], key: str, out: list[d.Decision]) -> None:
@@ -298,6 +301,9 @@ class Decider:
             for key in sorted(members - told[1] if told is not None else members):
                 if not cache.queue_asleep(key):
                     self._again((group, c), key, out)
+            for key in members:
+                if not cache.queue_asleep(key):
+                    cache.note_lack(key, self._failed[(group, c)])
         for key in [k for k in self.checker.nominations if cache.queues.group_of.get(k) == group]:
             if not cache.queue_asleep(key):
                 self.checker.forget(key)

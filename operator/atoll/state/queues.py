@@ -258,11 +258,12 @@ class PendingQueues:
         return out
 
     def any_parked(self, parked: Parked) -> bool:
-        """Whether a workload may be parked (a queue's marker may cover only workloads that
-        left it: then this says yes)."""
+        """Whether a workload is parked (on its own, or in a queue by its marker)."""
         return any(e == self.epoch_of(g) for g, e in parked.values()) or any(
-            q.marker is not None and q.marker[0] == self.epoch_of(g) and q.entry
+            self._covered(q, g, k)
             for g, q in self.groups.items()
+            if q.marker is not None and q.marker[0] == self.epoch_of(g)
+            for k in q.entry
         )
 
     # -- heads ----------------------------------------------------------------------------
