@@ -283,10 +283,20 @@ def test_freed_quota_wakes_at_once_whom_it_covers_in_queue_order() -> None:
     assert cache.parked_keys() == {newer, small}  # 4 GPUs: the older one's lack
     _released(cache, "a2", 2)
     cache.queue_heads(NOW)
-    assert cache.parked_keys() == {newer}  # 2 GPUs: too few for `newer`, enough for `small`
+    assert cache.parked_keys() == {newer, small}  # `small` does not go ahead of `newer`
+    _released(cache, "a1", 3)
+    _released(cache, "a2", 3)
+    cache.queue_heads(NOW)
+    assert cache.parked_keys() == frozenset()  # 6 GPUs since the last step: both
+
+
+def test_a_release_too_small_for_the_first_in_queue_order_waits_for_the_batch() -> None:
+    cache = _cache()
+    first = _parked_lacking(cache, "first", "a1", 4, minute=1)
+    second = _parked_lacking(cache, "second", "a2", 1, minute=2)
     _released(cache, "a1", 3)
     cache.queue_heads(NOW)
-    assert cache.parked_keys() == {newer}  # 3 < 4: it waits for the batch
+    assert cache.parked_keys() == {first, second}
     cache.queue_heads(NOW + P)
     assert cache.parked_keys() == frozenset()
 

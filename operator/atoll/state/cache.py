@@ -301,7 +301,9 @@ class Cache:
     def _wake_fitting(self, scope: str, amounts: Mapping[tuple[str, str], int]) -> None:
         """Wake now the parked workloads of `scope` whose lack on some flavor the quota
         released there since the last step covers, in queue order (priority, then age),
-        each taking what it lacks from what is left; the others wait for the batch."""
+        each taking what it lacks from what is left, up to the first that it does not cover:
+        no workload is woken ahead of one that waits for more quota (the batch wakes it and
+        the others, as Kueue's requeue, where the higher priority is tried first)."""
         records = self.lacks.get(scope)
         if not records:
             return
@@ -314,6 +316,8 @@ class Cache:
                     self._drop_lack(key)
                     self.queues.wake(key, self.parked)
                     break
+            else:
+                return
 
     def _order(self, key: str) -> tuple[object, ...]:
         ew = self.engine_workload(key)
