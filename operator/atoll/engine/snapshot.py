@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from atoll.engine.model import (
+    Admission,
     AdmittedWorkload,
     ClusterQueue,
     ClusterQueueName,
@@ -213,8 +214,13 @@ def candidate_key(a: AdmittedWorkload) -> tuple[bool, int, float, str, str]:
 
 
 def admission_usage(admitted: AdmittedWorkload) -> dict[FlavorResource, int]:
+    return usage_of(admitted.admission)
+
+
+def usage_of(admission: Admission) -> dict[FlavorResource, int]:
+    """Quota an admission uses, by flavor and resource."""
     usage: dict[FlavorResource, int] = {}
-    for ps in admitted.admission.pod_sets:
+    for ps in admission.pod_sets:
         flavors = dict(ps.flavors)
         for resource, total in ps.resource_usage:
             flavor = flavors.get(resource)

@@ -40,6 +40,7 @@ from atoll.engine.snapshot import (
     build_structure,
     charge_tree,
     over_nominal,
+    usage_of,
 )
 from atoll.state import convert, devicequota
 from atoll.state import workloads as wls
@@ -509,11 +510,8 @@ class Cache:
             adm = assumed if assumed is not None else convert.admission(wl) if wl else None
             if adm is not None and scope != EVERY_QUEUE:
                 freed = self.freed.setdefault(scope, {})
-                for ps in adm.pod_sets:
-                    flavors = dict(ps.flavors)
-                    for resource, amount in ps.resource_usage:
-                        if (flavor := flavors.get(resource)) is not None:
-                            freed[(flavor, resource)] = freed.get((flavor, resource), 0) + amount
+                for fr, amount in usage_of(adm).items():
+                    freed[fr] = freed.get(fr, 0) + amount
         self.inventory.release(key)
 
     # -- ResourceClaimTemplates (their devices count against quota) -----------------------
