@@ -23,7 +23,7 @@ from atoll.sim import workloads as sw
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import UNKNOWN_QUEUE_PREFIX, Cache
-from atoll.state.decide import admission_of, fork
+from atoll.state.decide import admission_of
 from tests.control.builders import GPU, cluster_queue, job, workload_for
 
 QUEUES = ("a", "b")
@@ -234,7 +234,7 @@ def test_the_incremental_snapshot_equals_one_built_from_scratch(data: st.DataObj
         elif op == "sticky":
             cache.preempting(key, data.draw(st.sampled_from(QUEUES)))
         elif op == "fork":
-            cache = fork(cache)  # a copy with the original's ledger: rebuilt, not shared
+            cache = cache.fork()  # a copy with the original's ledger: rebuilt, not shared
         if data.draw(st.booleans()):
             fair = data.draw(st.sampled_from([None, m.FairSharing()]))
             got = cache.snapshot(fair)
@@ -276,7 +276,7 @@ def test_a_fork_gets_its_own_ledger() -> None:
     wl = _workload(1, "a", 2)
     cache.set_workload(lc.applied(wl, lc.admit(_admit(wl, "rf"), sw.at(1.0))))
     cache.snapshot()
-    copy = fork(cache)
+    copy = cache.fork()
     copy.delete_workload(wls.wl_key(wl))
     assert not copy.snapshot().admitted
     assert list(cache.snapshot().admitted) == [wls.wl_key(wl)]

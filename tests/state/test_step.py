@@ -22,7 +22,7 @@ from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.scenario import Scenario
 from atoll.sim.whatif import add_job
-from atoll.state.decide import Decider, fork
+from atoll.state.decide import Decider
 from atoll.state.whatif import ask
 from tests.control.fakes import FakeCluster
 from tests.sim import builders as b
@@ -229,7 +229,7 @@ def test_would_fit_after_x_finishes_is_what_the_step_does_without_x(
     if finish is None:
         return
     gone = [w["workload"] for w in finish.detail["workloads"]]
-    trial = Decider(fork(sim.cache))
+    trial = Decider(sim.cache.fork())
     for g in gone:
         trial.cache.delete_workload(g)
         trial.cache.inventory.forget_gang(g)

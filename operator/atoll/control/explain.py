@@ -39,7 +39,7 @@ from atoll.engine.inventory import Placement
 from atoll.state import reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
-from atoll.state.decide import Decider, fork
+from atoll.state.decide import Decider
 from atoll.state.lifecycle import without_reservation
 from atoll.state.whatif import Answer, ask, decision_json, describe
 
@@ -726,7 +726,7 @@ def what_if_workload(
     """The next step's decision for `wl` were it created now, with `also` (the other
     Workloads of its object: a LeaderWorkerSet's groups) created with it (on a fork: the
     cache is unchanged)."""
-    trial = Decider(fork(cache), fair_sharing)
+    trial = Decider(cache.fork(), fair_sharing)
     key = wls.wl_key(wl)
     for other in also:
         trial.cache.set_workload(other)

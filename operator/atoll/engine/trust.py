@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.engine import model as m
+from atoll.engine.snapshot import usage_of
 
 Key = tuple[m.FlavorName, m.ResourceName]
 
@@ -98,17 +99,6 @@ def _bounds(
     return _Bounds(queue=queue, tree=tree, root_of=root_of)
 
 
-def _usage(admission: m.Admission) -> dict[Key, int]:
-    used: dict[Key, int] = defaultdict(int)
-    for ps in admission.pod_sets:
-        flavors = dict(ps.flavors)
-        for resource, amount in ps.resource_usage:
-            flavor = flavors.get(resource)
-            if flavor is not None:
-                used[(flavor, resource)] += amount
-    return used
-
-
 def _unknown(
     held: Held,
     cluster_queues: Mapping[m.ClusterQueueName, m.ClusterQueue],
@@ -154,7 +144,7 @@ def audit(
             continue
         cq = h.admission.cluster_queue
         root = bounds.root_of[cq]
-        used = _usage(h.admission)
+        used = usage_of(h.admission)
         over = None
         for key, amount in used.items():
             limit = bounds.queue[cq].get(key)

@@ -10,6 +10,7 @@ status (QuotaReserved + admission); a decision taken but not yet seen in a Workl
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -173,6 +174,8 @@ class Cache:
     """Workloads whose part in the ledger may have changed since the last snapshot."""
     _queues_version: int = 0
     """Bumped with every change of a queue object the snapshot reads (see `_structure`)."""
+    _scope_memo: tuple[int, dict[str, str]] | None = None
+    """(`_queues_version`, `_scopes()` at that version); replaced, never edited."""
     _waiting_memo: dict[str, tuple[Workload, int, bool, str | None, float | None]] = field(
         default_factory=dict
     )
@@ -190,6 +193,21 @@ class Cache:
     _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
     _e_cohorts: dict[str, m.Cohort] = field(default_factory=dict)
     _e_local_queues: dict[str, m.LocalQueue] = field(default_factory=dict)
+
+    def fork(self) -> Cache:
+        """A copy whose tables (and the inventory's ledger, the queues, the lacks) can be
+        changed freely. The API objects themselves are shared: they are immutable models,
+        replaced, not edited."""
+        copy = dataclasses.replace(self)
+        for f in dataclasses.fields(Cache):
+            value = getattr(self, f.name)
+            if isinstance(value, dict | set):
+                setattr(copy, f.name, type(value)(value))
+        copy.inventory = self.inventory.fork()
+        copy.queues = self.queues.fork()
+        copy.lacks = {scope: dict(records) for scope, records in self.lacks.items()}
+        copy.freed = {scope: dict(amounts) for scope, amounts in self.freed.items()}
+        return copy
 
     # -- queue objects (each change may make parked workloads admissible) -----------------
     def bump(self, *scopes: str) -> None:
@@ -212,12 +230,23 @@ class Cache:
         """The requeue scope of a change of quota in `cluster_queue`: its root Cohort's tree
         (in a Cohort), else the ClusterQueue alone; every queue for a Cohort tree with a
         cycle, or an unknown ClusterQueue."""
-        cq = self._e_cluster_queues.get(cluster_queue) if cluster_queue else None
-        if cq is None:
+        if not cluster_queue:
             return EVERY_QUEUE
-        if cq.cohort is None:
-            return f"cq:{cq.name}"
-        return self._cohort_scope(cq.cohort)
+        return self._scopes().get(cluster_queue, EVERY_QUEUE)
+
+    def _scopes(self) -> dict[str, str]:
+        """ClusterQueue → its scope, worked out once per version of the queue objects."""
+        memo = self._scope_memo
+        if memo is None or memo[0] != self._queues_version:
+            memo = (
+                self._queues_version,
+                {
+                    name: f"cq:{name}" if cq.cohort is None else self._cohort_scope(cq.cohort)
+                    for name, cq in self._e_cluster_queues.items()
+                },
+            )
+            self._scope_memo = memo
+        return memo[1]
 
     def _cohort_scope(self, cohort: str) -> str:
         seen = {cohort}
@@ -248,7 +277,7 @@ class Cache:
         elif due:
             scopes = set(due)
             self.queues.wake_queues(
-                (cq for cq in self._e_cluster_queues if self.scope_of(cq) in scopes), self.parked
+                (cq for cq, scope in self._scopes().items() if scope in scopes), self.parked
             )
             for scope in due:
                 for key in self.lacks.pop(scope, {}):

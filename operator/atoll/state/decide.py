@@ -53,21 +53,6 @@ from atoll.state.placing import TopologyChecker
 from atoll.state.reserving import ReservationBook
 
 
-def fork(cache: Cache) -> Cache:
-    """A copy of `cache` whose tables (and the inventory's ledger) can be changed freely.
-    The API objects themselves are shared: they are immutable models, replaced, not edited."""
-    copy = dataclasses.replace(cache)
-    for f in dataclasses.fields(Cache):
-        value = getattr(cache, f.name)
-        if isinstance(value, dict | set):
-            setattr(copy, f.name, type(value)(value))
-    copy.inventory = cache.inventory.fork()
-    copy.queues = cache.queues.fork()
-    copy.lacks = {scope: dict(records) for scope, records in cache.lacks.items()}
-    copy.freed = {scope: dict(amounts) for scope, amounts in cache.freed.items()}
-    return copy
-
-
 def admission_of(dec: d.Admit) -> m.Admission:
     """The engine admission an Admit decision gives (what the cache assumes)."""
     return m.Admission(
@@ -118,12 +103,12 @@ class Decider:
         self.checker = TopologyChecker(self.cache)
 
     def fork(self) -> Decider:
-        """This Decider on a copy of its cache (`fork`), remembering what it remembers (the
+        """This Decider on a copy of its cache (`Cache.fork`), remembering what it remembers (the
         domains nominated for preemptors, the classes that failed on the current snapshot,
         the failures told): the copy's next step is the one this Decider would take, and
         neither sees the other's steps afterwards. (Taking the snapshot here changes nothing
         but the cache's memo of it: the next step would take the same one.)"""
-        copy = Decider(fork(self.cache), self.fair_sharing)
+        copy = Decider(self.cache.fork(), self.fair_sharing)
         copy.checker = self.checker.fork(copy.cache)
         copy.heads, copy.parked = self.heads, self.parked
         if self._failed and self.cache.snapshot(self.fair_sharing) is self._failed_on:
@@ -298,12 +283,13 @@ class Decider:
         cache = self.cache
         for c, members in cache.queues.classes_of(group).items():
             told = self._told.get((group, c))
-            for key in sorted(members - told[1] if told is not None else members):
-                if not cache.queue_asleep(key):
-                    self._again((group, c), key, out)
-            for key in members:
-                if not cache.queue_asleep(key):
-                    cache.note_lack(key, self._failed[(group, c)])
+            awake = [key for key in members if not cache.queue_asleep(key)]
+            told_keys = told[1] if told is not None else ()
+            for key in sorted(key for key in awake if key not in told_keys):
+                self._again((group, c), key, out)
+            failed = self._failed[(group, c)]
+            for key in awake:
+                cache.note_lack(key, failed)
         for key in [k for k in self.checker.nominations if cache.queues.group_of.get(k) == group]:
             if not cache.queue_asleep(key):
                 self.checker.forget(key)
