@@ -11,11 +11,15 @@ controller with its Job webhook (Kueue's from its module's webhook manifests, po
 as quota and one LocalQueue. Then `--jobs` Jobs (each `--pods` pods of `--gpus-per-pod` GPUs
 that run `--run` seconds on KWOK) are created one every `--interval` seconds, more than the
 cluster holds at once, so later Jobs queue. A pod watch records, client side, when each pod is
-first seen Running. Reported per controller: Job created → all its pods Running (p50, p99,
-max), Jobs done, the controller's Workload writes per Job (the API server's request counters:
-only the controller writes Workloads; a 409 counts too), the controller's Events per Job (by
-reason under the table), controller CPU seconds per Job and peak RSS, and the atoll/Kueue
-ratios; for atoll also its own requests per Job by verb, resource and result.
+first seen Running and Succeeded, a Job watch when each Job is Complete. Reported per
+controller: Job created → all its pods Running (p50, p99, max), the handoff (a gang's pods all
+Succeeded → the next queued Job's pods all Running: the part of the wait the controller adds,
+with the Job controller and the scheduler; p50, p99) and, of that, pods Succeeded → Job
+Complete (the Job controller's part, p50), Jobs done, the controller's Workload writes per Job
+(the API server's request counters: only the controller writes Workloads; a 409 counts too),
+the controller's Events per Job (by reason under the table), controller CPU seconds per Job
+and peak RSS, and the atoll/Kueue ratios; for atoll also its own requests per Job by verb,
+resource and result.
 
 `--kind jobset` submits each gang as a JobSet of one replicated job (1 replica, the same pods)
 instead, to atoll only, on a sandbox that also runs the JobSet controller (built once into the
@@ -38,6 +42,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,15 +182,40 @@ def jobset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def follow(client: KubeClient, path: str, see: Callable[[dict[str, Any]], None]) -> None:
+    """Every object of the collection `path`, as listed and then on each change, to `see`
+    (re-listed after 410 Gone); runs until cancelled."""
+    listing = await client.request("GET", path)
+    for obj in listing.get("items") or []:
+        see(obj)
+    rv = listing.get("metadata", {}).get("resourceVersion")
+    while True:
+        try:
+            async for ev in client.watch(path, rv):
+                obj = ev.get("object") or {}
+                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                if ev.get("type") in ("ADDED", "MODIFIED"):
+                    see(obj)
+        except ApiError as e:
+            if e.status != 410:
+                raise
+            listing = await client.request("GET", path)
+            for obj in listing.get("items") or []:
+                see(obj)
+            rv = listing["metadata"]["resourceVersion"]
+
+
 class PodWatch:
-    """When each pod was first seen Running and when each gang's pods were seen Succeeded,
-    by gang (Job or JobSet) name, the value of `owner_label` (client-side monotonic times)."""
+    """When each pod was first seen Running and when Succeeded, by gang (Job or JobSet)
+    name, the value of `owner_label`; and when each Job was first seen Complete (client-side
+    monotonic times)."""
 
     def __init__(self, client: KubeClient, owner_label: str = JOB_NAME_LABEL) -> None:
         self.client = client
         self.owner_label = owner_label
         self.running: dict[str, dict[str, float]] = {}
-        self.succeeded: dict[str, set[str]] = {}
+        self.ended: dict[str, dict[str, float]] = {}
+        self.complete: dict[str, float] = {}
 
     def _see(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -193,28 +223,37 @@ class PodWatch:
         phase = (pod.get("status") or {}).get("phase")
         if job_name is None:
             return
+        now = time.monotonic()
         if phase in ("Running", "Succeeded"):
-            self.running.setdefault(job_name, {}).setdefault(meta["name"], time.monotonic())
+            self.running.setdefault(job_name, {}).setdefault(meta["name"], now)
         if phase == "Succeeded":
-            self.succeeded.setdefault(job_name, set()).add(meta["name"])
+            self.ended.setdefault(job_name, {}).setdefault(meta["name"], now)
+
+    def _see_job(self, job: dict[str, Any]) -> None:
+        name = (job.get("metadata") or {}).get("name")
+        conds = (job.get("status") or {}).get("conditions") or []
+        if name and any(c.get("type") == "Complete" and c.get("status") == "True" for c in conds):
+            self.complete.setdefault(name, time.monotonic())
 
     async def run(self) -> None:
-        path = f"/api/v1/namespaces/{NS}/pods"
-        rv = (await self.client.request("GET", path)).get("metadata", {}).get("resourceVersion")
-        while True:
-            try:
-                async for ev in self.client.watch(path, rv):
-                    obj = ev.get("object") or {}
-                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                    if ev.get("type") in ("ADDED", "MODIFIED"):
-                        self._see(obj)
-            except ApiError as e:
-                if e.status != 410:
-                    raise
-                listing = await self.client.request("GET", path)
-                for pod in listing.get("items") or []:
-                    self._see(pod)
-                rv = listing["metadata"]["resourceVersion"]
+        await asyncio.gather(
+            follow(self.client, f"/api/v1/namespaces/{NS}/pods", self._see),
+            follow(self.client, f"/apis/batch/v1/namespaces/{NS}/jobs", self._see_job),
+        )
+
+
+def handoffs(
+    created: dict[str, float], started: dict[str, float], ended: dict[str, float]
+) -> list[float]:
+    """For each gang that was still queued when the last gang before its start ended (all
+    its pods Succeeded): the seconds from that end to this gang's pods all Running, the
+    part of the wait the controller (with the Job controller and the scheduler) adds."""
+    gaps = []
+    for name, start in started.items():
+        before = [t for other, t in ended.items() if other != name and t <= start]
+        if before and created[name] < max(before):
+            gaps.append(start - max(before))
+    return gaps
 
 
 async def drive(
@@ -243,7 +282,7 @@ async def drive(
                         "POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job(name, args)
                     )
                 await asyncio.sleep(args.interval)
-            while len([j for j in created if len(watch.succeeded.get(j, ())) >= args.pods]) < len(
+            while len([j for j in created if len(watch.ended.get(j, ())) >= args.pods]) < len(
                 created
             ):
                 if watcher.done():
@@ -263,12 +302,20 @@ async def drive(
         )
         writes = await apiserver_writes(client)
         events = await controller_events(client)
-    waits = []
-    for name, t0 in created.items():
-        seen = watch.running.get(name, {})
-        if len(seen) >= args.pods:
-            waits.append(max(seen.values()) - t0)
-    done = sum(1 for j in created if len(watch.succeeded.get(j, ())) >= args.pods)
+    started = {
+        name: max(seen.values())
+        for name in created
+        if len(seen := watch.running.get(name, {})) >= args.pods
+    }
+    waits = [started[name] - created[name] for name in started]
+    ended = {
+        name: max(seen.values())
+        for name in created
+        if len(seen := watch.ended.get(name, {})) >= args.pods
+    }
+    gaps = handoffs(created, started, ended)
+    completing = [watch.complete[n] - ended[n] for n in ended if n in watch.complete]
+    done = len(ended)
     return {
         "jobs": len(created),
         # each Job's Workload: proof that the controller's webhook and Job reconciler ran
@@ -280,6 +327,11 @@ async def drive(
         "start_p50_s": _pct(waits, 50),
         "start_p99_s": _pct(waits, 99),
         "start_max_s": max(waits, default=math.nan),
+        "handoff_p50_s": _pct(gaps, 50),
+        "handoff_p99_s": _pct(gaps, 99),
+        "handoffs": len(gaps),
+        # the Job controller's part of a handoff: pods all Succeeded → the Job Complete
+        "complete_p50_s": _pct(completing, 50),
         # only the controller writes Workloads (creates, status, finalizers, deletes)
         "workload_writes": {k: v for k, v in writes.items() if " workloads" in k},
         "workload_writes_per_job": sum(v for k, v in writes.items() if " workloads" in k)
@@ -381,6 +433,9 @@ ROWS = (
     ("Job created → all pods Running p50 (s)", "start_p50_s", True),
     ("Job created → all pods Running p99 (s)", "start_p99_s", True),
     ("Job created → all pods Running max (s)", "start_max_s", True),
+    ("handoff: a gang's pods Succeeded → next Job's pods Running p50 (s)", "handoff_p50_s", True),
+    ("handoff p99 (s)", "handoff_p99_s", True),
+    ("Job's pods all Succeeded → Job Complete p50 (s)", "complete_p50_s", True),
     ("controller CPU per Job (ms)", "cpu_per_job_ms", True),
     ("controller peak RSS (MiB)", "peak_rss_mib", True),
 )

@@ -82,7 +82,9 @@ class KubeClient:
             data=data,
             headers=headers,
             params=params,
-            timeout=aiohttp.ClientTimeout(total=60),
+            # a minute for the server's answer; no limit on the wait for one of the pool's
+            # connections (the large-scale generator queues thousands of creates behind them)
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60),
         ) as resp:
             text = await resp.text()
             if resp.status >= 300:

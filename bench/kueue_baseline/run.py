@@ -342,6 +342,8 @@ def main() -> None:
         for s, res in results.items():
             changes = ", ".join(f"{k} {n}" for k, n in res.get("workload_changes", {}).items())
             out.print(f"{s}: Workload changes seen on the watch: {changes}")
+            for message, n in res.get("pending_messages", {}).items():
+                out.print(f"  {n:>6} pending statuses: {message[:150]}")
             print_runner_trouble(s, res, out)
         if "atoll" in results:
             print_profile(results["atoll"], out)

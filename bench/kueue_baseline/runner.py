@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+import re
 import statistics
 import time
 from collections import Counter
@@ -90,6 +91,11 @@ def change_kind(before: dict[str, Any], after: dict[str, Any]) -> str:
         if (old.get("reason"), old.get("message")) != (new.get("reason"), new.get("message")):
             return "pending-update"
     return "other"
+
+
+def _pending_message(obj: dict[str, Any]) -> str:
+    c = _conditions(obj).get("QuotaReserved") or {}
+    return f"{c.get('reason')}: {re.sub(r'[0-9]+', 'N', c.get('message') or '')}"
 
 
 def _set_condition(
@@ -174,6 +180,9 @@ class Runner:
         self.last_finish = self.started
         self.events = 0
         self.changes: Counter[str] = Counter()
+        self.pending_messages: Counter[str] = Counter()
+        """Pending statuses written (first or changed), by reason and message with its
+        numbers blanked: which of a controller's pending writes are frequent."""
         """Workload changes seen on the watch, by `change_kind`."""
         self.writes = 0
         self.conflicts = 0
@@ -291,6 +300,8 @@ class Runner:
         else:
             kind = change_kind(rec.seen, obj)
             self.changes[kind] += 1
+            if kind.startswith("pending"):
+                self.pending_messages[_pending_message(obj)] += 1
             rec.changes.append(kind)
         rec.seen = obj
         if not rec.obj or _rv(obj) >= _rv(rec.obj):
@@ -475,6 +486,7 @@ class Runner:
                 if r.finished_at is None
             ][:5],
             "workload_changes": dict(sorted(self.changes.items())),
+            "pending_messages": dict(self.pending_messages.most_common(8)),
             "runner_writes": self.writes,
             "runner_conflicts": self.conflicts,
             "runner_errors": self.errors[:10],

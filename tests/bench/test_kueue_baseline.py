@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_ba
 import generator as gen
 from controllers import Budget, profile_top
 from load import BackgroundLoad
-from runner import Runner, change_kind
+from runner import Runner, _pending_message, change_kind
 
 import run
 
@@ -173,9 +173,45 @@ def test_pod_watch_keeps_the_first_running_time_and_counts_succeeded() -> None:
     first = watch.running["j"]["a"]
     watch._see(pod("a", "Succeeded"))
     assert watch.running["j"]["a"] == first
-    assert watch.succeeded == {"j": {"a"}}
+    assert set(watch.ended) == {"j"}
+    assert set(watch.ended["j"]) == {"a"}
+    ended = watch.ended["j"]["a"]
+    watch._see(pod("a", "Succeeded"))
+    assert watch.ended["j"]["a"] == ended  # the first time it was seen Succeeded
     watch._see({"metadata": {"name": "x"}, "status": {"phase": "Running"}})  # not a Job's pod
     assert set(watch.running) == {"j"}
+
+
+def test_pod_watch_keeps_the_first_time_a_job_was_seen_complete() -> None:
+    watch = jobbench.PodWatch(client=None)  # type: ignore[arg-type]
+
+    def job(*conditions: tuple[str, str]) -> dict[str, Any]:
+        conds = [{"type": t, "status": s} for t, s in conditions]
+        return {"metadata": {"name": "j"}, "status": {"conditions": conds}}
+
+    watch._see_job(job(("SuccessCriteriaMet", "True")))
+    assert watch.complete == {}
+    watch._see_job(job(("Complete", "False")))
+    assert watch.complete == {}
+    watch._see_job(job(("SuccessCriteriaMet", "True"), ("Complete", "True")))
+    first = watch.complete["j"]
+    watch._see_job(job(("Complete", "True")))
+    assert watch.complete == {"j": first}
+
+
+def test_handoffs_measure_from_the_last_end_before_a_queued_gang_started() -> None:
+    # a and b run at once; c was queued behind a (ended at 10) and started at 11.5; d was
+    # created at 20, after every end before its start: not a handoff
+    created = {"a": 0.0, "b": 1.0, "c": 2.0, "d": 20.0}
+    started = {"a": 0.5, "b": 1.5, "c": 11.5, "d": 20.5}
+    ended = {"a": 10.0, "b": 12.0, "c": 21.0}
+    assert jobbench.handoffs(created, started, ended) == [pytest.approx(1.5)]
+    # e queued behind both a and b: measured from b's end, the later one before its start
+    created["e"], started["e"] = 3.0, 12.25
+    assert sorted(jobbench.handoffs(created, started, ended)) == [
+        pytest.approx(0.25),
+        pytest.approx(1.5),
+    ]
 
 
 def test_percentiles() -> None:
@@ -207,6 +243,13 @@ def test_change_kinds_tell_pending_status_updates_from_admissions_and_evictions(
     assert change_kind(admitted, evicted) == "evict"
     assert change_kind(evicted, _pending("Pending", "Evicted by the test runner")) == "unreserve"
     assert change_kind(admitted, _obj("p", "QuotaReserved", "Admitted", "Finished")) == "finish"
+
+
+def test_pending_messages_are_counted_with_their_numbers_blanked() -> None:
+    assert _pending_message(_pending("Pending", "insufficient quota, 12 more needed")) == (
+        "Pending: insufficient quota, N more needed"
+    )
+    assert _pending_message(_obj("p")) == "None: "
 
 
 def test_operator_memory_holds_the_workloads_it_was_fed_and_steps_once() -> None:
