@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from atoll.api.core import Job, PriorityClass
 from atoll.api.leaderworkerset import LeaderWorkerSet
@@ -339,3 +341,81 @@ def test_max_exec_time_label_gives_a_positive_limit_or_none(raw: str, limit: int
     labels = {"kueue.x-k8s.io/queue-name": "q", "kueue.x-k8s.io/max-exec-time-seconds": raw}
     wl = jf.build_workload(job(metadata={"labels": labels}), jf.Priority(0, None))
     assert wl.spec.maximum_execution_time_seconds == limit
+
+
+# -- reclaimable pods (Kueue's ReclaimablePods of batch/v1 Jobs) ----------------------------
+def _done(spec: dict[str, Any], **status: Any) -> Job:
+    j = job(**spec)
+    return j.model_copy(update={"status": j.status.model_copy(update=status)})
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "reclaimable"),
+    [
+        pytest.param({"parallelism": 1, "completions": 5}, {"succeeded": 4}, 0, id="one-slot"),
+        pytest.param({"parallelism": 4}, {"succeeded": 0}, 0, id="none-done"),
+        pytest.param({"parallelism": 4}, {"succeeded": 1}, 1, id="completions-default"),
+        pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 6}, 0, id="slots-full"),
+        pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 7}, 1, id="one-free"),
+        pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 12}, 4, id="over"),
+        pytest.param(
+            {"parallelism": 4, "completions": 8, "completionMode": "Indexed"},
+            {"succeeded": 9, "completed_indexes": "0-2,5", "failed_indexes": "5-6"},
+            1,
+            id="indexed-union",
+        ),
+        pytest.param(
+            {"parallelism": 2, "completions": 3, "completionMode": "Indexed"},
+            {"completed_indexes": "1-9"},
+            1,
+            id="indexed-beyond-completions",
+        ),
+    ],
+)
+def test_reclaimable_pods_follow_kueues_formula(
+    spec: dict[str, Any], status: dict[str, Any], reclaimable: int
+) -> None:
+    got = jf.reclaimable_pods(_done(spec, **status))
+    assert [(p.name, p.count) for p in got] == ([("main", reclaimable)] if reclaimable else [])
+
+
+@pytest.mark.parametrize(
+    ("completed", "failed", "completions", "count"),
+    [
+        (None, None, 4, 0),
+        ("0,2", None, 4, 2),
+        ("0-3", "2-5", 8, 6),
+        ("0-3", "2-5", 3, 3),
+        ("x,1,2-,4-3", "", 8, 1),  # malformed and empty intervals are skipped
+    ],
+)
+def test_terminal_indexes_count_each_index_once(
+    completed: str | None, failed: str | None, completions: int, count: int
+) -> None:
+    assert jf.terminal_indexes(completed, failed, completions) == count
+
+
+@given(
+    parallelism=st.integers(1, 64),
+    completions=st.integers(1, 200),
+    done=st.integers(0, 250),
+)
+def test_reclaimable_pods_never_exceed_the_slots_and_grow_with_the_pods_done(
+    parallelism: int, completions: int, done: int
+) -> None:
+    def count(n: int) -> int:
+        spec = {"parallelism": parallelism, "completions": completions}
+        got = jf.reclaimable_pods(_done(spec, succeeded=n))
+        return got[0].count if got else 0
+
+    now, later = count(done), count(done + 1)
+    assert 0 <= now <= later <= parallelism
+    # what is held covers the pods still to run (never a pod short)
+    assert parallelism - now >= min(parallelism, max(completions - done, 0))
+
+
+def test_an_indexed_jobs_done_indexes_are_read_from_its_status() -> None:
+    raw = job(parallelism=2, completions=3, completionMode="Indexed").to_dict()
+    raw["status"] = {"completedIndexes": "0", "failedIndexes": "2"}
+    got = jf.reclaimable_pods(Job.from_dict(raw))
+    assert [(p.name, p.count) for p in got] == [("main", 1)]

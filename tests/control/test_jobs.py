@@ -276,3 +276,57 @@ async def test_time_admitted_accumulates_across_evictions() -> None:
     assert not wls.has_quota(wl)
     assert wl.status.accumulated_past_execution_time_seconds == 20
     assert wl.spec.active is True
+
+
+def _with_status(j: Job, **status: object) -> Job:
+    return j.model_copy(update={"status": j.status.model_copy(update=status)})
+
+
+async def test_pods_done_for_good_give_their_quota_back_while_the_job_runs() -> None:
+    # Kueue's reclaimable pods: a (4 pods × 2 GPUs) fills the 8-GPU queue and b (2 × 2)
+    # waits; when 2 of a's pods succeeded, only 2 are left to run: 4 GPUs go back and b
+    # is admitted beside a, which keeps running
+    ctl, fake, _ = _setup()
+    a = await _admitted(ctl, fake, "a", job("a", pods=4, gpus=2))
+    await ctl.reconcile("ns/a")
+    fake.jobs["ns/b"] = job("b", pods=2, gpus=2)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/b")
+    _sync(ctl, fake)
+    sched = Scheduler(cache=ctl.cache, store=fake, emit=fake.emit, clock=ctl.clock)
+    await sched.run_once()
+    (b,) = [k for k in fake.workloads if k != a]
+    assert not wls.has_quota(fake.workloads[b])
+
+    fake.jobs["ns/a"] = _with_status(fake.jobs["ns/a"], active=2, succeeded=2)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    reclaimable = fake.workloads[a].status.reclaimable_pods
+    assert [(p.name, p.count) for p in reclaimable or ()] == [("main", 2)]
+    _sync(ctl, fake)
+    await sched.run_once()
+    assert wls.has_quota(fake.workloads[b])
+    assert wls.has_quota(fake.workloads[a])
+    assert not wls.is_finished(fake.workloads[a])
+
+    version = fake.workloads[a].metadata.resource_version
+    await ctl.reconcile("ns/a")  # unchanged: nothing more to write
+    assert fake.workloads[a].metadata.resource_version == version
+
+
+async def test_a_job_whose_remaining_pods_fill_its_parallelism_reclaims_nothing() -> None:
+    ctl, fake, _ = _setup()
+    j = job("a", pods=2, gpus=2)
+    j = j.model_copy(update={"spec": j.spec.model_copy(update={"completions": 6})})
+    a = await _admitted(ctl, fake, "a", j)
+    await ctl.reconcile("ns/a")
+    fake.jobs["ns/a"] = _with_status(fake.jobs["ns/a"], active=2, succeeded=4)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # 2 left to run on 2 slots
+    assert fake.workloads[a].status.reclaimable_pods is None
+    fake.jobs["ns/a"] = _with_status(fake.jobs["ns/a"], active=1, succeeded=5)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # 1 left: one slot is free for good
+    assert [(p.name, p.count) for p in fake.workloads[a].status.reclaimable_pods or ()] == [
+        ("main", 1)
+    ]

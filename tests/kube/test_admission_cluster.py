@@ -314,3 +314,42 @@ def test_maximum_execution_time_deactivates_the_workload(
     assert wl["spec"]["active"] is False
     events = get_json(cluster, "get", "events", "-n", namespace)["items"]
     assert any(e["reason"] == "MaximumExecutionTimeExceeded" for e in events)
+
+
+def test_pods_done_for_good_give_their_quota_to_a_waiting_job(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's reclaimable pods: `long` (2 at a time, 3 completions) fills the 2-GPU queue;
+    once 2 pods succeeded only 1 is left to run, so 1 GPU goes back and `small` is admitted
+    while `long` still runs its last pod."""
+    _queues(cluster, namespace, gpus=2)
+    long = b.job("long", namespace, queue="q", pods=2, run="4s")
+    long["spec"]["completions"] = 3  # type: ignore[index]
+    _create(cluster, long)
+    cluster.wait_for(
+        "long to be Admitted",
+        lambda: is_true(workload_of(cluster, namespace, "long"), "Admitted"),
+    )
+    _create(cluster, b.job("small", namespace, queue="q", pods=1, run="1s"))
+    seen: dict[str, dict[str, object]] = {}
+
+    def small_admitted() -> bool:
+        # one LIST: both Workloads as of one resourceVersion
+        for wl in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
+            seen[wl["metadata"]["ownerReferences"][0]["name"]] = wl
+        return "small" in seen and is_true(seen["small"], "QuotaReserved")
+
+    cluster.wait_for("small to get quota", small_admitted, timeout=60)
+    assert not is_true(seen["long"], "Finished")  # admitted beside long, not after it
+    status = seen["long"]["status"]
+    assert status["reclaimablePods"] == [{"name": "main", "count": 1}]  # type: ignore[index]
+    cluster.kubectl(
+        "wait", "--for=condition=Complete", "job/long", "job/small", "-n", namespace,
+        "--timeout=60s", timeout=70,
+    )  # fmt: skip
+    cluster.wait_for(
+        "both Workloads to be Finished",
+        lambda: all(
+            is_true(workload_of(cluster, namespace, j), "Finished") for j in ("long", "small")
+        ),
+    )

@@ -7,9 +7,11 @@ import datetime as dt
 
 import pytest
 
-from atoll.api.workload import Workload
+from atoll.api.workload import ReclaimablePod, Workload
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.engine.snapshot import usage_of
+from atoll.state import convert
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from tests.control.builders import gpu_admit, job, workload_for
@@ -299,3 +301,32 @@ def test_every_pending_reason_has_a_written_reason() -> None:
 def test_pending_never_writes_over_a_reservation() -> None:
     wl = _admitted()
     assert lc.pending(QUOTA, SKIPPED, _later(1))(wl) is None
+
+
+def _reclaimable(wl: Workload, **counts: int) -> Workload:
+    pods = tuple(ReclaimablePod(name=name, count=n) for name, n in counts.items())
+    return lc.applied(wl, lc.reclaimable(pods))
+
+
+def test_reclaimable_pods_are_written_limited_to_the_pod_set_and_only_when_they_change() -> None:
+    wl = _admitted()  # pod set main: 2 pods
+    one = _reclaimable(wl, main=1)
+    assert wls.reclaimable_counts(one.status.reclaimable_pods) == {"main": 1}
+    assert lc.reclaimable((ReclaimablePod(name="main", count=1),))(one) is None
+    capped = _reclaimable(wl, main=5)  # a Job's count beyond a smaller pod set
+    assert wls.reclaimable_counts(capped.status.reclaimable_pods) == {"main": 2}
+    assert _reclaimable(one).status.reclaimable_pods is None  # none any more: cleared
+
+
+def test_the_admission_charges_only_the_pods_not_reclaimable() -> None:
+    # 2 pods × 1 GPU admitted (usage 2): one pod done for good leaves 1 GPU held; Kueue
+    # scales the admission's usage by the pods left over the pods admitted
+    wl = _admitted()
+    adm = convert.admission(wl)
+    assert adm is not None
+    assert usage_of(adm) == {("gpu", "nvidia.com/gpu"): 2}
+    for counts, held in (({"main": 1}, 1), ({"main": 2}, 0), ({"other": 2}, 2)):
+        scaled = convert.admission(_reclaimable(wl, **counts))
+        assert scaled is not None
+        assert usage_of(scaled).get(("gpu", "nvidia.com/gpu"), 0) == held
+        assert scaled.pod_sets[0].count == 2  # the pods admitted stay as written

@@ -4,6 +4,7 @@ capacity or of an object every queue reads wakes every queue."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 from atoll.api.cohort import Cohort
 from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
+from atoll.api.workload import ReclaimablePod
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.inventory import Placement
+from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import REQUEUE_BATCH_PERIOD, Cache
 from atoll.state.decide import Decider
@@ -338,3 +341,35 @@ def test_a_what_if_copy_wakes_early_without_touching_the_original() -> None:
     assert cache.freed
     cache.queue_heads(NOW)
     assert key not in cache.parked_keys()
+
+
+def test_pods_reclaimed_by_a_running_workload_wake_its_tree_and_free_their_share() -> None:
+    cache = _cache()
+    key = _workload(cache, "runner", "a1", pods=2)
+    admit = d.Admit(
+        workload=m.WorkloadKey(key),
+        cluster_queue=m.ClusterQueueName("a1"),
+        pod_sets=(
+            d.PodSetAdmission(
+                name=m.PodSetName("main"),
+                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("rf")),),
+                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
+                count=2,
+            ),
+        ),
+        borrowing=False,
+    )
+    running = lc.applied(cache.workloads[key], lc.admit(admit, datetime.datetime.now(datetime.UTC)))
+    cache.set_workload(running)
+    keys = _parked_everywhere(cache)
+    cache.requeue_due(NOW)
+    cache.requeue_due(NOW + P)
+    assert not cache.freed
+    one_done = lc.applied(running, lc.reclaimable((ReclaimablePod(name="main", count=1),)))
+    cache.set_workload(one_done)
+    assert cache.freed == {"co:root-a": {("rf", "nvidia.com/gpu"): 1}}
+    assert _woken_after_a_period(cache, NOW + 2 * P) == {keys["a1"], keys["a2"]}
+    now = datetime.datetime.now(datetime.UTC)
+    again = lc.applied(one_done, lc.set_condition("Other", True, "R", "m", now))
+    cache.set_workload(again)  # the same reclaimable pods: nothing freed again
+    assert not cache.freed

@@ -306,6 +306,10 @@ class JobStatus(ApiModel):
     """Current conditions of the Job."""
     uncounted_terminated_pods: UncountedTerminatedPods | None = None
     """Finished pods not yet counted."""
+    completed_indexes: str | None = None
+    """Indexed Jobs: the indexes that succeeded, as intervals (`1,3-5`)."""
+    failed_indexes: str | None = None
+    """Indexed Jobs with a backoff limit per index: the indexes that failed for good."""
 
 
 class Job(KubeObject):

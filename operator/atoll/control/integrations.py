@@ -24,7 +24,7 @@ from atoll.api.meta import KubeObject, OwnerReference
 from atoll.api.mpijob import MPIJob
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import CLUSTER_RUNTIME_KIND, TrainingRuntimeSpec, TrainJob
-from atoll.api.workload import PodSetAssignment, Workload
+from atoll.api.workload import PodSetAssignment, ReclaimablePod, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 from atoll.control import leaderworkerset as lws
@@ -129,6 +129,12 @@ class Integration(ABC, Generic[J]):
     def active_pods(self, obj: J) -> int:
         """How many of its pods (or child Jobs) are still active (> 0: quota stays held)."""
 
+    def reclaimable(self, obj: J) -> tuple[ReclaimablePod, ...] | None:
+        """Its pods that are done for good while it runs, whose quota can be released
+        (Kueue's `ReclaimablePods`); None: the kind does not report them."""
+        del obj
+        return None
+
     @abstractmethod
     def ready(self, obj: J, wl: Workload) -> bool:
         """Whether all admitted pods are ready or succeeded (waitForPodsReady)."""
@@ -222,6 +228,9 @@ class JobIntegration(Integration[Job]):
 
     def active_pods(self, obj: Job) -> int:
         return jf.active_pods(obj)
+
+    def reclaimable(self, obj: Job) -> tuple[ReclaimablePod, ...]:
+        return jf.reclaimable_pods(obj)
 
     def ready(self, obj: Job, wl: Workload) -> bool:
         adm = wl.status.admission

@@ -35,6 +35,7 @@ from atoll.api.workload import (
     PriorityClassGroup,
     PriorityClassKind,
     PriorityClassRef,
+    ReclaimablePod,
     Workload,
     WorkloadSpec,
 )
@@ -315,6 +316,42 @@ def finished_from(
 
 def active_pods(job: Job) -> int:
     return job.status.active or 0
+
+
+def reclaimable_pods(job: Job) -> tuple[ReclaimablePod, ...]:
+    """The pods of a Job whose quota can go back before the Job ends (Kueue's
+    `ReclaimablePods` of batch/v1 Jobs): once fewer pods remain to run than the Job's
+    parallelism, that many of its parallel slots will never be used again. The pods done are
+    `status.succeeded`, or for an Indexed Job its completed and failed indexes."""
+    parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
+    completions = job.spec.completions if job.spec.completions is not None else parallelism
+    if job.spec.completion_mode == "Indexed":
+        status = job.status
+        done = terminal_indexes(status.completed_indexes, status.failed_indexes, completions)
+    else:
+        done = job.status.succeeded or 0
+    if parallelism <= 1 or done <= 0:
+        return ()
+    remaining = max(completions - done, 0)
+    if remaining >= parallelism:
+        return ()
+    return (ReclaimablePod(name=MAIN_POD_SET, count=parallelism - remaining),)
+
+
+def terminal_indexes(completed: str | None, failed: str | None, completions: int) -> int:
+    """How many indexes below `completions` the interval lists `completed` and `failed`
+    (`0,2-4`) name together, each counted once; malformed intervals are skipped."""
+    seen: set[int] = set()
+    for listing in (completed, failed):
+        for part in (listing or "").split(","):
+            first, dash, last = part.strip().partition("-")
+            try:
+                lo, hi = int(first), int(last if dash else first)
+            except ValueError:
+                continue
+            if 0 <= lo <= hi:
+                seen.update(range(lo, min(hi, completions - 1) + 1))
+    return len(seen)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,8 +3,9 @@
 Mirrors Kueue's pkg/controller/jobframework/reconciler.go (`ReconcileGenericJob`, in its order,
 described in docs/architecture.md, "The admission protocol"): finished Workloads lose their
 finalizer, finished Jobs finish their Workload, a Job without a Workload gets one (and is
-kept suspended), an evicted Workload stops its Job and releases quota only when no pod is
-active, an admitted Workload starts its Job, and a running Job that is not admitted is
+kept suspended), a running Job's slots that will never run again are reported as the
+Workload's reclaimable pods, an evicted Workload stops its Job and releases quota only when
+no pod is active, an admitted Workload starts its Job, and a running Job that is not admitted is
 stopped. waitForPodsReady watches that an admitted gang becomes ready in time.
 """
 
@@ -163,6 +164,11 @@ class JobController:
         mismatch = self._mismatch(job, wl)
         if mismatch is not None:
             return await self._rebuild(job, wl, mismatch)
+        reclaimable = self.kind.reclaimable(job)
+        if reclaimable is not None:
+            update = lc.reclaimable(reclaimable)
+            if update(wl) is not None and (wl := await self._set_status(wl, update)) is None:
+                return None
         if wls.is_evicted(wl) or (not wls.has_quota(wl) and not self.kind.suspended(job)):
             return await self._evicted(job, wl)
         if not wls.has_quota(wl):

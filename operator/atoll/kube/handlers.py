@@ -572,6 +572,8 @@ JOB_STATUS_FIELDS = (
     "startTime",
     "completionTime",
     "uncountedTerminatedPods",
+    "completedIndexes",
+    "failedIndexes",
 )
 POD_STATUS_FIELDS = ("phase", "message", "resourceClaimStatuses")
 """Not its container statuses, IPs, start time."""

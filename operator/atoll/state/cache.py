@@ -82,6 +82,12 @@ def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _reclaiming(old: Workload, new: Workload) -> bool:
+    """Whether the reclaimable pods of a holding Workload changed between two versions."""
+    before, after = old.status.reclaimable_pods, new.status.reclaimable_pods
+    return before != after and wls.reclaimable_counts(before) != wls.reclaimable_counts(after)
+
+
 def _older(new: str | None, current: str | None) -> bool:
     """Whether `new` is an older resourceVersion than `current`. Kubernetes' versions are
     opaque, but etcd-backed servers issue increasing integers; anything else is not older."""
@@ -458,6 +464,8 @@ class Cache:
             self.evicting.discard(key)
         was_holding = old is not None and wls.has_quota(old) and not wls.is_finished(old)
         holds = wls.has_quota(wl) and not wls.is_finished(wl)
+        if old is not None and was_holding and holds and _reclaiming(old, wl):
+            self._reclaim(old, wl)  # pods done for good: part of the quota released
         if was_holding and not holds:
             self._release(key, old)  # quota released: parked workloads may fit now
         elif holds and not self.inventory.holds(key):
@@ -542,6 +550,21 @@ class Cache:
                 for fr, amount in usage_of(adm).items():
                     freed[fr] = freed.get(fr, 0) + amount
         self.inventory.release(key)
+
+    def _reclaim(self, old: Workload, wl: Workload) -> None:
+        """A holding Workload's reclaimable pods changed (its Job's done pods): the quota
+        they give back may let parked workloads of its scope in, as a release does."""
+        before, after = convert.admission(old), convert.admission(wl)
+        if before is None or after is None:
+            return
+        scope = self.scope_of(after.cluster_queue)
+        self.bump(scope)
+        if scope != EVERY_QUEUE:
+            left = usage_of(after)
+            freed = self.freed.setdefault(scope, {})
+            for fr, amount in usage_of(before).items():
+                if amount > left.get(fr, 0):
+                    freed[fr] = freed.get(fr, 0) + amount - left.get(fr, 0)
 
     # -- ResourceClaimTemplates (their devices count against quota) -----------------------
     def set_claim_template(self, obj: ResourceClaimTemplate) -> None:

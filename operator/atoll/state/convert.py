@@ -22,6 +22,7 @@ from atoll.api.resourceflavor import ResourceFlavor as ApiFlavor
 from atoll.api.workload import PodSet as ApiPodSet
 from atoll.api.workload import Workload as ApiWorkload
 from atoll.engine import model as m
+from atoll.state import workloads as wls
 
 
 def amount(resource: str, quantity: Quantity) -> int:
@@ -347,9 +348,20 @@ def admission(wl: ApiWorkload) -> m.Admission | None:
     adm = wl.status.admission if wl.status else None
     if adm is None:
         return None
-    return m.Admission(
-        cluster_queue=m.ClusterQueueName(adm.cluster_queue),
-        pod_sets=tuple(
+    sizes = {ps.name: ps.count for ps in wl.spec.pod_sets}
+    reclaimable = wls.reclaimable_counts(wl.status.reclaimable_pods)
+    pod_sets = []
+    for a in adm.pod_set_assignments:
+        count = a.count if a.count is not None else sizes.get(a.name, 0)
+        usage = sorted(
+            (m.ResourceName(r), amount(r, q)) for r, q in (a.resource_usage or {}).items()
+        )
+        # pods done for good give their share back (Kueue's usage after reclaim)
+        size = sizes.get(a.name, 0)
+        left = size - min(reclaimable.get(str(a.name), 0), size)
+        if 0 <= left < count:
+            usage = [(r, v // count * left) for r, v in usage]
+        pod_sets.append(
             m.PodSetAssignment(
                 name=m.PodSetName(a.name),
                 count=a.count if a.count is not None else 0,
@@ -358,13 +370,9 @@ def admission(wl: ApiWorkload) -> m.Admission | None:
                         (m.ResourceName(r), m.FlavorName(f)) for r, f in (a.flavors or {}).items()
                     )
                 ),
-                resource_usage=tuple(
-                    sorted(
-                        (m.ResourceName(r), amount(r, q))
-                        for r, q in (a.resource_usage or {}).items()
-                    )
-                ),
+                resource_usage=tuple(usage),
             )
-            for a in adm.pod_set_assignments
-        ),
+        )
+    return m.Admission(
+        cluster_queue=m.ClusterQueueName(adm.cluster_queue), pod_sets=tuple(pod_sets)
     )

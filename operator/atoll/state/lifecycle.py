@@ -42,6 +42,7 @@ from atoll.api.topologyassignment import TopologyAssignment
 from atoll.api.workload import (
     Admission,
     PodSetAssignment,
+    ReclaimablePod,
     RequeueState,
     Workload,
     WorkloadStatus,
@@ -444,6 +445,26 @@ def set_condition(
                 now=now,
             ),
         )
+
+    return mutate
+
+
+def reclaimable(pods: tuple[ReclaimablePod, ...]) -> Mutation:
+    """`status.reclaimablePods` set to `pods`, each count at most its pod set's (a count
+    from the Job's status may outlive a smaller pod set); nothing to write when the counts
+    by pod set already read so (Kueue's)."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        sizes = {ps.name: ps.count for ps in w.spec.pod_sets}
+        limited = tuple(
+            p
+            if p.count <= sizes.get(p.name, p.count)
+            else p.model_copy(update={"count": sizes[p.name]})
+            for p in pods
+        )
+        if wls.reclaimable_counts(limited) == wls.reclaimable_counts(w.status.reclaimable_pods):
+            return None
+        return wls.status_with(w, reclaimable_pods=limited or None)
 
     return mutate
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from atoll.api.meta import Condition, ConditionStatus
 from atoll.api.workload import (
+    ReclaimablePod,
     SchedulingStats,
     Workload,
     WorkloadConditionType,
@@ -234,6 +235,11 @@ def dt_now() -> dt.datetime:
 
 def status_with(wl: Workload, **changes: object) -> WorkloadStatus:
     return wl.status.model_copy(update=changes)
+
+
+def reclaimable_counts(pods: Iterable[ReclaimablePod] | None) -> dict[str, int]:
+    """Pod set name → its reclaimable pods (`status.reclaimablePods`; none: empty)."""
+    return {str(p.name): p.count for p in pods or ()}
 
 
 def requeue_count(wl: Workload) -> int:
