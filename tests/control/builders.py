@@ -118,16 +118,16 @@ def controller_for(integration: Integration[Any], fake: FakeCluster, *, gpus: in
     )
 
 
-def gpu_admit(key: str, *, gpus: int = 2) -> d.Admit:
+def gpu_admit(key: str, *, gpus: int = 2, cq: str = "cq", flavor: str = "gpu") -> d.Admit:
     """The engine's decision to admit Workload `key` whole in ClusterQueue `cq`: its pod set
-    `main` of `gpus` pods of one GPU, on flavor `gpu`."""
+    `main` of `gpus` pods of one GPU, on `flavor`."""
     return d.Admit(
         workload=m.WorkloadKey(key),
-        cluster_queue=m.ClusterQueueName("cq"),
+        cluster_queue=m.ClusterQueueName(cq),
         pod_sets=(
             d.PodSetAdmission(
                 name=m.PodSetName("main"),
-                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("gpu")),),
+                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName(flavor)),),
                 resource_usage=((m.ResourceName("nvidia.com/gpu"), gpus),),
                 count=gpus,
             ),

@@ -21,7 +21,7 @@ from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import REQUEUE_BATCH_PERIOD, Cache
 from atoll.state.decide import Decider
-from tests.control.builders import cluster_queue, job, workload_for
+from tests.control.builders import cluster_queue, gpu_admit, job, workload_for
 
 NOW = 1_796_000_000.0
 P = REQUEUE_BATCH_PERIOD
@@ -346,19 +346,7 @@ def test_a_what_if_copy_wakes_early_without_touching_the_original() -> None:
 def test_pods_reclaimed_by_a_running_workload_wake_its_tree_and_free_their_share() -> None:
     cache = _cache()
     key = _workload(cache, "runner", "a1", pods=2)
-    admit = d.Admit(
-        workload=m.WorkloadKey(key),
-        cluster_queue=m.ClusterQueueName("a1"),
-        pod_sets=(
-            d.PodSetAdmission(
-                name=m.PodSetName("main"),
-                flavors=((m.ResourceName("nvidia.com/gpu"), m.FlavorName("rf")),),
-                resource_usage=((m.ResourceName("nvidia.com/gpu"), 2),),
-                count=2,
-            ),
-        ),
-        borrowing=False,
-    )
+    admit = gpu_admit(key, gpus=2, cq="a1", flavor="rf")
     running = lc.applied(cache.workloads[key], lc.admit(admit, datetime.datetime.now(datetime.UTC)))
     cache.set_workload(running)
     keys = _parked_everywhere(cache)
