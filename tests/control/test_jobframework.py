@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atoll.api.core import Job, PriorityClass
+from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
@@ -419,3 +419,40 @@ def test_an_indexed_jobs_done_indexes_are_read_from_its_status() -> None:
     raw["status"] = {"completedIndexes": "0", "failedIndexes": "2"}
     got = jf.reclaimable_pods(Job.from_dict(raw))
     assert [(p.name, p.count) for p in got] == [("main", 1)]
+
+
+def test_pods_seen_succeeded_count_before_the_job_controller_does() -> None:
+    # the pod watch saw 3 of 4 pods Succeeded; the Job's status still says 1
+    j = _done({"parallelism": 4}, succeeded=1)
+    seen = {("p0", None), ("p1", None), ("p2", None)}
+    assert [(p.name, p.count) for p in jf.reclaimable_pods(j, seen)] == [("main", 3)]
+    assert [(p.name, p.count) for p in jf.reclaimable_pods(j)] == [("main", 1)]
+    # the status ahead of the watch: the larger count
+    ahead = _done({"parallelism": 4}, succeeded=4)
+    assert [(p.name, p.count) for p in jf.reclaimable_pods(ahead, seen)] == [("main", 4)]
+    # an Indexed Job counts indexes: two pods of index 1 are one index done
+    indexed = _done(
+        {"parallelism": 3, "completions": 3, "completionMode": "Indexed"}, completed_indexes="0"
+    )
+    twice = {("a", 1), ("b", 1), ("c", None)}
+    assert [(p.name, p.count) for p in jf.reclaimable_pods(indexed, twice)] == [("main", 2)]
+
+
+def _pod(phase: str, owners: list[dict[str, Any]], index: str | None = None) -> Pod:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ml", "ownerReferences": owners}
+    if index is not None:
+        meta["annotations"] = {"batch.kubernetes.io/job-completion-index": index}
+    spec = {"containers": [{"name": "c", "image": "x"}]}
+    return Pod.from_dict({"metadata": meta, "spec": spec, "status": {"phase": phase}})
+
+
+def test_a_succeeded_pod_names_the_job_that_controls_it() -> None:
+    job_owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1"}
+    controls = {**job_owner, "controller": True}
+    assert jf.succeeded_job_pod(_pod("Succeeded", [controls], "3")) == ("u1", "train", 3)
+    assert jf.succeeded_job_pod(_pod("Succeeded", [controls])) == ("u1", "train", None)
+    assert jf.succeeded_job_pod(_pod("Running", [controls])) is None
+    assert jf.succeeded_job_pod(_pod("Failed", [controls])) is None
+    assert jf.succeeded_job_pod(_pod("Succeeded", [job_owner])) is None  # not its controller
+    other = {**controls, "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet"}
+    assert jf.succeeded_job_pod(_pod("Succeeded", [other])) is None

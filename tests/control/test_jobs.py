@@ -330,3 +330,17 @@ async def test_a_job_whose_remaining_pods_fill_its_parallelism_reclaims_nothing(
     assert [(p.name, p.count) for p in fake.workloads[a].status.reclaimable_pods or ()] == [
         ("main", 1)
     ]
+
+
+async def test_pods_seen_succeeded_are_reclaimed_before_the_jobs_status_counts_them() -> None:
+    ctl, fake, _ = _setup()
+    a = await _admitted(ctl, fake, "a", job("a", pods=4, gpus=2))
+    await ctl.reconcile("ns/a")
+    uid = fake.jobs["ns/a"].metadata.uid or ""
+    assert ctl.cache.pod_succeeded(uid, "a-0", None)
+    assert not ctl.cache.pod_succeeded(uid, "a-0", None)  # seen once
+    assert ctl.cache.pod_succeeded(uid, "a-1", None)
+    await ctl.reconcile("ns/a")  # the Job's status still counts none
+    assert wls.reclaimable_counts(fake.workloads[a].status.reclaimable_pods) == {"main": 2}
+    ctl.cache.delete_job("ns/a")
+    assert uid not in ctl.cache.succeeded_pods

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from atoll.api.core import Job, JobStatus, Node, NodeStatus, Pod, PodCondition, PodStatus
 from atoll.api.labels import MANAGED_LABEL, WORKLOAD_ANNOTATION
 from atoll.api.meta import KubeObject
+from atoll.control.workqueue import WorkQueue
 from atoll.kube import handlers
 from atoll.kube.watch import Watches
 from atoll.state.cache import Cache
@@ -331,3 +332,37 @@ def test_pods_of_equal_statuses_share_one_and_each_is_its_whole_parse(edits: lis
     assert seen[1].status is a.status
     if b.status == a.status:
         assert b.status is a.status
+
+
+def test_a_jobs_pod_seen_succeeded_reconciles_the_job_once() -> None:
+    """Its pods seen Succeeded are counted ahead of the Job's status (reclaimable pods): the
+    Job is reconciled on the first such event, not on later ones, nor for a pod of a Job
+    the cache does not hold with that UID."""
+    cache = Cache()
+    jobs = WorkQueue("jobs")
+    wiring = bare_wiring(cache, jobs=jobs)
+    watches = Watches()
+    handlers.register_watches(watches, wiring)
+    on = next(w for r, w in watches.watches.items() if r.plural == "pods").handler
+    cache.set_job(Job.from_dict({**JOB, "metadata": {**META, "name": "train", "uid": "j1"}}))
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j1"}
+    body = copy.deepcopy(POD)
+    body["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+    on("ADDED", body)
+    assert jobs._queued == set()
+    done = copy.deepcopy(body)
+    done["status"]["phase"] = "Succeeded"
+    on("MODIFIED", done)
+    assert jobs._queued == {"ns/train"}
+    assert cache.succeeded_pods == {"j1": frozenset({("a", None)})}
+    jobs._queued.clear()
+    later = copy.deepcopy(done)
+    later["metadata"]["finalizers"] = []
+    on("MODIFIED", later)
+    assert jobs._queued == set()
+    stranger = copy.deepcopy(done)
+    stranger["metadata"]["name"] = "b"
+    stranger["metadata"]["ownerReferences"] = [{**owner, "uid": "old", "controller": True}]
+    on("ADDED", stranger)  # a pod of an earlier Job of that name
+    assert jobs._queued == set()
+    assert set(cache.succeeded_pods) == {"j1"}

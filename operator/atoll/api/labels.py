@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Final
 
 QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
+JOB_COMPLETION_INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
+"""The Job controller's: the completion index of an Indexed Job's pod (read only)."""
 PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
 MAX_EXEC_TIME_SECONDS_LABEL: Final = "kueue.x-k8s.io/max-exec-time-seconds"
 PREBUILT_WORKLOAD_LABEL: Final = "kueue.x-k8s.io/prebuilt-workload-name"
@@ -19,11 +21,11 @@ CLUSTER_QUEUE_LABEL: Final = "kueue.x-k8s.io/cluster-queue-name"
 
 POD_GROUP_NAME_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
+"""Put on the plain pods Kueue (and atoll) manage."""
 POD_FINALIZER: Final = "kueue.x-k8s.io/managed"
 """The finalizer on managed plain pods: a pod stays until its Workload has accounted for it."""
 RETRIABLE_IN_GROUP_ANNOTATION: Final = "kueue.x-k8s.io/retriable-in-group"
 """`"false"` on a pod of a group: once no pod of the group runs, the group is finished."""
-"""Put on the plain pods Kueue (and atoll) manage."""
 
 POD_GROUP_TOTAL_COUNT_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
 IS_GROUP_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/is-group-workload"

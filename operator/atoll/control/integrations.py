@@ -129,10 +129,10 @@ class Integration(ABC, Generic[J]):
     def active_pods(self, obj: J) -> int:
         """How many of its pods (or child Jobs) are still active (> 0: quota stays held)."""
 
-    def reclaimable(self, obj: J) -> tuple[ReclaimablePod, ...] | None:
+    def reclaimable(self, obj: J, cache: Cache) -> tuple[ReclaimablePod, ...] | None:
         """Its pods that are done for good while it runs, whose quota can be released
         (Kueue's `ReclaimablePods`); None: the kind does not report them."""
-        del obj
+        del obj, cache
         return None
 
     @abstractmethod
@@ -229,8 +229,8 @@ class JobIntegration(Integration[Job]):
     def active_pods(self, obj: Job) -> int:
         return jf.active_pods(obj)
 
-    def reclaimable(self, obj: Job) -> tuple[ReclaimablePod, ...]:
-        return jf.reclaimable_pods(obj)
+    def reclaimable(self, obj: Job, cache: Cache) -> tuple[ReclaimablePod, ...]:
+        return jf.reclaimable_pods(obj, cache.succeeded_pods.get(obj.metadata.uid or "", ()))
 
     def ready(self, obj: Job, wl: Workload) -> bool:
         adm = wl.status.admission

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +18,7 @@ from atoll.api.core import (
     Container,
     Job,
     JobCondition,
+    Pod,
     PodTemplateMeta,
     PodTemplateSpec,
     PriorityClass,
@@ -318,18 +319,25 @@ def active_pods(job: Job) -> int:
     return job.status.active or 0
 
 
-def reclaimable_pods(job: Job) -> tuple[ReclaimablePod, ...]:
+def reclaimable_pods(
+    job: Job, seen: Collection[tuple[str, int | None]] = ()
+) -> tuple[ReclaimablePod, ...]:
     """The pods of a Job whose quota can go back before the Job ends (Kueue's
     `ReclaimablePods` of batch/v1 Jobs): once fewer pods remain to run than the Job's
     parallelism, that many of its parallel slots will never be used again. The pods done are
-    `status.succeeded`, or for an Indexed Job its completed and failed indexes."""
+    `status.succeeded`, or for an Indexed Job its completed and failed indexes; `seen`, its
+    pods seen Succeeded (name, completion index), counts them before the Job controller does
+    (a Succeeded pod never runs again, and the Job counts every one)."""
     parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
     completions = job.spec.completions if job.spec.completions is not None else parallelism
     if job.spec.completion_mode == "Indexed":
         status = job.status
-        done = terminal_indexes(status.completed_indexes, status.failed_indexes, completions)
+        indexes = {i for _, i in seen if i is not None}
+        done = terminal_indexes(
+            status.completed_indexes, status.failed_indexes, completions, also=indexes
+        )
     else:
-        done = job.status.succeeded or 0
+        done = max(job.status.succeeded or 0, len(seen))
     if parallelism <= 1 or done <= 0:
         return ()
     remaining = max(completions - done, 0)
@@ -338,10 +346,33 @@ def reclaimable_pods(job: Job) -> tuple[ReclaimablePod, ...]:
     return (ReclaimablePod(name=MAIN_POD_SET, count=parallelism - remaining),)
 
 
-def terminal_indexes(completed: str | None, failed: str | None, completions: int) -> int:
+def succeeded_job_pod(pod: Pod) -> tuple[str, str, int | None] | None:
+    """(its Job's UID, the Job's name, its completion index) of a Succeeded pod a batch/v1
+    Job controls; None for any other pod."""
+    if pod.status.phase != "Succeeded":
+        return None
+    owner = next(
+        (
+            o
+            for o in pod.metadata.owner_references or ()
+            if o.controller and o.kind == "Job" and o.api_version == "batch/v1"
+        ),
+        None,
+    )
+    if owner is None:
+        return None
+    raw = (pod.metadata.annotations or {}).get(keys.JOB_COMPLETION_INDEX_ANNOTATION)
+    index = int(raw) if raw is not None and raw.isdigit() else None
+    return owner.uid, owner.name, index
+
+
+def terminal_indexes(
+    completed: str | None, failed: str | None, completions: int, *, also: Iterable[int] = ()
+) -> int:
     """How many indexes below `completions` the interval lists `completed` and `failed`
-    (`0,2-4`) name together, each counted once; malformed intervals are skipped."""
-    seen: set[int] = set()
+    (`0,2-4`) and the indexes `also` name together, each counted once; malformed intervals
+    are skipped."""
+    seen: set[int] = {i for i in also if 0 <= i < completions}
     for listing in (completed, failed):
         for part in (listing or "").split(","):
             first, dash, last = part.strip().partition("-")

@@ -164,7 +164,7 @@ class JobController:
         mismatch = self._mismatch(job, wl)
         if mismatch is not None:
             return await self._rebuild(job, wl, mismatch)
-        reclaimable = self.kind.reclaimable(job)
+        reclaimable = self.kind.reclaimable(job, self.cache)
         if reclaimable is not None:
             update = lc.reclaimable(reclaimable)
             if update(wl) is not None and (wl := await self._set_status(wl, update)) is None:

@@ -42,6 +42,7 @@ from atoll.api.resource import DeviceClass, ResourceClaim, ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
 from atoll.api.workload import Workload, WorkloadStatus
+from atoll.control import jobframework as jf
 from atoll.control import leaderworkerset as lws
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
@@ -721,8 +722,23 @@ def _pods(watches: Watches, w: Wiring) -> None:
         if (deleted or parsed.status.phase in _OVER) and not was_over:
             # its node has room again (a pod already seen over left the inventory then)
             _capacity_changed(w)
+        if not deleted:
+            _job_pod_succeeded(w, parsed)
 
     watches.on("", "v1", "pods", pod, known=pods.keys)
+
+
+def _job_pod_succeeded(w: Wiring, pod: Pod) -> None:
+    """A Job's pod seen Succeeded for the first time: its Job is reconciled, as its
+    reclaimable pods may have grown (before the Job controller counts the pod)."""
+    done = jf.succeeded_job_pod(pod)
+    if done is None:
+        return
+    uid, name, index = done
+    key = wls.key_of(pod.namespace, name)
+    job = w.cache.jobs.get(key)
+    if job is not None and job.metadata.uid == uid and w.cache.pod_succeeded(uid, pod.name, index):
+        w.jobs.add(key)
 
 
 def _parse_pod(

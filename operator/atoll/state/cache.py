@@ -109,6 +109,10 @@ class Cache:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
+    succeeded_pods: dict[str, frozenset[tuple[str, int | None]]] = field(default_factory=dict)
+    """Job UID → its pods seen Succeeded on the pod watch, with their completion index (an
+    Indexed Job's): ahead of the Job's own status, which its controller updates a second or
+    more later (`control/jobframework.reclaimable_pods`). Replaced, never edited."""
     jobsets: dict[str, JobSet] = field(default_factory=dict)
     mpijobs: dict[str, MPIJob] = field(default_factory=dict)
     trainjobs: dict[str, TrainJob] = field(default_factory=dict)
@@ -606,7 +610,17 @@ class Cache:
         self.jobs[wls.key_of(job.namespace, job.name)] = job
 
     def delete_job(self, key: str) -> None:
-        self.jobs.pop(key, None)
+        job = self.jobs.pop(key, None)
+        if job is not None:
+            self.succeeded_pods.pop(job.metadata.uid or "", None)
+
+    def pod_succeeded(self, job_uid: str, pod: str, index: int | None) -> bool:
+        """Note a pod of Job `job_uid` seen Succeeded; whether it is new."""
+        seen = self.succeeded_pods.get(job_uid, frozenset())
+        if (pod, index) in seen:
+            return False
+        self.succeeded_pods[job_uid] = seen | {(pod, index)}
+        return True
 
     def owner_job(self, wl: Workload) -> Job | None:
         """The Job that owns `wl`, if cached (its run bounds are read once, with the rest of
