@@ -3,6 +3,8 @@ Kueue's conditions, preempt whole workloads, never rewrite an unchanged pending 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 
 import pytest
@@ -12,8 +14,9 @@ from atoll.api.localqueue import LocalQueue
 from atoll.api.workload import Workload, WorkloadStatus
 from atoll.control.explain import explain
 from atoll.control.metrics import Metrics
-from atoll.control.scheduler import Scheduler
+from atoll.control.scheduler import PENDING_DEFER_MAX, Scheduler
 from atoll.engine import decisions as d
+from atoll.engine import model as m
 from atoll.state import workloads as wls
 from atoll.state.lifecycle import without_reservation
 from tests.control.builders import cache_with_queue, cluster_queue, job, workload_for
@@ -302,3 +305,99 @@ async def test_backfill_reservation_is_told_evented_and_measured() -> None:
         "atoll_backfill_reservation_start_seconds", {"cluster_queue": "cq"}
     )
     assert start == NOW + 600 + 15
+
+
+class _Gate:
+    """`Scheduler.defer_pending` for tests: the API budget is spare once `open` is set."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.waits = 0
+
+    async def __call__(self) -> None:
+        self.waits += 1
+        await self.open.wait()
+
+
+async def _drained(sched: Scheduler) -> None:
+    """Let `write_pending` write what it can, then stop it."""
+    writer = asyncio.create_task(sched.write_pending())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    writer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await writer
+
+
+async def test_deferred_pending_statuses_wait_for_spare_budget() -> None:
+    sched, fake = _setup(gpus=8)
+    gate = _Gate()
+    sched.defer_pending = gate
+    first = await _add(sched, fake, "a", pods=6)
+    second = await _add(sched, fake, "b", pods=4)
+    await sched.run_once()
+    await sched.run_once()
+    assert wls.is_admitted(fake.workloads[first])
+    assert wls.condition(fake.workloads[second], wls.QUOTA_RESERVED) is None  # not yet
+    await _drained(sched)
+    assert gate.waits == 1
+    assert wls.condition(fake.workloads[second], wls.QUOTA_RESERVED) is None  # no budget
+    gate.open.set()
+    await _drained(sched)
+    cond = wls.condition(fake.workloads[second], wls.QUOTA_RESERVED)
+    assert cond is not None
+    assert cond.reason == "Pending"
+    assert "insufficient unused quota for nvidia.com/gpu" in cond.message
+
+
+async def test_a_deferred_pending_status_is_dropped_once_the_workload_is_admitted() -> None:
+    sched, fake = _setup(gpus=8)
+    sched.defer_pending = _Gate()  # never spare
+    first = await _add(sched, fake, "a", pods=6)
+    second = await _add(sched, fake, "b", pods=4)
+    await sched.run_once()
+    await sched.run_once()  # b told it waits: deferred
+    sched.cache.delete_workload(first)
+    del fake.workloads[first]
+    sched.cache.requeue_due(NOW)
+    result = await sched.run_once()
+    while not result.admitted:  # the batched requeue: the next cycles wake b
+        sched.clock = lambda: NOW + 2  # type: ignore[method-assign]
+        result = await sched.run_once()
+    assert wls.is_admitted(fake.workloads[second])
+    sched.defer_pending = _open_gate
+    await _drained(sched)
+    assert wls.is_admitted(fake.workloads[second])  # the pending status was dropped
+    assert not [e for e in fake.events if e[1] == "Pending"]
+
+
+async def test_a_pending_status_deferred_too_long_is_written_without_spare_budget() -> None:
+    sched, fake = _setup(gpus=8)
+    gate = _Gate()
+    sched.defer_pending = gate
+    await _add(sched, fake, "a", pods=6)
+    second = await _add(sched, fake, "b", pods=4)
+    await sched.run_once()
+    await sched.run_once()
+    sched.clock = lambda: NOW + PENDING_DEFER_MAX  # type: ignore[method-assign]
+    await _drained(sched)
+    assert gate.waits == 0
+    assert wls.condition(fake.workloads[second], wls.QUOTA_RESERVED) is not None
+
+
+async def _open_gate() -> None:
+    return None
+
+
+def test_a_newer_pending_decision_replaces_the_deferred_one_and_keeps_its_age() -> None:
+    sched, _ = _setup()
+    sched.defer_pending = _open_gate
+    key, cq = m.WorkloadKey("ns/b"), m.ClusterQueueName("cq")
+    why, requeue = d.PendingReason.WAITING_FOR_QUOTA, d.Requeue.IMMEDIATE
+    old = d.Pending(workload=key, cluster_queue=cq, reason=why, message="old", requeue=requeue)
+    new = d.Pending(workload=key, cluster_queue=cq, reason=why, message="new", requeue=requeue)
+    t0 = dt.datetime.fromtimestamp(NOW, dt.UTC)
+    sched._defer(old, t0)
+    sched.clock = lambda: NOW + 3  # type: ignore[method-assign]
+    sched._defer(new, t0 + dt.timedelta(seconds=3))
+    assert sched._deferred == {"ns/b": (new, t0 + dt.timedelta(seconds=3), NOW)}

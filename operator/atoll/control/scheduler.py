@@ -4,6 +4,8 @@ Mirrors Kueue's pkg/scheduler/scheduler.go (`schedule`): nothing is awaited betw
 the snapshot and assuming the cycle's decisions in the cache, so the next cycle (and a crash
 at any point) never double-counts or over-commits quota. The Workload status write is the
 ledger of record; a failed write forgets the assumption and the workload is retried.
+In the operator a pending status (why a Workload waits) is written after the cycle, behind
+admissions in the API budget (`Scheduler.defer_pending`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from atoll.state.placing import assignments
 from atoll.state.reserving import Change
 
 log = structlog.get_logger("atoll.scheduler")
+
+PENDING_DEFER_MAX = 10.0
+"""Seconds a deferred pending status waits at most for spare API budget (`defer_pending`)."""
 
 Emit = Callable[[ObjectRef, str, str, str], Awaitable[None]]
 
@@ -66,9 +71,19 @@ class Scheduler:
     on_cycle: Callable[[CycleResult, float], None] | None = None
     metrics: Metrics | None = None
     debounce: float = 0.01
+    defer_pending: Callable[[], Awaitable[None]] | None = None
+    """When set, pending statuses are written off the cycle by `write_pending`, each once this
+    says the API budget has room to spare: admissions, preemptions and evictions go first. A
+    newer decision for a Workload replaces one not written yet, and its admission drops it;
+    one deferred `PENDING_DEFER_MAX` seconds is written without waiting. None: written in
+    the cycle, as Kueue does."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
     _decision: Decider | None = None
+    _deferred: dict[str, tuple[d.Pending, dt.datetime, float]] = field(default_factory=dict)
+    """Workload key → (its pending decision not written yet, the decision's time, when the
+    first decision not written was deferred), oldest first."""
+    _deferred_added: asyncio.Event = field(default_factory=asyncio.Event)
 
     def _decider(self) -> Decider:
         if self._decision is None:
@@ -142,9 +157,11 @@ class Scheduler:
             match dec:
                 case d.Admit():
                     result.admitted += 1
+                    self._deferred.pop(str(dec.workload), None)
                     writes.append(self._admit(dec, now, result))
                 case d.Preempt():
                     result.preempted += len(dec.victims)
+                    self._deferred.pop(str(dec.workload), None)
                     writes.extend(self._preempt(dec, now, result))
                 case d.Evict():
                     result.evicted += 1
@@ -153,7 +170,10 @@ class Scheduler:
                     writes.append(self._evict(str(dec.workload), evict, result))
                 case d.Pending():
                     result.pending += 1
-                    writes.append(self._pending(dec, now, result))
+                    if self.defer_pending is not None:
+                        self._defer(dec, now)
+                    else:
+                        writes.append(self._pending(dec, now, result))
         writes.extend(self._reservations())
         if writes:
             await asyncio.gather(*writes)
@@ -298,6 +318,35 @@ class Scheduler:
     def _backfilled_queue(self, key: str) -> str:
         adm = self.cache.assumed.get(key)
         return str(adm.cluster_queue) if adm is not None else ""
+
+    def _defer(self, dec: d.Pending, now: dt.datetime) -> None:
+        key = str(dec.workload)
+        earlier = self._deferred.get(key)
+        since = earlier[2] if earlier is not None else self.clock()
+        self._deferred[key] = (dec, now, since)
+        self._deferred_added.set()
+
+    async def write_pending(self) -> None:
+        """Forever: write the deferred pending statuses (`defer_pending`), oldest first, each
+        as it is when written (superseded by a newer one; dropped once its Workload holds
+        quota or is gone)."""
+        assert self.defer_pending is not None
+        while True:
+            if not self._deferred:
+                await self._deferred_added.wait()
+            self._deferred_added.clear()
+            while self._deferred:
+                key, (_, _, since) = next(iter(self._deferred.items()))
+                if self.clock() - since < PENDING_DEFER_MAX:
+                    await self.defer_pending()
+                entry = self._deferred.pop(key, None)
+                wl = self.cache.workloads.get(key)
+                if entry is None or wl is None or wls.has_quota(wl) or key in self.cache.assumed:
+                    continue
+                try:
+                    await self._pending(entry[0], entry[1], CycleResult())
+                except Exception:
+                    log.exception("pending status write failed", workload=key)
 
     async def _pending(self, dec: d.Pending, now: dt.datetime, result: CycleResult) -> None:
         key = str(dec.workload)

@@ -141,6 +141,7 @@ class Operator:
             emit=self.writer.emit,
             fair_sharing=fair_sharing(cfg),
             metrics=self.metrics,
+            defer_pending=self._spare_budget,
         )
         self.jobs = JobController(
             self.cache,
@@ -323,6 +324,12 @@ class Operator:
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
         return settings
 
+    async def _spare_budget(self) -> None:
+        """Until half the API budget's burst is spare: the pending statuses wait for it (as
+        Events do), so admissions are never queued behind them."""
+        limiter = self.writer.limiter
+        await limiter.wait_spare(reserve=limiter.burst / 2)
+
     async def _queue_status_loop(self) -> None:
         while True:
             await self._queues_dirty.wait()
@@ -416,6 +423,7 @@ class Operator:
                         tg.create_task(queue.work(ctl.reconcile))
                 tg.create_task(self.pod_queue.work(self.ungater.reconcile))
                 tg.create_task(self.writer.send_events())
+                tg.create_task(self.scheduler.write_pending())
         finally:
             # Leadership lost (or shutdown): admissions assumed but not written are dropped,
             # so that a later term starts from the Workload statuses alone.

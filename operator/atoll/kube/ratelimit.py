@@ -46,6 +46,15 @@ class TokenBucket:
                 return
             await asyncio.sleep((reserve + 1 - self._tokens) / self.qps)
 
+    async def wait_spare(self, *, reserve: float) -> None:
+        """Wait until a token could be taken with `reserve` tokens left, without taking it
+        (the request that follows takes its own)."""
+        while True:
+            self._refill()
+            if self._tokens - 1 >= reserve:
+                return
+            await asyncio.sleep((reserve + 1 - self._tokens) / self.qps)
+
     async def __aenter__(self) -> None:
         await self.acquire()
 
