@@ -329,7 +329,7 @@ class Scheduler:
     async def write_pending(self) -> None:
         """Forever: write the deferred pending statuses (`defer_pending`), oldest first, each
         as it is when written (superseded by a newer one; dropped once its Workload holds
-        quota or is gone)."""
+        quota, is finished or is gone)."""
         assert self.defer_pending is not None
         while True:
             if not self._deferred:
@@ -341,7 +341,13 @@ class Scheduler:
                     await self.defer_pending()
                 entry = self._deferred.pop(key, None)
                 wl = self.cache.workloads.get(key)
-                if entry is None or wl is None or wls.has_quota(wl) or key in self.cache.assumed:
+                if (
+                    entry is None
+                    or wl is None
+                    or wls.has_quota(wl)
+                    or wls.is_finished(wl)
+                    or key in self.cache.assumed
+                ):
                     continue
                 try:
                     await self._pending(entry[0], entry[1], CycleResult())
