@@ -334,10 +334,11 @@ def test_pods_of_equal_statuses_share_one_and_each_is_its_whole_parse(edits: lis
         assert b.status is a.status
 
 
-def test_a_jobs_pod_seen_succeeded_reconciles_the_job_once() -> None:
+async def test_a_jobs_pod_seen_succeeded_reconciles_the_job_once() -> None:
     """Its pods seen Succeeded are counted ahead of the Job's status (reclaimable pods): the
-    Job is reconciled on the first such event, not on later ones, nor for a pod of a Job
-    the cache does not hold with that UID."""
+    Job is reconciled a moment after the first such event (the pods of a gang that end
+    together make one reconcile), not on later ones, nor for a pod of a Job the cache does
+    not hold with that UID."""
     cache = Cache()
     jobs = WorkQueue("jobs")
     wiring = bare_wiring(cache, jobs=jobs)
@@ -353,16 +354,17 @@ def test_a_jobs_pod_seen_succeeded_reconciles_the_job_once() -> None:
     done = copy.deepcopy(body)
     done["status"]["phase"] = "Succeeded"
     on("MODIFIED", done)
-    assert jobs._queued == {"ns/train"}
+    assert jobs._queued == set()
+    assert set(jobs._timers) == {"ns/train"}
     assert cache.succeeded_pods == {"j1": frozenset({("a", None)})}
-    jobs._queued.clear()
+    jobs._timers.pop("ns/train").cancel()
     later = copy.deepcopy(done)
     later["metadata"]["finalizers"] = []
     on("MODIFIED", later)
-    assert jobs._queued == set()
+    assert jobs._timers == {}
     stranger = copy.deepcopy(done)
     stranger["metadata"]["name"] = "b"
     stranger["metadata"]["ownerReferences"] = [{**owner, "uid": "old", "controller": True}]
     on("ADDED", stranger)  # a pod of an earlier Job of that name
-    assert jobs._queued == set()
+    assert jobs._timers == {}
     assert set(cache.succeeded_pods) == {"j1"}

@@ -728,9 +728,15 @@ def _pods(watches: Watches, w: Wiring) -> None:
     watches.on("", "v1", "pods", pod, known=pods.keys)
 
 
+RECLAIM_BATCH = 0.25
+"""Seconds a Job's reconcile waits after its first pod seen Succeeded, so that the pods of a
+gang that end together are reported as reclaimable in one write, not one write each."""
+
+
 def _job_pod_succeeded(w: Wiring, pod: Pod) -> None:
-    """A Job's pod seen Succeeded for the first time: its Job is reconciled, as its
-    reclaimable pods may have grown (before the Job controller counts the pod)."""
+    """A Job's pod seen Succeeded for the first time: its Job is reconciled shortly after
+    (`RECLAIM_BATCH`), as its reclaimable pods may have grown (before the Job controller
+    counts the pod, about a second later)."""
     done = jf.succeeded_job_pod(pod)
     if done is None:
         return
@@ -738,7 +744,7 @@ def _job_pod_succeeded(w: Wiring, pod: Pod) -> None:
     key = wls.key_of(pod.namespace, name)
     job = w.cache.jobs.get(key)
     if job is not None and job.metadata.uid == uid and w.cache.pod_succeeded(uid, pod.name, index):
-        w.jobs.add(key)
+        w.jobs.add_after(key, RECLAIM_BATCH)
 
 
 def _parse_pod(
