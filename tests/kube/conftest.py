@@ -227,6 +227,25 @@ def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
     return c is not None and c["status"] == "True"
 
 
+def charged(wl: dict[str, Any], resource: str) -> int:
+    """What a Workload holding quota is charged of `resource` (whole units), as Kueue counts
+    it: its admission's usage, less the share of its reclaimable pods (pods done for good
+    while it still runs give their quota back)."""
+    status = wl.get("status") or {}
+    if not is_true(wl, "QuotaReserved") or is_true(wl, "Finished"):
+        return 0
+    sizes = {ps["name"]: int(ps.get("count", 1)) for ps in wl["spec"]["podSets"]}
+    done = {p["name"]: int(p["count"]) for p in status.get("reclaimablePods") or ()}
+    total = 0
+    for psa in status["admission"]["podSetAssignments"]:
+        name = psa["name"]
+        count = int(psa.get("count", sizes.get(name, 0)))
+        usage = int(psa["resourceUsage"].get(resource, "0"))
+        left = sizes.get(name, 0) - min(done.get(name, 0), sizes.get(name, 0))
+        total += usage // count * left if 0 <= left < count else usage
+    return total
+
+
 @pytest.fixture(scope="module")
 def dgx(cluster: KubeCluster) -> list[str]:
     """The dgx-h100 shape's nodes (16 x 8 GPUs, racks of 4), added to the session cluster."""

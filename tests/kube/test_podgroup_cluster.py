@@ -21,6 +21,7 @@ from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
     apply,
+    charged,
     create,
     get_json,
     is_true,
@@ -407,7 +408,11 @@ def test_a_preempted_group_waits_for_replacements_and_is_readmitted_whole_when_t
     assert ring is not None
     assert ring["metadata"]["uid"] == uid
     assert is_true(ring, "Admitted")
-    assert is_true(_workload(cluster, namespace, "job-urgent-"), "Finished")
+    # the urgent Job had given its GPUs back: finished, or its pods all done (reclaimable)
+    urgent = _workload(cluster, namespace, "job-urgent-")
+    assert urgent is not None
+    assert charged(urgent, b.GPU) == 0
+    assert not is_true(urgent, "Evicted")
     cluster.wait_for(
         "the replaced pods to lose their finalizer and be gone",
         lambda: not any(n in _pods(cluster, namespace) for n in names),

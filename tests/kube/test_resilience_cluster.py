@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import get_json, holder, is_true, one_queue, replica
+from tests.kube.conftest import charged, get_json, holder, is_true, one_queue, replica
 
 pytestmark = pytest.mark.cluster
 
@@ -76,12 +76,9 @@ def test_only_the_leader_admits_and_a_follower_takes_over(
 
 
 def _gpu_usage(workloads: list[dict[str, Any]]) -> int:
-    total = 0
-    for w in workloads:
-        if is_true(w, "QuotaReserved") and not is_true(w, "Finished"):
-            for ps in w["status"]["admission"]["podSetAssignments"]:
-                total += int(ps["resourceUsage"].get(b.GPU, "0"))
-    return total
+    """GPUs charged to unfinished Workloads (a Job's pods done for good are not: they are
+    its reclaimable pods)."""
+    return sum(charged(w, b.GPU) for w in workloads)
 
 
 def _violations(cluster: KubeCluster, ns: str, quota: int) -> list[str]:

@@ -14,7 +14,15 @@ import pytest
 from atoll.sandbox.allreduce import AllReduceAgent
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    charged,
+    condition,
+    get_json,
+    is_true,
+    workload_of,
+)
 
 pytestmark = pytest.mark.cluster
 SIX = {"atoll.dev/node-group": "six"}
@@ -108,7 +116,7 @@ def test_gang_admission_runs_the_same_jobs_one_after_the_other(
     for name in ("a", "bb"):
         job = b.job(name, namespace, queue="q", pods=4, node_selector=SIX, allreduce_seconds=2)
         cluster.kubectl("create", "-f", "-", input=json.dumps(job))
-    both_reserved = False
+    most = 0
     deadline = time.monotonic() + 120
     done: set[str] = set()
     while time.monotonic() < deadline and len(done) < 2:
@@ -116,23 +124,15 @@ def test_gang_admission_runs_the_same_jobs_one_after_the_other(
         # running and, a moment later, `bb` admitted after `a` finished.
         wls = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
         holding = [w for w in wls if is_true(w, "QuotaReserved") and not is_true(w, "Finished")]
-        both_reserved = both_reserved or len(holding) == 2
+        # A gang whose pods succeeded gives their GPUs back before its Job is Complete
+        # (reclaimable pods): what counts is the GPUs still charged.
+        most = max(most, sum(charged(w, b.GPU) for w in holding))
         for j in ("a", "bb"):
             if get_json(cluster, "get", "job", j, "-n", namespace)["status"].get("succeeded") == 4:
                 done.add(j)
         time.sleep(0.3)
     assert done == {"a", "bb"}, "both gangs must complete"
-    assert not both_reserved, "8 GPUs of gangs must never be admitted on 6 GPUs"
-    # The second gang's quota was reserved no earlier than the first one finished.
-    first, second = sorted(
-        (workload_of(cluster, namespace, j) for j in ("a", "bb")),
-        key=lambda w: str((condition(w, "QuotaReserved") or {}).get("lastTransitionTime")),
-    )
-    finished = (condition(first, "Finished") or {}).get("lastTransitionTime")
-    reserved = (condition(second, "QuotaReserved") or {}).get("lastTransitionTime")
-    assert finished is not None
-    assert reserved is not None
-    assert reserved >= finished, (finished, reserved)
+    assert most <= 6, f"gangs were charged {most} GPUs on 6 GPUs"
 
 
 def test_gang_that_never_becomes_ready_is_evicted_and_requeued_with_backoff(
