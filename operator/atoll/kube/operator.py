@@ -141,7 +141,7 @@ class Operator:
             emit=self.writer.emit,
             fair_sharing=fair_sharing(cfg),
             metrics=self.metrics,
-            defer_pending=self._spare_budget,
+            defer_pending=self.writer.wait_spare,
         )
         self.jobs = JobController(
             self.cache,
@@ -323,12 +323,6 @@ class Operator:
         )
         settings.persistence.finalizer = "atoll.dev/kopf-finalizer"
         return settings
-
-    async def _spare_budget(self) -> None:
-        """Until half the API budget's burst is spare: the pending statuses wait for it (as
-        Events do), so admissions are never queued behind them."""
-        limiter = self.writer.limiter
-        await limiter.wait_spare(reserve=limiter.burst / 2)
 
     async def _queue_status_loop(self) -> None:
         while True:

@@ -41,10 +41,8 @@ class TokenBucket:
 
     async def acquire_spare(self, *, reserve: float) -> None:
         """Wait until a token can be taken with `reserve` tokens left for other requests."""
-        while True:
-            if self.try_acquire(reserve=reserve):
-                return
-            await asyncio.sleep((reserve + 1 - self._tokens) / self.qps)
+        while not self.try_acquire(reserve=reserve):
+            await self.wait_spare(reserve=reserve)
 
     async def wait_spare(self, *, reserve: float) -> None:
         """Wait until a token could be taken with `reserve` tokens left, without taking it

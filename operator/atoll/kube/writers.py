@@ -1013,13 +1013,24 @@ class KubeWriter:
         except asyncio.QueueFull:
             self.events_dropped += 1
 
+    @property
+    def _spare(self) -> float:
+        """Tokens left to the writes that matter when a best-effort request may go: half the
+        burst of the budget."""
+        return self.limiter.burst / 2
+
+    async def wait_spare(self) -> None:
+        """Until a best-effort request (an Event, a pending status) may go without delaying
+        the others; the request then takes its own token."""
+        await self.limiter.wait_spare(reserve=self._spare)
+
     async def send_events(self) -> None:
         """Forever: post queued Events, only while half the burst of the budget is spare.
         An Event is best effort: one that cannot be posted is logged and dropped, and no
         failure ends this loop."""
         while True:
             body = await self._events.get()
-            await self.limiter.acquire_spare(reserve=self.limiter.burst / 2)
+            await self.limiter.acquire_spare(reserve=self._spare)
             ns = body["metadata"]["namespace"]
 
             async def post(ns: str = ns, body: dict[str, Any] = body) -> None:

@@ -546,13 +546,8 @@ class Cache:
         if self.inventory.holds(key):
             self.bump()
         else:
-            scope = self.scope_of(cq)
-            self.bump(scope)
             adm = assumed if assumed is not None else convert.admission(wl) if wl else None
-            if adm is not None and scope != EVERY_QUEUE:
-                freed = self.freed.setdefault(scope, {})
-                for fr, amount in usage_of(adm).items():
-                    freed[fr] = freed.get(fr, 0) + amount
+            self._free(self.scope_of(cq), usage_of(adm) if adm is not None else {})
         self.inventory.release(key)
 
     def _reclaim(self, old: Workload, wl: Workload) -> None:
@@ -561,14 +556,19 @@ class Cache:
         before, after = convert.admission(old), convert.admission(wl)
         if before is None or after is None:
             return
-        scope = self.scope_of(after.cluster_queue)
+        left = usage_of(after)
+        given = {fr: amount - left.get(fr, 0) for fr, amount in usage_of(before).items()}
+        self._free(self.scope_of(after.cluster_queue), given)
+
+    def _free(self, scope: str, amounts: Mapping[m.FlavorResource, int]) -> None:
+        """Quota `amounts` went back in `scope`: its parked workloads are requeued, and those
+        whose lack it covers woken at the next step (`requeue_due`)."""
         self.bump(scope)
         if scope != EVERY_QUEUE:
-            left = usage_of(after)
             freed = self.freed.setdefault(scope, {})
-            for fr, amount in usage_of(before).items():
-                if amount > left.get(fr, 0):
-                    freed[fr] = freed.get(fr, 0) + amount - left.get(fr, 0)
+            for fr, amount in amounts.items():
+                if amount > 0:
+                    freed[fr] = freed.get(fr, 0) + amount
 
     # -- ResourceClaimTemplates (their devices count against quota) -----------------------
     def set_claim_template(self, obj: ResourceClaimTemplate) -> None:

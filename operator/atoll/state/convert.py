@@ -352,14 +352,14 @@ def admission(wl: ApiWorkload) -> m.Admission | None:
     reclaimable = wls.reclaimable_counts(wl.status.reclaimable_pods)
     pod_sets = []
     for a in adm.pod_set_assignments:
-        count = a.count if a.count is not None else sizes.get(a.name, 0)
+        size = sizes.get(a.name, 0)
+        count = a.count if a.count is not None else size
         usage = sorted(
             (m.ResourceName(r), amount(r, q)) for r, q in (a.resource_usage or {}).items()
         )
         # pods done for good give their share back (Kueue's usage after reclaim)
-        size = sizes.get(a.name, 0)
         left = size - min(reclaimable.get(str(a.name), 0), size)
-        if 0 <= left < count:
+        if left < count:
             usage = [(r, v // count * left) for r, v in usage]
         pod_sets.append(
             m.PodSetAssignment(
