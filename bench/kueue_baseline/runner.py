@@ -180,10 +180,10 @@ class Runner:
         self.last_finish = self.started
         self.events = 0
         self.changes: Counter[str] = Counter()
+        """Workload changes seen on the watch, by `change_kind`."""
         self.pending_messages: Counter[str] = Counter()
         """Pending statuses written (first or changed), by reason and message with its
         numbers blanked: which of a controller's pending writes are frequent."""
-        """Workload changes seen on the watch, by `change_kind`."""
         self.writes = 0
         self.conflicts = 0
         self.errors: list[str] = []
