@@ -344,6 +344,13 @@ def main() -> None:
             out.print(f"{s}: Workload changes seen on the watch: {changes}")
             for message, n in res.get("pending_messages", {}).items():
                 out.print(f"  {n:>6} pending statuses: {message[:150]}")
+            if res.get("preemptors"):
+                out.print(
+                    f"  {res['preemptors']} preemptors, {res['preemption_rounds']} rounds of"
+                    " preemption (evictions by one preemptor > 0.5 s apart start a new round)"
+                )
+            for kind, n in res.get("eviction_kinds", {}).items():
+                out.print(f"  {n:>6} evictions: {kind}")
             print_runner_trouble(s, res, out)
         if "atoll" in results:
             print_profile(results["atoll"], out)

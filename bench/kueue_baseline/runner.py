@@ -45,6 +45,21 @@ from kubeclient import ApiError, KubeClient
 WORKLOADS = f"/apis/{API}/workloads"
 
 
+_PREEMPTOR_UID = re.compile(r"\(UID: ([^,)\s]+)")
+"""The preemptor's UID in an Evicted message: `Preempted to accommodate a workload (UID: u, ...`."""
+
+
+ROUND_GAP_S = 0.5
+"""Evictions by one preemptor seen this far apart belong to different preemption rounds."""
+
+
+def preemption_rounds(times: list[float]) -> int:
+    """How many rounds of preemption `times` (when one preemptor's victims were seen
+    evicted) make: a round ends at a gap of more than ROUND_GAP_S."""
+    ordered = sorted(times)
+    return sum(1 for i, t in enumerate(ordered) if i == 0 or t - ordered[i - 1] > ROUND_GAP_S)
+
+
 def _ns_path(ns: str, name: str) -> str:
     return f"/apis/{API}/namespaces/{ns}/workloads/{name}"
 
@@ -184,6 +199,12 @@ class Runner:
         self.pending_messages: Counter[str] = Counter()
         """Pending statuses written (first or changed), by reason and message with its
         numbers blanked: which of a controller's pending writes are frequent."""
+        self.eviction_kinds: Counter[str] = Counter()
+        """Evictions by the evicted class, the preemptor's class and the reason
+        (`medium by large, InCohortReclamation`): who makes room for whom, and how."""
+        self.preemptions: dict[str, list[float]] = {}
+        """Preemptor UID → when each of its victims was seen evicted: how many preemptors
+        there were, and how many rounds each needed (`preemption_rounds`)."""
         self.writes = 0
         self.conflicts = 0
         self.errors: list[str] = []
@@ -324,6 +345,7 @@ class Runner:
             rec.running_since = None
         if evicted and not rec.evicted:
             rec.evictions += 1
+            self.eviction_kinds[self._eviction_kind(rec, conds)] += 1
         rec.evicted = evicted
         if evicted and reserved and not finished:
             rec.unreserver = self._spawn(self._unreserve(rec), f"unreserve {rec.key}")
@@ -333,6 +355,21 @@ class Runner:
             self.last_finish = now
             if self.finished >= self.expected:
                 self.all_finished.set()
+
+    def _eviction_kind(self, rec: WorkloadRecord, conds: dict[str, dict[str, Any]]) -> str:
+        """`<evicted class> by <preemptor class>, <reason>`: the reason is the Preempted
+        condition's (InClusterQueue, InCohortReclamation, ...) or else the Evicted one's; the
+        preemptor is found by the UID both controllers name in the Evicted message."""
+        evicted = conds.get("Evicted") or {}
+        preempted = conds.get("Preempted") or {}
+        reason = (
+            preempted.get("reason") if preempted.get("status") == "True" else None
+        ) or evicted.get("reason", "?")
+        match = _PREEMPTOR_UID.search(evicted.get("message", ""))
+        by = self.records.get(match.group(1)) if match else None
+        if match:
+            self.preemptions.setdefault(match.group(1), []).append(time.monotonic())
+        return f"{rec.cls} by {by.cls if by else '?'}, {reason}"
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
@@ -487,6 +524,9 @@ class Runner:
             ][:5],
             "workload_changes": dict(sorted(self.changes.items())),
             "pending_messages": dict(self.pending_messages.most_common(8)),
+            "eviction_kinds": dict(self.eviction_kinds.most_common()),
+            "preemptors": len(self.preemptions),
+            "preemption_rounds": sum(map(preemption_rounds, self.preemptions.values())),
             "runner_writes": self.writes,
             "runner_conflicts": self.conflicts,
             "runner_errors": self.errors[:10],

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_ba
 
 import generator as gen
 from kubeclient import ApiError
-from runner import WORKLOADS, Runner, WorkloadRecord
+from runner import ROUND_GAP_S, WORKLOADS, Runner, WorkloadRecord, preemption_rounds
 
 NS = "cq-0-3-cohort-3"
 NAME = "small-0-32-0"
@@ -352,3 +352,42 @@ def test_a_plain_run_is_finished_once_at_admission_plus_run_time() -> None:
     assert s["runner_rescued"] == {}
     assert s["runner_error_count"] == 0
     assert s["workload_changes"] == {"admit": 1, "finish": 1}
+
+
+def test_evictions_are_counted_by_who_made_room_for_whom() -> None:
+    """An eviction is counted by the evicted class, the preemptor's class (found by the UID
+    the Evicted message names) and the Preempted reason; the preemptor is counted once, with
+    one round of preemption."""
+    big = "large-0-3-0"
+
+    async def story(api: FakeApi, runner: Runner) -> None:
+        api.objs[big] = gen.workload(big, NS, gen.baseline().classes[2])
+        api.objs[big]["metadata"]["uid"] = f"uid-{big}"
+        api._commit(big, "ADDED")
+        await until("the runner sees the preemptor", lambda: len(runner.records) == 2)
+        api.write(ADMITTED)
+        preempted = copy.deepcopy(PREEMPTED)
+        for c in preempted:
+            if c["type"] == "Evicted":
+                c["reason"] = "Preempted"
+                c["message"] = (
+                    f"Preempted to accommodate a workload (UID: uid-{big}, JobUID: UNKNOWN) "
+                    "due to prioritization in the ClusterQueue; preemptor path: /cq; "
+                    "preemptee path: /cq"
+                )
+            if c["type"] == "Preempted":
+                c["reason"] = "InClusterQueue"
+        api.write(preempted)
+        await until("the runner un-reserves it", lambda: "QuotaReserved" not in api.true())
+        api.write(READMITTED)
+
+    _, s = _drive(story)
+    assert s["eviction_kinds"] == {"small by large, InClusterQueue": 1}
+    assert (s["preemptors"], s["preemption_rounds"]) == (1, 1)
+
+
+def test_preemption_rounds_split_at_gaps() -> None:
+    assert preemption_rounds([]) == 0
+    assert preemption_rounds([5.0, 5.1, 5.0 + ROUND_GAP_S]) == 1
+    assert preemption_rounds([9.0, 1.0, 1.2, 9.1]) == 2
+    assert preemption_rounds([1.0, 1.0 + 2 * ROUND_GAP_S, 1.0 + 4 * ROUND_GAP_S]) == 3

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from atoll.api.jobset import JobSet
 from atoll.control import jobframework as jf
@@ -129,3 +131,72 @@ def test_jobs_owned_by_a_managed_jobset_belong_to_it() -> None:
     owned, child = type(job("x")).from_dict(raw), job("train-workers-0")
     assert job_kind.owned_elsewhere(owned)
     assert not job_kind.owned_elsewhere(child)
+
+
+def _done(**succeeded: int) -> dict[str, Any]:
+    """A JobSet status with these replicated jobs' succeeded Job counts."""
+    return {"replicatedJobsStatus": [{"name": n, "succeeded": c} for n, c in succeeded.items()]}
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ({}, []),  # no status yet
+        (_done(leader=0, workers=0), []),
+        (_done(workers=2), [("workers", 2)]),  # 2 Jobs of 1 pod each (min(parallelism 2, 1))
+        (_done(leader=1, workers=4), [("leader", 1), ("workers", 4)]),  # spec order
+        (_done(workers=1, leader=1), [("leader", 1), ("workers", 1)]),
+        (_done(workers=5), []),  # more than its replicas: not counted (Kueue's)
+        (_done(gone=3), []),  # a replicated job no longer in the spec
+    ],
+)
+def test_succeeded_jobs_make_their_pods_reclaimable(
+    status: dict[str, Any], expected: list[tuple[str, int]]
+) -> None:
+    got = js.reclaimable_pods(jobset(**status))
+    assert [(str(p.name), p.count) for p in got] == expected
+
+
+@given(
+    replicas=st.integers(1, 6),
+    parallelism=st.integers(1, 4),
+    completions=st.integers(1, 4),
+    succeeded=st.integers(0, 8),
+)
+def test_reclaimable_pods_never_exceed_the_pod_set(
+    replicas: int, parallelism: int, completions: int, succeeded: int
+) -> None:
+    """A replicated job's reclaimable pods are those of its succeeded Jobs, never more than
+    its pod set (what Kueue charges for it), and none once the count is impossible."""
+    obj = JobSet.from_dict(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "w",
+                        "replicas": replicas,
+                        "template": {
+                            "spec": {
+                                "parallelism": parallelism,
+                                "completions": completions,
+                                "template": {"spec": {"containers": [{"name": "c"}]}},
+                            }
+                        },
+                    }
+                ]
+            },
+            "status": _done(w=succeeded),
+        }
+    )
+    (rj,) = obj.spec.replicated_jobs
+    got = js.reclaimable_pods(obj)
+    if 0 < succeeded <= replicas:
+        ((name, count),) = [(str(p.name), p.count) for p in got]
+        assert name == "w"
+        assert count == succeeded * min(parallelism, completions)
+        assert count <= js.pod_count(rj)
+    else:
+        assert got == ()

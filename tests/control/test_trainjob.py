@@ -399,3 +399,23 @@ def test_the_jobset_of_a_managed_trainjob_belongs_to_it() -> None:
     ]
     assert both[0].owned_elsewhere(owned)
     assert not enabled(("jobset.x-k8s.io/jobset",), fake)[0].owned_elsewhere(owned)
+
+
+def test_succeeded_jobs_of_its_jobset_make_their_pods_reclaimable() -> None:
+    """Kueue's reclaimable pods for TrainJobs, by its JobSet's rule: the initializer's one
+    Job succeeded gives back its pod, one of the two helper Jobs its three; the trainer's
+    Job (numNodes 2 pods in one Job) none until it succeeds, then both."""
+    runtime = cluster_runtime().spec
+    job = trainjob(num_nodes=2)
+
+    def with_status(**succeeded: int) -> TrainJob:
+        statuses = tuple(ReplicatedJobStatus(name=n, succeeded=c) for n, c in succeeded.items())
+        return job.model_copy(
+            update={"status": job.status.model_copy(update={"jobs_status": statuses})}
+        )
+
+    assert tj.reclaimable_pods(job, runtime) == ()  # no status yet
+    got = tj.reclaimable_pods(with_status(helpers=1, **{"dataset-initializer": 1}), runtime)
+    assert [(str(p.name), p.count) for p in got] == [("dataset-initializer", 1), ("helpers", 3)]
+    got = tj.reclaimable_pods(with_status(node=1, helpers=3), runtime)
+    assert [(str(p.name), p.count) for p in got] == [("node", 2)]  # 3 helpers > 2 replicas

@@ -14,10 +14,12 @@ from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
     apply,
+    charged,
     condition,
     create,
     get_json,
     is_true,
+    workload_of,
 )
 from tests.kube.owners import (
     JOBSET,
@@ -213,6 +215,36 @@ def test_a_preempted_jobset_is_suspended_and_its_pods_go(
     check_preempted_and_restored(
         cluster, JOBSET, namespace, low=low, roles={"leader": 1, "workers": 4}
     )
+
+
+def test_a_jobsets_succeeded_jobs_give_their_quota_to_a_waiting_job(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's reclaimable pods for JobSets: `long` fills the 40-GPU queue; its leader Job
+    succeeds while its four workers still run, so the leader's 8 GPUs go back
+    (`reclaimablePods: [{leader, 1}]`) and a waiting 8-GPU Job is admitted beside it."""
+    del jobset_operator
+    queue(cluster, namespace, gpus=40)
+    long = jobset("long", namespace, run="600s")
+    leader = long["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    leader["metadata"]["annotations"]["atoll.dev/run-duration"] = "2s"
+    create(cluster, long)
+    cluster.wait_for(
+        "long to be Admitted",
+        lambda: is_true(JOBSET.workload_of(cluster, namespace, "long"), "Admitted"),
+    )
+    create(cluster, b.job("small", namespace, queue="q", pods=1, gpus=8, run="600s"))
+    cluster.wait_for(
+        "small to get quota",
+        lambda: is_true(workload_of(cluster, namespace, "small"), "QuotaReserved"),
+        timeout=60,
+    )
+    wl = JOBSET.workload_of(cluster, namespace, "long")
+    assert wl is not None
+    assert is_true(wl, "Admitted")
+    assert not is_true(wl, "Finished")  # admitted beside long, not after it
+    assert wl["status"]["reclaimablePods"] == [{"name": "leader", "count": 1}]
+    assert charged(wl, b.GPU) == 32
 
 
 def test_unlabelled_jobsets_are_left_alone(

@@ -304,6 +304,10 @@ class JobSetIntegration(Integration[JobSet]):
     def active_pods(self, obj: JobSet) -> int:
         return js.active_jobs(obj)
 
+    def reclaimable(self, obj: JobSet, cache: Cache) -> tuple[ReclaimablePod, ...]:
+        del cache
+        return js.reclaimable_pods(obj)
+
     def ready(self, obj: JobSet, wl: Workload) -> bool:
         del wl
         return js.pods_ready(obj)
@@ -453,6 +457,10 @@ class TrainJobIntegration(Integration[TrainJob]):
 
     def active_pods(self, obj: TrainJob) -> int:
         return tj.active_jobs(obj)
+
+    def reclaimable(self, obj: TrainJob, cache: Cache) -> tuple[ReclaimablePod, ...] | None:
+        runtime = self.runtime(obj, cache)
+        return tj.reclaimable_pods(obj, runtime) if runtime is not None else None
 
     def ready(self, obj: TrainJob, wl: Workload) -> bool:
         del wl

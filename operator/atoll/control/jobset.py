@@ -5,17 +5,18 @@ is finished, active and ready, and when it no longer matches its Workload. Pure 
 Mirrors Kueue's pkg/controller/jobs/jobset/jobset_controller.go: a replicated job's pod count is
 `replicas × min(parallelism, completions)` (parallelism defaulting to 1); the JobSet is finished
 when its Completed or Failed condition is True; it is active while a child Job is active; its
-pods are ready when every child Job is ready or succeeded.
+pods are ready when every child Job is ready or succeeded; a replicated job's succeeded Jobs
+give back their pods' quota while the JobSet runs (its reclaimable pods).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from atoll.api.core import PriorityClass
-from atoll.api.jobset import GROUP, JobSet, ReplicatedJob
+from atoll.api.jobset import GROUP, JobSet, ReplicatedJob, ReplicatedJobStatus
 from atoll.api.priority import WorkloadPriorityClass
-from atoll.api.workload import PodSet, Workload
+from atoll.api.workload import PodSet, ReclaimablePod, Workload
 from atoll.control import jobframework as jf
 
 __all__ = ["GROUP", "build_workload", "finished", "pod_count", "pod_sets"]
@@ -87,6 +88,30 @@ def pods_ready(jobset: JobSet) -> bool:
     replicas = sum(rj.replicas for rj in jobset.spec.replicated_jobs)
     done = sum(s.ready + s.succeeded for s in jobset.status.replicated_jobs_status or ())
     return done >= replicas
+
+
+def reclaimable_pods(jobset: JobSet) -> tuple[ReclaimablePod, ...]:
+    """The pods whose quota can go back while the JobSet runs (Kueue's `ReclaimablePods` of
+    JobSets): for each replicated job with succeeded Jobs (no more than its replicas), their
+    pods, `succeeded × pods per replica`, in the order of the replicated jobs."""
+    return reclaimable_from(
+        ((rj.name, rj.replicas, pods_per_replica(rj)) for rj in jobset.spec.replicated_jobs),
+        jobset.status.replicated_jobs_status,
+    )
+
+
+def reclaimable_from(
+    replicated: Iterable[tuple[str, int, int]], statuses: Iterable[ReplicatedJobStatus] | None
+) -> tuple[ReclaimablePod, ...]:
+    """Kueue's rule for a JobSet's reclaimable pods, over its replicated jobs as (name,
+    replicas, pods per replica) and their statuses (a JobSet's, or a TrainJob's, which
+    reports its JobSet's)."""
+    succeeded = {s.name: s.succeeded for s in statuses or ()}
+    return tuple(
+        ReclaimablePod(name=name, count=done * per_replica)
+        for name, replicas, per_replica in replicated
+        if 0 < (done := succeeded.get(name, 0)) <= replicas
+    )
 
 
 def carries_admission(jobset: JobSet) -> bool:

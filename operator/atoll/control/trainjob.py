@@ -17,7 +17,8 @@ records the index of the first in `kueue.x-k8s.io/trainjob-override-idx`; stoppi
 list back there. Trainer v2.0's webhook refuses a job named in the `targetJobs` of two
 overrides, so a job the user's own overrides target is taken out of them and its admission
 override carries the user's fields for it too; the user's list as it was is then recorded in
-`atoll.dev/trainjob-user-overrides` and put back at stop.
+`atoll.dev/trainjob-user-overrides` and put back at stop. The succeeded Jobs its status
+reports give their pods' quota back while it runs, by the JobSet rule (reclaimable pods).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from atoll.api.trainjob import (
     TrainingRuntimeSpec,
     TrainJob,
 )
-from atoll.api.workload import PodSet, Workload
+from atoll.api.workload import PodSet, ReclaimablePod, Workload
 from atoll.control import jobframework as jf
 from atoll.control import jobset as js
 
@@ -252,6 +253,21 @@ def pods_ready(trainjob: TrainJob) -> bool:
     """Every Job of its JobSet is ready or succeeded, none suspended."""
     statuses = trainjob.status.jobs_status or ()
     return bool(statuses) and all(s.suspended == 0 and s.ready + s.succeeded >= 1 for s in statuses)
+
+
+def reclaimable_pods(
+    trainjob: TrainJob, runtime: TrainingRuntimeSpec
+) -> tuple[ReclaimablePod, ...]:
+    """The pods whose quota can go back while the TrainJob runs (Kueue's, as for its JobSet):
+    for each replicated job of its runtime with succeeded Jobs in the TrainJob's status, their
+    pods (its pod set's pods per replica, the trainer's node count included)."""
+    replicated = (
+        (rj.name, rj.replicas, ps.count // max(rj.replicas, 1))
+        for rj, ps in zip(
+            runtime.template.spec.replicated_jobs, pod_sets(trainjob, runtime), strict=True
+        )
+    )
+    return js.reclaimable_from(replicated, trainjob.status.jobs_status)
 
 
 def workload_mismatch(
