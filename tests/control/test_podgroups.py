@@ -12,6 +12,7 @@ from atoll.control import podgroups as pg
 from atoll.control.integrations import PodGroupIntegration
 from atoll.control.jobs import JobController
 from atoll.control.scheduler import Scheduler
+from atoll.state import convert
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from tests.control.builders import GPU, controller_for
@@ -257,3 +258,45 @@ def test_only_a_pod_that_asks_for_a_topology_is_created_with_the_topology_gate()
         spec = asking.spec.model_copy(update={"scheduling_gates": None})
         bare = asking.model_copy(update={"spec": spec})
         assert pg.creation_gates(bare) == ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
+
+
+def _succeeded(p: Pod) -> Pod:
+    return _running(p).model_copy(
+        update={"status": p.status.model_copy(update={"phase": "Succeeded"})}
+    )
+
+
+def test_succeeded_pods_of_a_group_are_reclaimable_per_role() -> None:
+    """Kueue's reclaimable pods of a pod group: its Succeeded pods, counted per role; none
+    for a single pod or a serving group."""
+    one, two = pod("a"), pod("c", gpus=2)
+    group = _group(_succeeded(one), pod("b"), _succeeded(two), _succeeded(pod("d", gpus=2)))
+    got = {str(p.name): p.count for p in pg.reclaimable_pods(group)}
+    assert got == {pg.role_hash(one): 1, pg.role_hash(two): 2}
+    assert pg.reclaimable_pods(_group(pod("a"), pod("b"))) == ()  # none succeeded
+    solo = pod("solo", group=None, phase="Succeeded")
+    single = pg.group_of("ns/solo", {"solo": solo})
+    assert single is not None
+    assert pg.reclaimable_pods(single) == ()
+    serving = _succeeded(pod("e")).model_copy(deep=True)
+    (serving.metadata.annotations or {})["kueue.x-k8s.io/pod-group-serving"] = "true"
+    assert pg.reclaimable_pods(_group(serving, pod("f"))) == ()
+
+
+async def test_a_running_groups_succeeded_pod_gives_its_quota_back() -> None:
+    ctl, fake = _setup()
+    pods = [pod("a", gpus=2), pod("b", gpus=2), pod("c", gpus=2), pod("d", gpus=2)]
+    _add(ctl, *pods)
+    await _round(ctl, fake)
+    (wl,) = fake.workloads.values()
+    assert wls.is_admitted(wl)
+    _add(ctl, *(_running(p) for p in pods[1:]), _succeeded(pods[0]))
+    await ctl.reconcile("ns/g")
+    key = wls.wl_key(wl)
+    reclaimable = fake.workloads[key].status.reclaimable_pods
+    assert [(p.name, p.count) for p in reclaimable or ()] == [(pg.role_hash(pods[0]), 1)]
+    assert not wls.is_finished(fake.workloads[key])
+    adm = convert.admission(fake.workloads[key])
+    assert adm is not None
+    (ps,) = adm.pod_sets
+    assert dict(ps.resource_usage)[GPU] == 6  # charged for the 3 pods × 2 GPUs left

@@ -307,6 +307,39 @@ def test_a_failed_pods_replacement_joins_the_groups_workload_and_the_group_compl
     _wait_finished(cluster, namespace, "Pods succeeded: 4/4.")
 
 
+def test_a_groups_succeeded_pod_gives_its_quota_to_a_waiting_pod(
+    cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's reclaimable pods for pod groups: `ring` (4 pods of 1 GPU) fills the 4-GPU
+    queue and a single pod waits; once one of the group's pods succeeds, its GPU goes back
+    (`reclaimablePods`: its role, 1) and the single pod is admitted while three still run."""
+    del pod_operator
+    one_queue(cluster, namespace, gpus=4)
+    _running_group(cluster, namespace)
+    create(cluster, pod("solo", namespace))
+    cluster.wait_for(
+        "the single pod's Workload to wait",
+        lambda: (
+            _condition(_workload(cluster, namespace, "pod-solo-"), "QuotaReserved").get("status")
+            == "False"
+        ),
+    )
+    _end(cluster, namespace, "r0", "Succeeded")
+    cluster.wait_for(
+        "the single pod to get quota",
+        lambda: is_true(_workload(cluster, namespace, "pod-solo-"), "QuotaReserved"),
+    )
+    wl = _workload(cluster, namespace, "ring")
+    assert wl is not None
+    assert not is_true(wl, "Finished")  # admitted beside the group, not after it
+    (role,) = {ps["name"] for ps in wl["spec"]["podSets"]}
+    assert wl["status"]["reclaimablePods"] == [{"name": role, "count": 1}]
+    assert charged(wl, b.GPU) == 3
+    cluster.wait_for(
+        "the single pod to be ungated and bound", lambda: _all_bound(cluster, namespace, ["solo"])
+    )
+
+
 def test_a_pod_beyond_the_groups_count_is_deleted(
     cluster: KubeCluster, pod_operator: OperatorProcess, namespace: str
 ) -> None:

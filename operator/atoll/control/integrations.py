@@ -570,6 +570,10 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
     def active_pods(self, obj: pg.PodGroup) -> int:
         return pg.active_pods(obj)
 
+    def reclaimable(self, obj: pg.PodGroup, cache: Cache) -> tuple[ReclaimablePod, ...]:
+        del cache
+        return pg.reclaimable_pods(obj)
+
     def ready(self, obj: pg.PodGroup, wl: Workload) -> bool:
         del wl
         return pg.ready(obj)

@@ -28,7 +28,9 @@ stands in for, an excess pod. A group keeps its Workload (named after it) for it
 - the group is finished when as many pods succeeded as the group counts, or, when one of its
   pods says `kueue.x-k8s.io/retriable-in-group: "false"`, once none of its pods is still
   running (both `Succeeded`, "Pods succeeded: n/N.", as Kueue reports them); a Failed pod
-  alone never finishes a retriable group: it waits for its replacement.
+  alone never finishes a retriable group: it waits for its replacement;
+- while it runs, its Succeeded pods give their quota back (`reclaimable_pods`, per role),
+  unless it is a serving group.
 
 A group whose Workload is evicted (preempted, deactivated, timed out) or deleted is stopped
 as Kueue stops it: each running pod first gets the `TerminationTarget` condition saying why
@@ -37,8 +39,9 @@ they keep their finalizer, so they stay as Failed pods and the Workload stays, w
 replacements; its quota is released once none of its pods runs.
 
 Mirrors Kueue's pkg/controller/jobs/pod/pod_controller.go (`Finished`, `Stop`,
-`FindMatchingWorkloads`, `waitingForReplacementPodsCondition`, `Finalize`). Not mirrored:
-fast admission, serving groups; a deleted pod no longer counts as running (Kueue's
+`FindMatchingWorkloads`, `waitingForReplacementPodsCondition`, `Finalize`,
+`ReclaimablePods`). Not mirrored: fast admission, serving groups (beyond their pods not
+being reclaimable); a deleted pod no longer counts as running (Kueue's
 `FastQuotaReleaseInPodIntegration` gate, off by default in Kueue, where a pod counts until
 it stops running or its grace period is over).
 """
@@ -55,7 +58,7 @@ from atoll.api import labels as keys
 from atoll.api.core import Pod, PodTemplateMeta, PodTemplateSpec, PriorityClass
 from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
-from atoll.api.workload import MAIN_POD_SET, PodSet, Workload
+from atoll.api.workload import MAIN_POD_SET, PodSet, ReclaimablePod, Workload
 from atoll.control import jobframework as jf
 from atoll.state import tas
 from atoll.state import workloads as wls
@@ -364,6 +367,29 @@ def finished(group: PodGroup) -> tuple[bool, str, str]:
     if succeeded >= group.total or unretriable_done:
         return True, "Succeeded", f"Pods succeeded: {succeeded}/{group.total}."
     return False, "", ""
+
+
+def serving(group: PodGroup) -> bool:
+    """A serving group (`kueue.x-k8s.io/pod-group-serving: "true"`, e.g. a LeaderWorkerSet's):
+    its pods are meant to run until stopped."""
+    return any(
+        (p.metadata.annotations or {}).get(keys.POD_GROUP_SERVING_ANNOTATION) == "true"
+        for p in group.pods
+    )
+
+
+def reclaimable_pods(group: PodGroup) -> tuple[ReclaimablePod, ...]:
+    """The pods whose quota can go back while the group runs (Kueue's `ReclaimablePods` of
+    pod groups): its Succeeded pods, counted per role (pod set). None for a single pod or a
+    serving group."""
+    if not group.grouped or serving(group):
+        return ()
+    done: dict[str, int] = {}
+    for pod in group.pods:
+        if pod.status.phase == "Succeeded":
+            role = role_hash(pod)
+            done[role] = done.get(role, 0) + 1
+    return tuple(ReclaimablePod(name=role, count=n) for role, n in sorted(done.items()))
 
 
 @dataclass(frozen=True, slots=True)
