@@ -10,11 +10,14 @@ updates what is bound where, and the checks run on the state after it.
 - `ClusterWatch` (user-edit tests): pods and Workloads. At every pod event: the GPUs of bound,
   live pods never exceed the quota; no gang is split (no pod of a Job is Unschedulable while
   another pod of it is bound); a pod counts as unadmitted when it is bound while its Job has
-  more bound pods than its Workload's admission counts (no admitted Workload counts 0).
+  more bound pods than its Workload's admission counts (no admitted Workload counts 0), unless
+  the Workload watch, running behind the pod watch, then shows an admission counting them
+  that was made before the pods were seen bound (its QuotaReserved transition time).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -240,6 +243,16 @@ class PodWatch:
 
 
 # -- the user-edit tests' pod and Workload watch ----------------------------------------------
+def _reserved_since(wl: dict[str, Any]) -> float | None:
+    """When the Workload's QuotaReserved became True (epoch seconds; the API's timestamps
+    have whole seconds, so this is at or before the true time)."""
+    for c in (wl.get("status") or {}).get("conditions") or []:
+        if c["type"] == "QuotaReserved" and c["status"] == "True" and c.get("lastTransitionTime"):
+            stamp = dt.datetime.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")
+            return stamp.replace(tzinfo=dt.UTC).timestamp()
+    return None
+
+
 def _admitted_count(wl: dict[str, Any]) -> int:
     status = wl.get("status") or {}
     conditions = status.get("conditions") or []
@@ -271,6 +284,9 @@ class ClusterWatch:
         self.seen = Invariants(quota=quota)
         self._pods: dict[str, PodState] = {}
         self._admitted: dict[str, int] = {}
+        self._suspects: dict[str, tuple[str, float, int]] = {}
+        """Pods seen bound beyond their Job's admitted count: pod → (Job, when seen (epoch
+        seconds), how many of the Job's pods were bound then)."""
         self._lock = threading.Lock()
         self._follows: list[Follow] = []
 
@@ -292,7 +308,14 @@ class ClusterWatch:
         owners = wl["metadata"].get("ownerReferences") or []
         owner = next((r["name"] for r in owners if r["kind"] == "Job"), "")
         with self._lock:
-            self._admitted[owner] = 0 if type_ == "DELETED" else _admitted_count(wl)
+            count = self._admitted[owner] = 0 if type_ == "DELETED" else _admitted_count(wl)
+            since = _reserved_since(wl) if count else None
+            if since is None:
+                return
+            for pod, (job, seen, bound) in list(self._suspects.items()):
+                # the admission counted them and came first: this watch was only late
+                if job == owner and count >= bound and since <= seen:
+                    del self._suspects[pod]
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -317,14 +340,22 @@ class ClusterWatch:
         for job, names in by_job.items():
             admitted = self._admitted.get(job, 0)
             if len(names) > admitted:
-                self.seen.unadmitted.update(names[admitted:])
+                now = time.time()
+                for n in names[admitted:]:
+                    self._suspects.setdefault(n, (job, now, len(names)))
             stuck = [n for n, p in live.items() if p.job == job and p.unschedulable]
             if stuck:
                 self.seen.split_gangs.append(f"job {job}: {names} bound, {stuck} unschedulable")
 
+    def _settle(self) -> None:
+        """The suspects no later admission explained ran unadmitted."""
+        self.seen.unadmitted.update(self._suspects)
+
     def report(self, edit: str, recovered_s: float) -> str:
         """One line for the lead's note: the time to recover and the pods that ran
         unadmitted."""
+        with self._lock:
+            self._settle()
         line = (
             f"[user-edit] {edit}: recovered in {recovered_s:.1f}s, "
             f"{len(self.seen.unadmitted)} pods ran unadmitted, max {self.seen.max_gpus} of "
@@ -335,6 +366,7 @@ class ClusterWatch:
 
     def assert_held(self, *, unadmitted: int = 0) -> None:
         with self._lock:
+            self._settle()
             assert self.seen.over_quota == [], self.seen.over_quota[:5]
             assert self.seen.split_gangs == [], self.seen.split_gangs[:5]
             assert len(self.seen.unadmitted) <= unadmitted, sorted(self.seen.unadmitted)
