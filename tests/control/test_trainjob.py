@@ -227,6 +227,25 @@ def test_the_runtime_is_found_in_the_cache_by_kind() -> None:
     assert integration.compose(mine, cache).spec.pod_sets[1].count == 4
 
 
+def test_reclaimable_pods_need_the_runtime() -> None:
+    """Without its runtime atoll cannot size the TrainJob's Jobs: it reports nothing (None,
+    the Workload's reclaimable pods stay as they are); with it, the JobSet rule."""
+    cache = cache_with_queue()
+    integration = TrainJobIntegration(FakeOwners(), cache)
+    done = trainjob()
+    done = done.model_copy(
+        update={
+            "status": done.status.model_copy(
+                update={"jobs_status": (ReplicatedJobStatus(name="node", succeeded=1),)}
+            )
+        }
+    )
+    assert integration.reclaimable(done, cache) is None
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    got = integration.reclaimable(done, cache) or ()
+    assert [(str(p.name), p.count) for p in got] == [("node", 2)]
+
+
 def test_a_changed_node_count_no_longer_matches_its_workload() -> None:
     runtime = cluster_runtime().spec
     wl = tj.build_workload(trainjob(num_nodes=2), runtime, {}, {})

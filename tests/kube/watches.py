@@ -12,7 +12,9 @@ updates what is bound where, and the checks run on the state after it.
   another pod of it is bound); a pod counts as unadmitted when it is bound while its Job has
   more bound pods than its Workload's admission counts (no admitted Workload counts 0), unless
   the Workload watch, running behind the pod watch, then shows an admission counting them
-  that was made before the pods were seen bound (its QuotaReserved transition time).
+  that was made before the pod was bound (its QuotaReserved transition time no later than the
+  pod's PodScheduled one, both the API server's, in whole seconds: a pod bound in the second
+  of its admission but before it would pass unseen).
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ class PodState:
     unschedulable: bool
     admitted: bool
     """It carries the podset label atoll injects when it starts an admitted Job."""
+    scheduled_at: float = 0.0
+    """When it was bound (its PodScheduled transition, the API server's clock; without
+    one, when the watch saw it)."""
 
     @property
     def bound(self) -> bool:
@@ -141,6 +146,7 @@ def pod_state(pod: dict[str, Any]) -> PodState:
             for c in status.get("conditions") or ()
         ),
         admitted=PODSET_LABEL in labels,
+        scheduled_at=_transition(pod, "PodScheduled") or time.time(),
     )
 
 
@@ -243,14 +249,19 @@ class PodWatch:
 
 
 # -- the user-edit tests' pod and Workload watch ----------------------------------------------
-def _reserved_since(wl: dict[str, Any]) -> float | None:
-    """When the Workload's QuotaReserved became True (epoch seconds; the API's timestamps
-    have whole seconds, so this is at or before the true time)."""
-    for c in (wl.get("status") or {}).get("conditions") or []:
-        if c["type"] == "QuotaReserved" and c["status"] == "True" and c.get("lastTransitionTime"):
+def _transition(obj: dict[str, Any], type_: str) -> float | None:
+    """When the object's condition `type_` became True (epoch seconds, the API server's
+    clock in whole seconds), if it is True."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_ and c["status"] == "True" and c.get("lastTransitionTime"):
             stamp = dt.datetime.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")
             return stamp.replace(tzinfo=dt.UTC).timestamp()
     return None
+
+
+def _reserved_since(wl: dict[str, Any]) -> float | None:
+    """When the Workload's QuotaReserved became True."""
+    return _transition(wl, "QuotaReserved")
 
 
 def _admitted_count(wl: dict[str, Any]) -> int:
@@ -285,8 +296,9 @@ class ClusterWatch:
         self._pods: dict[str, PodState] = {}
         self._admitted: dict[str, int] = {}
         self._suspects: dict[str, tuple[str, float, int]] = {}
-        """Pods seen bound beyond their Job's admitted count: pod → (Job, when seen (epoch
-        seconds), how many of the Job's pods were bound then)."""
+        """Pods seen bound beyond their Job's admitted count: pod → (Job, when it was bound
+        (its PodScheduled transition, epoch seconds), how many of the Job's pods were bound
+        then)."""
         self._lock = threading.Lock()
         self._follows: list[Follow] = []
 
@@ -312,9 +324,9 @@ class ClusterWatch:
             since = _reserved_since(wl) if count else None
             if since is None:
                 return
-            for pod, (job, seen, bound) in list(self._suspects.items()):
+            for pod, (job, bound_at, bound) in list(self._suspects.items()):
                 # the admission counted them and came first: this watch was only late
-                if job == owner and count >= bound and since <= seen:
+                if job == owner and count >= bound and since <= bound_at:
                     del self._suspects[pod]
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
@@ -340,9 +352,8 @@ class ClusterWatch:
         for job, names in by_job.items():
             admitted = self._admitted.get(job, 0)
             if len(names) > admitted:
-                now = time.time()
                 for n in names[admitted:]:
-                    self._suspects.setdefault(n, (job, now, len(names)))
+                    self._suspects.setdefault(n, (job, bound[n].scheduled_at, len(names)))
             stuck = [n for n, p in live.items() if p.job == job and p.unschedulable]
             if stuck:
                 self.seen.split_gangs.append(f"job {job}: {names} bound, {stuck} unschedulable")

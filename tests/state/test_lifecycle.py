@@ -316,6 +316,10 @@ def test_reclaimable_pods_are_written_limited_to_the_pod_set_and_only_when_they_
     capped = _reclaimable(wl, main=5)  # a Job's count beyond a smaller pod set
     assert wls.reclaimable_counts(capped.status.reclaimable_pods) == {"main": 2}
     assert _reclaimable(one).status.reclaimable_pods is None  # none any more: cleared
+    # a name that is no pod set of the Workload (a group's role it never counted) is left out
+    assert _reclaimable(wl, other=1).status.reclaimable_pods is None
+    mixed = _reclaimable(wl, other=1, main=1)
+    assert wls.reclaimable_counts(mixed.status.reclaimable_pods) == {"main": 1}
 
 
 def test_the_admission_charges_only_the_pods_not_reclaimable() -> None:

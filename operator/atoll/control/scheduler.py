@@ -345,11 +345,15 @@ class Scheduler:
                 key, (_, _, since) = next(iter(self._deferred.items()))
                 early = since + self.pending_grace - self.clock()
                 if early > 0:  # the oldest is not due yet, nor are the others
-                    await asyncio.sleep(early)
+                    # at most one grace: a clock set back must not hold every write
+                    await asyncio.sleep(min(early, self.pending_grace))
                     continue
                 if self.clock() - since < PENDING_DEFER_MAX:
                     await self.defer_pending()
-                entry = self._deferred.pop(key, None)
+                entry = self._deferred.get(key)
+                if entry is not None and entry[2] != since:
+                    continue  # dropped and deferred anew meanwhile: its own grace first
+                self._deferred.pop(key, None)
                 wl = self.cache.workloads.get(key)
                 if (
                     entry is None

@@ -258,11 +258,15 @@ def pods_ready(trainjob: TrainJob) -> bool:
 def reclaimable_pods(
     trainjob: TrainJob, runtime: TrainingRuntimeSpec
 ) -> tuple[ReclaimablePod, ...]:
-    """The pods whose quota can go back while the TrainJob runs (Kueue's, as for its JobSet):
-    for each replicated job of its runtime with succeeded Jobs in the TrainJob's status, their
-    pods (its pod set's pods per replica, the trainer's node count included)."""
+    """The pods whose quota can go back while the TrainJob runs (Kueue's, as for the JobSet
+    Trainer makes): for each replicated job of its runtime with succeeded Jobs in the
+    TrainJob's status, their pods (pods per Job; the trainer step is one Job of all its
+    nodes)."""
     replicated = (
-        (rj.name, rj.replicas, ps.count // max(rj.replicas, 1))
+        # Trainer makes the trainer step one Job of all its nodes (replicas 1)
+        (rj.name, 1, ps.count)
+        if _is_trainer(rj)
+        else (rj.name, rj.replicas, js.pods_per_replica(rj))
         for rj, ps in zip(
             runtime.template.spec.replicated_jobs, pod_sets(trainjob, runtime), strict=True
         )

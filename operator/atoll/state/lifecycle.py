@@ -450,17 +450,17 @@ def set_condition(
 
 
 def reclaimable(pods: tuple[ReclaimablePod, ...]) -> Mutation:
-    """`status.reclaimablePods` set to `pods`, each count at most its pod set's (a count
+    """`status.reclaimablePods` set to `pods` of the Workload's pod sets (another name is
+    left out: Kueue's validation refuses it), each count at most its pod set's (a count
     from the Job's status may outlive a smaller pod set); nothing to write when the counts
     by pod set already read so (Kueue's)."""
 
     def mutate(w: Workload) -> WorkloadStatus | None:
         sizes = {ps.name: ps.count for ps in w.spec.pod_sets}
         limited = tuple(
-            p
-            if p.count <= sizes.get(p.name, p.count)
-            else p.model_copy(update={"count": sizes[p.name]})
+            p if p.count <= sizes[p.name] else p.model_copy(update={"count": sizes[p.name]})
             for p in pods
+            if p.name in sizes
         )
         if wls.reclaimable_counts(limited) == wls.reclaimable_counts(w.status.reclaimable_pods):
             return None
