@@ -401,23 +401,3 @@ def test_a_newer_pending_decision_replaces_the_deferred_one_and_keeps_its_age() 
     sched.clock = lambda: NOW + 3  # type: ignore[method-assign]
     sched._defer(new, t0 + dt.timedelta(seconds=3))
     assert sched._deferred == {"ns/b": (new, t0 + dt.timedelta(seconds=3), NOW)}
-
-
-async def test_a_deferred_pending_status_waits_out_its_grace() -> None:
-    """With a grace, a pending status is written no sooner than `pending_grace` after its
-    Workload's first pending decision, even with budget to spare; one admitted meanwhile is
-    never told it waits (the other test: dropped on admission)."""
-    sched, fake = _setup(gpus=8)
-    sched.defer_pending = _open_gate
-    sched.pending_grace = 1.0
-    await _add(sched, fake, "a", pods=6)
-    second = await _add(sched, fake, "b", pods=4)
-    await sched.run_once()
-    await sched.run_once()  # b told it waits: deferred at NOW
-    await _drained(sched)
-    assert wls.condition(fake.workloads[second], wls.QUOTA_RESERVED) is None  # in its grace
-    sched.clock = lambda: NOW + 1.0  # type: ignore[method-assign]
-    await _drained(sched)
-    cond = wls.condition(fake.workloads[second], wls.QUOTA_RESERVED)
-    assert cond is not None
-    assert cond.reason == "Pending"

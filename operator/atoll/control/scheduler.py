@@ -36,8 +36,6 @@ log = structlog.get_logger("atoll.scheduler")
 
 PENDING_DEFER_MAX = 10.0
 """Seconds a deferred pending status waits at most for spare API budget (`defer_pending`)."""
-PENDING_GRACE = 1.0
-"""Seconds the operator's deferred pending statuses wait at least (`Scheduler.pending_grace`)."""
 
 Emit = Callable[[ObjectRef, str, str, str], Awaitable[None]]
 
@@ -79,10 +77,6 @@ class Scheduler:
     newer decision for a Workload replaces one not written yet, and its admission drops it;
     one deferred `PENDING_DEFER_MAX` seconds is written without waiting. None: written in
     the cycle, as Kueue does."""
-    pending_grace: float = 0.0
-    """Seconds a deferred pending status waits at least, from the first pending decision of
-    its Workload not yet written: a Workload admitted within them is never told it waits, and
-    of the decisions made meanwhile only the newest is written (`defer_pending` only)."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
     _decision: Decider | None = None
@@ -343,17 +337,9 @@ class Scheduler:
             self._deferred_added.clear()
             while self._deferred:
                 key, (_, _, since) = next(iter(self._deferred.items()))
-                early = since + self.pending_grace - self.clock()
-                if early > 0:  # the oldest is not due yet, nor are the others
-                    # at most one grace: a clock set back must not hold every write
-                    await asyncio.sleep(min(early, self.pending_grace))
-                    continue
                 if self.clock() - since < PENDING_DEFER_MAX:
                     await self.defer_pending()
-                entry = self._deferred.get(key)
-                if entry is not None and entry[2] != since:
-                    continue  # dropped and deferred anew meanwhile: its own grace first
-                self._deferred.pop(key, None)
+                entry = self._deferred.pop(key, None)
                 wl = self.cache.workloads.get(key)
                 if (
                     entry is None

@@ -33,7 +33,7 @@ from atoll.control import integrations, leaderworkerset, podgroups
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
-from atoll.control.scheduler import PENDING_GRACE, Scheduler
+from atoll.control.scheduler import Scheduler
 from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.engine import model as m
@@ -142,7 +142,6 @@ class Operator:
             fair_sharing=fair_sharing(cfg),
             metrics=self.metrics,
             defer_pending=self.writer.wait_spare,
-            pending_grace=PENDING_GRACE,
         )
         self.jobs = JobController(
             self.cache,
