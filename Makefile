@@ -56,8 +56,8 @@ crds: $(STAMP) ## regenerate crds/*.yaml from the API models
 bench: $(STAMP) sandbox-bin ## run the benchmarks in bench/ and print their numbers (QUICK=1: scaled down)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 
-bench-kueue: $(STAMP) sandbox-bin ## Kueue's scheduler benchmark: Kueue vs atoll, fresh sandboxes, budgets 50/100 and 300/500, background loads 0 and 1 (SCALE=0.1 BUDGET=300/500 LOAD=0 ONLY=atoll)
-	$(BIN)/python bench/kueue_baseline/run.py --scale $(or $(SCALE),1) $(foreach b,$(or $(BUDGET),50/100 300/500),--budget $(b)) $(foreach n,$(or $(LOAD),0 1),--background-load $(n)) $(if $(ONLY),--only $(ONLY)) $(BENCH_ARGS)
+bench-kueue: $(STAMP) sandbox-bin ## Kueue's scheduler benchmark: Kueue vs atoll, fresh sandboxes, budgets 50/100 and 300/500, background loads 0 and 1 (SCALE=0.1 BUDGET=300/500 LOAD=0 ONLY=atoll PACE=2)
+	$(BIN)/python bench/kueue_baseline/run.py --scale $(or $(SCALE),1) $(foreach b,$(or $(BUDGET),50/100 300/500),--budget $(b)) $(foreach n,$(or $(LOAD),0 1),--background-load $(n)) $(if $(ONLY),--only $(ONLY)) $(if $(PACE),--pace $(PACE)) $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and caches (not the sandbox binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -25,7 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -342,12 +342,26 @@ async def create_workloads(
     return time.monotonic() - t0
 
 
-def shape_from_args(scale: float, large: bool) -> Shape:
-    return large_scale(scale) if large else baseline(scale)
+def paced(shape: Shape, pace: float) -> Shape:
+    """`shape` with every creation interval multiplied by `pace` (2: Workloads arrive half
+    as fast; the same Workloads, runtimes and queues)."""
+    if pace == 1:
+        return shape
+    return replace(
+        shape,
+        name=f"{shape.name}, paced x{pace:g}",
+        classes=tuple(
+            replace(c, interval_ms=max(1, round(c.interval_ms * pace))) for c in shape.classes
+        ),
+    )
+
+
+def shape_from_args(scale: float, large: bool, pace: float = 1.0) -> Shape:
+    return paced(large_scale(scale) if large else baseline(scale), pace)
 
 
 async def _main(args: argparse.Namespace) -> None:
-    shape = shape_from_args(args.scale, args.large_scale)
+    shape = shape_from_args(args.scale, args.large_scale, args.pace)
     async with KubeClient.from_kubeconfig(Path(args.kubeconfig)) as client:
         await create_queues(client, shape)
         took = await create_workloads(client, shape)
@@ -359,6 +373,7 @@ def main() -> None:
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--large-scale", action="store_true")
+    p.add_argument("--pace", type=float, default=1.0, help="multiply the creation intervals")
     asyncio.run(_main(p.parse_args()))
 
 

@@ -3,8 +3,8 @@ same client budget, each on a fresh sandbox (etcd + kube-apiserver on loopback),
 the other, in one command.
 
     make bench-kueue SCALE=0.1 [BUDGET=50/100] [LOAD=0]
-    python bench/kueue_baseline/run.py [--scale 0.1] [--large-scale] [--budget 50/100]
-        [--budget 300/500] [--background-load 0] [--background-load 1]
+    python bench/kueue_baseline/run.py [--scale 0.1] [--large-scale] [--pace 1]
+        [--budget 50/100] [--budget 300/500] [--background-load 0] [--background-load 1]
         [--only atoll|kueue] [--profile] [--tracemalloc] [--json] [--timeout 600]
 
 For each controller: sandbox up, CRDs (atoll's from crds/, Kueue's from its Go module), the
@@ -280,6 +280,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="multiply per-queue counts")
     p.add_argument("--large-scale", action="store_true", help="1,000 CQs, 50,000 Workloads")
     p.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="multiply the creation intervals (2: Workloads arrive half as fast)",
+    )
+    p.add_argument(
         "--budget",
         action="append",
         help="client qps/burst for both controllers (repeatable; default 50/100)",
@@ -316,7 +322,7 @@ def background_loads(args: argparse.Namespace) -> list[int]:
 
 def main() -> None:
     args = parser().parse_args()
-    shape = shape_from_args(args.scale, args.large_scale)
+    shape = shape_from_args(args.scale, args.large_scale, args.pace)
     budgets = [Budget.parse(b) for b in (args.budget or ["50/100"])]
     loads = background_loads(args)
     systems = [args.only] if args.only else ["kueue", "atoll"]

@@ -264,3 +264,14 @@ def test_operator_memory_holds_the_workloads_it_was_fed_and_steps_once() -> None
     assert (result["workloads"], result["decisions"]) == (60, 30)  # one head per queue
     assert result["rss_after_imports_mib"] > 0
     assert len(result["top_sites"]) == 3
+
+
+def test_a_paced_shape_spreads_the_same_workloads_over_a_longer_time() -> None:
+    shape = gen.baseline(0.1)
+    slow = gen.shape_from_args(0.1, False, pace=2)
+    assert slow.total_workloads == shape.total_workloads
+    assert slow.cluster_queues == shape.cluster_queues
+    assert [c.interval_ms for c in slow.classes] == [2 * c.interval_ms for c in shape.classes]
+    assert [c.runtime_ms for c in slow.classes] == [c.runtime_ms for c in shape.classes]
+    assert slow.generation_seconds == 2 * shape.generation_seconds
+    assert gen.shape_from_args(0.1, False) == shape

@@ -12,7 +12,7 @@ from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as admission
 from atoll.state import workloads as wls
-from tests.control.builders import cache_with_queue, job
+from tests.control.builders import GPU, cache_with_queue, job
 from tests.control.fakes import FakeCluster
 
 T0 = 1_796_000_000.0
@@ -312,6 +312,50 @@ async def test_pods_done_for_good_give_their_quota_back_while_the_job_runs() -> 
     version = fake.workloads[a].metadata.resource_version
     await ctl.reconcile("ns/a")  # unchanged: nothing more to write
     assert fake.workloads[a].metadata.resource_version == version
+
+
+async def test_a_requeued_job_asks_only_for_the_pods_it_has_left() -> None:
+    # Kueue's podSetsCountsAfterReclaim: a (4 pods x 2 GPUs) ran 2 pods to success and was
+    # preempted; c (2 x 2) came meanwhile. Requeued, a asks for its 2 pods left (4 GPUs),
+    # not 8, so both fit the 8-GPU queue; a runs again with its own parallelism, matched.
+    ctl, fake, _ = _setup()
+    a = await _admitted(ctl, fake, "a", job("a", pods=4, gpus=2))
+    await ctl.reconcile("ns/a")
+    fake.jobs["ns/a"] = _with_status(fake.jobs["ns/a"], active=2, succeeded=2)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    assert wls.reclaimable_counts(fake.workloads[a].status.reclaimable_pods) == {"main": 2}
+    fake.workloads[a] = fake.workloads[a].model_copy(
+        update={"status": admission.evict("Preempted", "by c", wls.dt_now())(fake.workloads[a])}
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # stops the Job
+    fake.jobs["ns/a"] = _with_status(fake.jobs["ns/a"], active=0)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # no pod active: the quota goes back
+    assert not wls.has_quota(fake.workloads[a])
+    engine_form = ctl.cache.engine_workload(a)
+    assert engine_form is not None
+    assert [ps.count for ps in engine_form.pod_sets] == [2]
+
+    c = await _admitted(ctl, fake, "c", job("c", pods=2, gpus=2))  # a is older: first
+    await Scheduler(cache=ctl.cache, store=fake, emit=fake.emit, clock=ctl.clock).run_once()
+    assert wls.has_quota(fake.workloads[c])
+    adm = fake.workloads[a].status.admission
+    assert adm is not None  # 4 + 4 GPUs: a was admitted beside c for its 2 pods left
+    (assignment,) = adm.pod_set_assignments
+    assert assignment.count == 2
+    assert assignment.resource_usage is not None
+    assert str(assignment.resource_usage[GPU]) == "4"
+    started = len(fake.started)
+    await ctl.reconcile("ns/a")
+    assert len(fake.started) == started + 1
+    assert fake.started[-1][1].parallelism is None  # not a partial admission: kept
+    stopped = len(fake.stopped)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # its Job matches its Workload: not stopped again
+    assert len(fake.stopped) == stopped
+    assert wls.has_quota(fake.workloads[a])
 
 
 async def test_a_job_whose_remaining_pods_fill_its_parallelism_reclaims_nothing() -> None:

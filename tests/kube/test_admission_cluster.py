@@ -353,3 +353,69 @@ def test_pods_done_for_good_give_their_quota_to_a_waiting_job(
             is_true(workload_of(cluster, namespace, j), "Finished") for j in ("long", "small")
         ),
     )
+
+
+def test_a_requeued_job_asks_only_for_the_pods_it_has_left(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's podSetsCountsAfterReclaim: `long` (2 at a time, 3 completions, lowest priority)
+    has run 2 pods to success when `urgent` preempts it. Requeued, it asks for its 1 pod left,
+    so it is admitted again as soon as `filler` ends, while `urgent` still runs (asking for
+    its whole 2 pods it would wait for `urgent` to end)."""
+    _queues(cluster, namespace, gpus=3, preemption={"withinClusterQueue": "LowerPriority"})
+    apply(
+        cluster,
+        b.priority_class(f"low-{namespace}", 10),
+        b.priority_class(f"mid-{namespace}", 100),
+        b.priority_class(f"high-{namespace}", 1000),
+    )
+    _create(
+        cluster,
+        b.job("filler", namespace, queue="q", pods=1, run="25s", priority=f"mid-{namespace}"),
+    )
+    cluster.wait_for(
+        "filler admitted", lambda: is_true(workload_of(cluster, namespace, "filler"), "Admitted")
+    )
+    long = b.job("long", namespace, queue="q", pods=2, run="8s", priority=f"low-{namespace}")
+    long["spec"]["completions"] = 3  # type: ignore[index]
+    _create(cluster, long)
+
+    def reclaimable() -> object:
+        wl = workload_of(cluster, namespace, "long")
+        return (wl or {}).get("status", {}).get("reclaimablePods")
+
+    cluster.wait_for(
+        "2 of long's pods to succeed", lambda: reclaimable() == [{"name": "main", "count": 1}]
+    )
+    _create(
+        cluster,
+        b.job("urgent", namespace, queue="q", pods=2, run="60s", priority=f"high-{namespace}"),
+    )
+    cluster.wait_for(
+        "urgent admitted in long's place",
+        lambda: is_true(workload_of(cluster, namespace, "urgent"), "Admitted"),
+        timeout=60,
+    )
+    evicted = condition(workload_of(cluster, namespace, "long"), "Evicted")
+    assert evicted is not None
+    assert evicted["reason"] == "Preempted"
+    seen: dict[str, dict[str, object]] = {}
+
+    def long_admitted_again() -> bool:
+        # one LIST: the three Workloads as of one resourceVersion
+        for wl in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
+            seen[wl["metadata"]["ownerReferences"][0]["name"]] = wl
+        return is_true(seen.get("long"), "QuotaReserved") and not is_true(seen["long"], "Evicted")
+
+    cluster.wait_for("long admitted again", long_admitted_again, timeout=90)
+    # beside urgent, not after it: none of urgent's pods has ended (their quota not given back)
+    assert not is_true(seen["urgent"], "Finished")
+    assert not seen["urgent"]["status"].get("reclaimablePods")  # type: ignore[attr-defined]
+    (assignment,) = seen["long"]["status"]["admission"]["podSetAssignments"]  # type: ignore[index]
+    assert assignment["count"] == 1
+    assert get_json(cluster, "get", "job", "long", "-n", namespace)["spec"]["parallelism"] == 2
+    cluster.kubectl(
+        "wait", "--for=condition=Complete", "job/long", "-n", namespace, "--timeout=60s",
+        timeout=70,
+    )  # fmt: skip
+    assert get_json(cluster, "get", "job", "long", "-n", namespace)["status"]["succeeded"] == 3

@@ -361,3 +361,27 @@ def test_pods_reclaimed_by_a_running_workload_wake_its_tree_and_free_their_share
     again = lc.applied(one_done, lc.set_condition("Other", True, "R", "m", now))
     cache.set_workload(again)  # the same reclaimable pods: nothing freed again
     assert not cache.freed
+
+
+def test_a_parked_workload_whose_reclaimable_pods_change_is_tried_again_at_once() -> None:
+    # Kueue's PushOrUpdate: a pending Workload whose reclaimable pods changed asks for
+    # fewer pods now, so it leaves the inadmissible ones; nothing else is woken
+    cache = _cache()
+    keys = _parked_everywhere(cache)
+    key = keys["a1"]
+    wl = cache.workloads[key]
+    cache.set_workload(lc.applied(wl, lc.set_condition("Other", True, "R", "m", _now())))
+    assert cache.parked_keys() == set(keys.values())  # another status change: still parked
+    fewer = lc.applied(
+        cache.workloads[key], lc.reclaimable((ReclaimablePod(name="main", count=1),))
+    )
+    cache.set_workload(fewer)
+    assert cache.parked_keys() == set(keys.values()) - {key}
+    assert not cache.freed  # it held no quota: nothing was given back
+    ew = cache.engine_workload(key)
+    assert ew is not None
+    assert [ps.count for ps in ew.pod_sets] == [0]  # its one pod is done
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

@@ -233,11 +233,10 @@ class JobIntegration(Integration[Job]):
         return jf.reclaimable_pods(obj, cache.succeeded_pods.get(obj.metadata.uid or "", ()))
 
     def ready(self, obj: Job, wl: Workload) -> bool:
-        adm = wl.status.admission
-        count = (adm.pod_set_assignments[0].count if adm else None) or wl.spec.pod_sets[0].count
+        del wl  # Kueue's PodsReady of a Job: its own pod count (a partial admission's is set)
         uncounted = obj.status.uncounted_terminated_pods
         done = (obj.status.succeeded or 0) + len((uncounted.succeeded if uncounted else None) or ())
-        return (obj.status.ready or 0) + done >= count
+        return (obj.status.ready or 0) + done >= jf.pod_count(obj)
 
     def compose(self, obj: Job, cache: Cache) -> Workload:
         priority = jf.resolve_priority(obj, cache.workload_classes, cache.priority_classes)
@@ -261,7 +260,13 @@ class JobIntegration(Integration[Job]):
             cluster_queue=adm.cluster_queue,
             local_queue=wl.spec.queue_name or "",
             flavors=_flavors(assignment, flavors),
-            admitted_count=assignment.count or wl.spec.pod_sets[0].count,
+            # the admitted count is the Job's parallelism only for a partial admission: a
+            # requeued Job admitted for its pods left runs with its own (Kueue's)
+            admitted_count=(
+                assignment.count
+                if wl.spec.pod_sets[0].min_count is not None and assignment.count
+                else wl.spec.pod_sets[0].count
+            ),
             topology=assignment.topology_assignment is not None,
         )
         await self.store.start_job(_key(obj), plan, obj)

@@ -41,6 +41,7 @@ from atoll.api.workload import (
     WorkloadSpec,
 )
 from atoll.state import tas
+from atoll.state import workloads as wls
 
 _MAX_NAME = 253
 _HASH_LEN = 5
@@ -642,12 +643,16 @@ def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = No
     """Why the Job no longer matches its Workload (None when it does): its pod count, its
     minimum count, the containers' resources or the maximum execution time changed. A Job
     started by a partial admission may run `admitted_count` pods instead; without one, an
-    admission of another count was made for an older spec. Mirrors Kueue's
-    `EquivalentToWorkload` (which compares counts and containers)."""
+    admission of fewer pods than the Workload's less its reclaimable ones (a gang requeued
+    after some of its pods succeeded asks only for the rest), or of more than the Workload's,
+    was made for an older spec. Mirrors Kueue's `EquivalentToWorkload` (which compares
+    counts and containers)."""
     pod_set = wl.spec.pod_sets[0]
     partial = pod_set.min_count is not None
-    if admitted_count is not None and not partial and admitted_count != pod_set.count:
-        return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
+    if admitted_count is not None and not partial:
+        done = wls.reclaimable_counts(wl.status.reclaimable_pods).get(pod_set.name, 0)
+        if not pod_set.count - done <= admitted_count <= pod_set.count:
+            return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
     count = pod_count(job)
     if count not in (pod_set.count, admitted_count if partial else None):
         return f"the Job has {count} pods, its Workload {pod_set.count}"

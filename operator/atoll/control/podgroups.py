@@ -387,7 +387,7 @@ def reclaimable_pods(group: PodGroup) -> tuple[ReclaimablePod, ...]:
     done: dict[str, int] = {}
     for pod in group.pods:
         if pod.status.phase == "Succeeded":
-            role = role_hash(pod)
+            role = pod_set_name(group, pod)
             done[role] = done.get(role, 0) + 1
     return tuple(ReclaimablePod(name=role, count=n) for role, n in sorted(done.items()))
 

@@ -83,7 +83,7 @@ def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
 
 
 def _reclaiming(old: Workload, new: Workload) -> bool:
-    """Whether the reclaimable pods of a holding Workload changed between two versions."""
+    """Whether the reclaimable pods of a Workload changed between two versions."""
     before, after = old.status.reclaimable_pods, new.status.reclaimable_pods
     return before != after and wls.reclaimable_counts(before) != wls.reclaimable_counts(after)
 
@@ -478,7 +478,8 @@ class Cache:
             placement = placement_from_status(key, wl)
             if placement is not None:
                 self.inventory.hold(placement)
-        if old is None or old.spec != wl.spec:
+        if old is None or old.spec != wl.spec or (not holds and _reclaiming(old, wl)):
+            # a new ask: its spec, or the pods it still needs (Kueue's PushOrUpdate)
             self.parked.pop(key, None)
             self._drop_lack(key)
             self.queues.renew(key)

@@ -306,19 +306,23 @@ def workload(
 ) -> m.Workload:
     """The engine's workload. `devices` adds per-pod quota resources by pod set name (DRA
     devices, atoll.state.devicequota); `misconfigured` says why it cannot be queued; `job`,
-    its Job if known, gives its run bounds (`run_bounds`)."""
+    its Job if known, gives its run bounds (`run_bounds`). A pod set asks for its pods less
+    those `status.reclaimablePods` says are done for good (Kueue's `podSetsCountsAfterReclaim`):
+    a gang evicted after part of it succeeded queues again for the rest only."""
     pod_sets = []
+    reclaimable = wls.reclaimable_counts(wl.status.reclaimable_pods if wl.status else None)
     for ps in wl.spec.pod_sets:
         spec = ps.template.spec
         reqs = pod_requests(spec)
         for name, count in ((devices or {}).get(ps.name) or {}).items():
             reqs[name] = reqs.get(name, 0) + count
+        left = ps.count - min(reclaimable.get(ps.name, 0), ps.count)
         pod_sets.append(
             m.PodSet(
                 name=m.PodSetName(ps.name),
-                count=ps.count,
+                count=left,
                 requests=tuple(sorted((m.ResourceName(k), v) for k, v in reqs.items())),
-                min_count=ps.min_count,
+                min_count=None if ps.min_count is None else min(ps.min_count, left),
                 node_selector=frozenset((spec.node_selector or {}).items()),
                 required_affinity=required_node_terms(spec.affinity),
                 tolerations=tuple(toleration(t) for t in spec.tolerations or ()),
