@@ -438,3 +438,70 @@ def test_succeeded_jobs_of_its_jobset_make_their_pods_reclaimable() -> None:
     assert [(str(p.name), p.count) for p in got] == [("dataset-initializer", 1), ("helpers", 3)]
     got = tj.reclaimable_pods(with_status(node=1, helpers=3), runtime)
     assert [(str(p.name), p.count) for p in got] == [("node", 2)]  # 3 helpers > 2 replicas
+
+
+def _made_jobset(owner_uid: str, **succeeded_ready: tuple[int, int]) -> JobSet:
+    """The JobSet Trainer makes for `trainjob("llm", num_nodes=2)` on `cluster_runtime`:
+    the trainer step one Job of 2 pods; (succeeded, ready) Jobs per replicated job."""
+    return JobSet.from_dict(
+        {
+            "metadata": {
+                "name": "llm",
+                "namespace": "ns",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                        "kind": "TrainJob",
+                        "name": "llm",
+                        "uid": owner_uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "replicatedJobs": [
+                    _job("dataset-initializer"),
+                    _job("node", parallelism=2),
+                    _job("helpers", replicas=2, parallelism=3),
+                ]
+            },
+            "status": {
+                "replicatedJobsStatus": [
+                    {"name": n, "succeeded": s, "ready": r, "active": r}
+                    for n, (s, r) in succeeded_ready.items()
+                ]
+            },
+        }
+    )
+
+
+def test_trainer_v2_0s_jobset_is_read_for_ready_active_and_reclaimable_pods() -> None:
+    """Trainer v2.0 leaves the TrainJob's `status.jobsStatus` empty: its JobSet's status is
+    read instead, as Kueue does: the JobSet rules of PodsReady (every Job ready or
+    succeeded), active Jobs and reclaimable pods; a JobSet of the same name another object
+    controls is not its."""
+    cache = cache_with_queue()
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    integration = TrainJobIntegration(FakeOwners(), cache)
+    job = trainjob(num_nodes=2)
+    wl = integration.compose(job, cache)
+    assert not integration.ready(job, wl)
+    assert integration.active_pods(job) == 0
+    assert integration.reclaimable(job, cache) == ()
+
+    cache.trainjob_jobsets["ns/llm"] = _made_jobset(
+        "uid-llm", **{"dataset-initializer": (1, 0)}, node=(0, 1), helpers=(0, 2)
+    )
+    assert integration.ready(job, wl)  # 1 succeeded + 1 + 2 ready of 4 Jobs
+    assert integration.active_pods(job) == 3
+    got = integration.reclaimable(job, cache) or ()
+    assert [(str(p.name), p.count) for p in got] == [("dataset-initializer", 1)]
+
+    cache.trainjob_jobsets["ns/llm"] = _made_jobset(
+        "uid-llm", **{"dataset-initializer": (1, 0)}, node=(0, 1), helpers=(0, 1)
+    )
+    assert not integration.ready(job, wl)  # a helper Job not ready yet
+
+    cache.trainjob_jobsets["ns/llm"] = _made_jobset("another", node=(1, 0))
+    assert tj.child_jobset(job, cache.trainjob_jobsets) is None
+    assert integration.reclaimable(job, cache) == ()  # the TrainJob's own status: none

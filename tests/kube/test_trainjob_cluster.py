@@ -86,14 +86,48 @@ def runtime(name: str, run: str = "600s") -> dict[str, Any]:
     }
 
 
+def with_prepare_step(rt: dict[str, Any], run: str, gpus: int) -> dict[str, Any]:
+    """`rt` with a first replicated job `prepare` (one pod of `gpus` GPUs that runs `run`)
+    before its trainer step: a step that ends long before the training does."""
+    pod = {
+        "metadata": {"annotations": {"atoll.dev/run-duration": run}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "prepare",
+                    "image": "registry.invalid/atoll/prepare:1",
+                    "resources": {
+                        "requests": {"cpu": "1", b.GPU: str(gpus)},
+                        "limits": {b.GPU: str(gpus)},
+                    },
+                }
+            ]
+        },
+    }
+    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    rt["spec"]["template"]["spec"]["replicatedJobs"] = [
+        {"name": "prepare", "template": {"spec": {"template": pod}}},
+        *jobs,
+    ]
+    return rt
+
+
 @contextlib.contextmanager
 def cluster_runtime(
-    cluster: KubeCluster, namespace: str, name: str | None = None, run: str = "600s"
+    cluster: KubeCluster,
+    namespace: str,
+    name: str | None = None,
+    run: str = "600s",
+    prepare: tuple[str, int] | None = None,
 ) -> Iterator[str]:
-    """A ClusterTrainingRuntime (`runtime`, named `name` or after the namespace) for a test in
-    `namespace`; at the end the namespace's TrainJobs are deleted, then the runtime."""
+    """A ClusterTrainingRuntime (`runtime`, named `name` or after the namespace; with a
+    `prepare` step of (run, GPUs) if given) for a test in `namespace`; at the end the
+    namespace's TrainJobs are deleted, then the runtime."""
     name = name or f"train-{namespace}"
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime(name, run)))
+    rt = runtime(name, run)
+    if prepare is not None:
+        rt = with_prepare_step(rt, *prepare)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(rt))
     try:
         yield name
     finally:
@@ -346,3 +380,47 @@ def test_an_unlabelled_trainjob_is_left_alone(
         assert OVERRIDE_IDX not in (
             TRAINJOB.get(cluster, namespace, "plain")["metadata"].get("annotations") or {}
         )
+
+
+def test_a_trainjobs_finished_step_gives_its_quota_to_a_waiting_job(
+    cluster: KubeCluster, trainjob_operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's reclaimable pods for a TrainJob: its `prepare` step (1 pod, 8 GPUs, 3 s) and its
+    trainer (2 nodes x 8 GPUs) fill the 24-GPU queue; once `prepare`'s Job succeeded its 8
+    GPUs go back while the training runs, and a waiting 8-GPU Job is admitted beside it. Both
+    read the JobSet Trainer made, as its PodsReady does."""
+    del trainjob_operator
+    queue(cluster, namespace, gpus=24, node_labels=POOL)
+    with cluster_runtime(cluster, namespace, prepare=("3s", 8)) as rt:
+        assert create(cluster, trainjob("train", namespace, rt)).returncode == 0
+        cluster.wait_for(
+            "the TrainJob's Workload to be Admitted",
+            lambda: is_true(workload_of(cluster, namespace, "train"), "Admitted"),
+        )
+        wl = workload_of(cluster, namespace, "train")
+        assert wl is not None
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("prepare", 1),
+            ("node", 2),
+        ]
+        assert create(cluster, b.job("next", namespace, queue="q", pods=1, gpus=8)).returncode == 0
+        seen: dict[str, dict[str, Any]] = {}
+
+        def next_admitted() -> bool:
+            # one LIST: both Workloads as of one resourceVersion
+            for w in get_json(cluster, "get", "workloads", "-n", namespace)["items"]:
+                seen[w["metadata"]["ownerReferences"][0]["name"]] = w
+            return "next" in seen and is_true(seen["next"], "QuotaReserved")
+
+        cluster.wait_for("the waiting Job to get quota", next_admitted, timeout=90)
+        train = seen["train"]
+        assert not is_true(train, "Finished")  # beside the training, not after it
+        assert train["status"]["reclaimablePods"] == [{"name": "prepare", "count": 1}]
+        assert TRAINJOB.bound(cluster, namespace, "train").get("node") == 2
+        # Trainer v2.0 reports its JobSet's Jobs only in the JobSet: read there, the
+        # TrainJob's pods are ready, so the 20 s PodsReady timeout does not evict it
+        cluster.wait_for(
+            "the TrainJob's pods to be ready",
+            lambda: is_true(workload_of(cluster, namespace, "train"), "PodsReady"),
+        )
+        assert condition(workload_of(cluster, namespace, "train"), "Evicted") is None

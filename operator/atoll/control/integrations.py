@@ -460,16 +460,28 @@ class TrainJobIntegration(Integration[TrainJob]):
     def finished(self, obj: TrainJob) -> tuple[bool, str, str]:
         return tj.finished(obj)
 
+    def child(self, obj: TrainJob, cache: Cache | None = None) -> JobSet | None:
+        """The JobSet Trainer made for it, if seen. Its status is read first: Trainer v2.0
+        reports none of it in the TrainJob's (Kueue reads the JobSet too); a later Trainer's
+        `status.jobsStatus` is read when the JobSet is not known."""
+        cache = cache if cache is not None else self.cache
+        return tj.child_jobset(obj, cache.trainjob_jobsets) if cache is not None else None
+
     def active_pods(self, obj: TrainJob) -> int:
-        return tj.active_jobs(obj)
+        child = self.child(obj)
+        return js.active_jobs(child) if child is not None else tj.active_jobs(obj)
 
     def reclaimable(self, obj: TrainJob, cache: Cache) -> tuple[ReclaimablePod, ...] | None:
+        child = self.child(obj, cache)
+        if child is not None:
+            return js.reclaimable_pods(child)
         runtime = self.runtime(obj, cache)
         return tj.reclaimable_pods(obj, runtime) if runtime is not None else None
 
     def ready(self, obj: TrainJob, wl: Workload) -> bool:
         del wl
-        return tj.pods_ready(obj)
+        child = self.child(obj)
+        return js.pods_ready(child) if child is not None else tj.pods_ready(obj)
 
     def compose(self, obj: TrainJob, cache: Cache) -> Workload:
         return tj.build_workload(

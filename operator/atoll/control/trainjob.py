@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from atoll.api.core import PodSpec, PodTemplateSpec, PriorityClass
-from atoll.api.jobset import ReplicatedJob
+from atoll.api.jobset import JobSet, ReplicatedJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.trainjob import (
     ANCESTOR_LABEL,
@@ -242,6 +242,19 @@ def build_workload(
 def finished(trainjob: TrainJob) -> tuple[bool, str, str]:
     """(finished, reason Succeeded|Failed, message) from the Complete/Failed conditions."""
     return jf.finished_from(trainjob.status.conditions, "Complete", "TrainJob")
+
+
+def child_jobset(trainjob: TrainJob, jobsets: Mapping[str, JobSet]) -> JobSet | None:
+    """The JobSet Trainer made for the TrainJob (same namespace and name, controlled by it),
+    if known."""
+    found = jobsets.get(f"{trainjob.namespace}/{trainjob.name}")
+    if found is None or not trainjob.metadata.uid:
+        return None
+    owned = any(
+        ref.uid == trainjob.metadata.uid and ref.controller
+        for ref in found.metadata.owner_references or ()
+    )
+    return found if owned else None
 
 
 def active_jobs(trainjob: TrainJob) -> int:

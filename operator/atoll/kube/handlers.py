@@ -400,13 +400,18 @@ def register_read(watches: Watches, w: Wiring, queue: WorkQueue, read: ReadKind)
 
     def on(type: str | None, body: Mapping[str, Any]) -> None:
         key = object_key(body)
+        objects = read.objects(w.cache)
         if type == "DELETED":
-            read.objects(w.cache).pop(key, None)
+            objects.pop(key, None)
         else:
             obj = _parse(read.model, body)
             if obj is None:
                 return
-            read.objects(w.cache)[read.key(obj)] = obj
+            if read.keep is not None and not read.keep(obj):
+                if objects.pop(key, None) is None:
+                    return  # neither kept nor known: nobody uses it
+            else:
+                objects[read.key(obj)] = obj
         for each in read.users(w.cache, key):
             queue.add(each)
 

@@ -38,9 +38,17 @@ class ReadKind:
     """Its cache slot, by `namespace/name` (by name when cluster-scoped)."""
     users: Callable[[Cache, str], list[str]]
     """The reconcile keys of the managed objects that use the object of a cache key."""
+    keep: Callable[[Any], bool] | None = None
+    """Which objects are cached (default: every one)."""
 
     def key(self, obj: KubeObject) -> str:
         return f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name
+
+
+def _made_by_trainer(obj: JobSet) -> bool:
+    return any(
+        ref.kind == TrainJob.KIND and ref.controller for ref in obj.metadata.owner_references or ()
+    )
 
 
 def _trainjobs_using(cache: Cache, kind: str, key: str) -> list[str]:
@@ -135,6 +143,16 @@ CUSTOM_KINDS: Final[dict[str, CustomKind]] = {
                 users=lambda cache, key: _trainjobs_using(
                     cache, trainjob.CLUSTER_RUNTIME_KIND, key
                 ),
+            ),
+            ReadKind(
+                model=JobSet,
+                group=jobset.GROUP,
+                version=jobset.VERSION,
+                plural=jobset.PLURAL,
+                objects=lambda cache: cache.trainjob_jobsets,
+                # Trainer names the JobSet after its TrainJob
+                users=lambda cache, key: [key] if key in cache.trainjobs else [],
+                keep=_made_by_trainer,
             ),
         ),
     ),

@@ -75,7 +75,8 @@ async def _read_kinds(rest: Rest, cache: Cache) -> None:
                     raise
                 listed = []
             for obj in listed:
-                _store(read, read.objects(cache), obj)
+                if read.keep is None or read.keep(obj):
+                    _store(read, read.objects(cache), obj)
 
 
 def _store(read: ReadKind, objects: dict[str, Any], obj: KubeObject) -> None:

@@ -90,9 +90,22 @@ class Watches:
         field_selector: str | None = None,
     ) -> None:
         resource = Resource(group, version, plural)
-        if resource in self.watches:
-            raise ValueError(f"{resource} is watched twice")
-        self.watches[resource] = Watch(resource, handler, known, field_selector=field_selector)
+        existing = self.watches.get(resource)
+        if existing is None:
+            self.watches[resource] = Watch(resource, handler, known, field_selector=field_selector)
+            return
+        # a second reader of the same resource (the JobSets of the JobSet integration and
+        # those Trainer made for TrainJobs): one loop, each event to both, in order
+        if existing.field_selector != field_selector:
+            raise ValueError(f"{resource} is watched twice with different selectors")
+        first, first_known = existing.handler, existing.known
+
+        def both(type: str | None, body: Mapping[str, Any]) -> None:
+            first(type, body)
+            handler(type, body)
+
+        existing.handler = both
+        existing.known = lambda: {*first_known(), *known()}
 
     def start_at(self, group: str, version: str, plural: str, resource_version: str) -> None:
         """The initial listing already handed every object to the cache: watch from there."""
