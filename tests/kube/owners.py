@@ -230,8 +230,8 @@ def check_first_admitted_whole_second_waits(
 ) -> Obj:
     """Creates `first` (named "first"); once it is admitted, creates `second` ("second"),
     which does not fit beside it. `first` is admitted whole (these pod sets), all its pods
-    bound and none created before its admission; `second` waits whole, suspended, without
-    a pod, saying which resource it lacks. The first's Workload.
+    bound, ready (PodsReady) and none created before its admission; `second` waits whole,
+    suspended, without a pod, saying which resource it lacks. The first's Workload.
 
     The second is created only after the first's admission: created together, their
     Workloads may get the same creation second, and then the queue orders them by UID (as
@@ -256,6 +256,12 @@ def check_first_admitted_whole_second_waits(
     cluster.wait_for(
         f"the first {kind.kind}'s {total} pods to be bound",
         lambda: sum(kind.bound(cluster, ns, "first").values()) == total,
+    )
+    # its pods running and ready, as the kind's controller reports them: PodsReady (before
+    # the 20 s PodsReady timeout would evict it)
+    cluster.wait_for(
+        f"the first {kind.kind}'s Workload to be PodsReady",
+        lambda: is_true(kind.workload_of(cluster, ns, "first"), "PodsReady"),
     )
     pods = kind.pods_of(cluster, ns, "first")
     admitted_at = (condition(wl, "QuotaReserved") or {})["lastTransitionTime"]

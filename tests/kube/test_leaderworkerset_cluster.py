@@ -168,6 +168,10 @@ def test_each_group_is_one_gang_and_the_second_waits_until_the_first_goes(
             ("worker", 3),
         ]
     _admitted_whole(cluster, namespace, "serve", first, 4)
+    cluster.wait_for(
+        "the first group's Workload to be PodsReady (its 4 pods ready)",
+        lambda: is_true(_named(cluster, namespace, first), "PodsReady"),
+    )
     _waits_gated(cluster, namespace, "serve", index_of(second), 4)
     cluster.wait_for(
         "the second group's Workload to say why it waits",

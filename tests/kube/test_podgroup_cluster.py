@@ -126,6 +126,10 @@ def test_a_pod_group_is_gated_admitted_whole_and_ungated_together(
             not _gates(p) and p["spec"].get("nodeName") for p in _pods(cluster, namespace).values()
         ),
     )
+    cluster.wait_for(
+        "the group's Workload to be PodsReady (its 4 pods ready)",
+        lambda: is_true(_workload(cluster, namespace, "ring"), "PodsReady"),
+    )
 
 
 def test_an_incomplete_group_waits_with_how_many_pods_it_misses(
