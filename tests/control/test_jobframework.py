@@ -358,6 +358,11 @@ def _done(spec: dict[str, Any], **status: Any) -> Job:
         pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 6}, 0, id="slots-full"),
         pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 7}, 1, id="one-free"),
         pytest.param({"parallelism": 4, "completions": 10}, {"succeeded": 12}, 4, id="over"),
+        # 2 pods, not 4: the reclaimable pods never outnumber the Workload's (Kueue would
+        # claim 3, which its validation refuses)
+        pytest.param(
+            {"parallelism": 4, "completions": 2}, {"succeeded": 1}, 1, id="parallelism-above"
+        ),
         pytest.param(
             {"parallelism": 4, "completions": 8, "completionMode": "Indexed"},
             {"succeeded": 9, "completed_indexes": "0-2,5", "failed_indexes": "5-6"},
@@ -400,7 +405,7 @@ def test_terminal_indexes_count_each_index_once(
     completions=st.integers(1, 200),
     done=st.integers(0, 250),
 )
-def test_reclaimable_pods_never_exceed_the_slots_and_grow_with_the_pods_done(
+def test_reclaimable_pods_never_exceed_the_workloads_pods_and_grow_with_the_pods_done(
     parallelism: int, completions: int, done: int
 ) -> None:
     def count(n: int) -> int:
@@ -408,10 +413,11 @@ def test_reclaimable_pods_never_exceed_the_slots_and_grow_with_the_pods_done(
         got = jf.reclaimable_pods(_done(spec, succeeded=n))
         return got[0].count if got else 0
 
+    slots = min(parallelism, completions)  # the Workload's pods
     now, later = count(done), count(done + 1)
-    assert 0 <= now <= later <= parallelism
+    assert 0 <= now <= later <= slots
     # what is held covers the pods still to run (never a pod short)
-    assert parallelism - now >= min(parallelism, max(completions - done, 0))
+    assert slots - now >= min(slots, max(completions - done, 0))
 
 
 def test_an_indexed_jobs_done_indexes_are_read_from_its_status() -> None:

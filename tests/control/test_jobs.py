@@ -7,12 +7,13 @@ import datetime as dt
 from prometheus_client import CollectorRegistry
 
 from atoll.api.core import Job
+from atoll.control.integrations import JobIntegration
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as admission
 from atoll.state import workloads as wls
-from tests.control.builders import GPU, cache_with_queue, job
+from tests.control.builders import GPU, cache_with_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 
 T0 = 1_796_000_000.0
@@ -356,6 +357,21 @@ async def test_a_requeued_job_asks_only_for_the_pods_it_has_left() -> None:
     await ctl.reconcile("ns/a")  # its Job matches its Workload: not stopped again
     assert len(fake.stopped) == stopped
     assert wls.has_quota(fake.workloads[a])
+    # PodsReady counts the Job's own 4 pods (Kueue's podsCount), not the 2 admitted: its 2
+    # succeeded ones and 2 ready
+    jobs = JobIntegration(fake)
+    assert not jobs.ready(_with_status(fake.jobs["ns/a"], ready=1), fake.workloads[a])
+    assert jobs.ready(_with_status(fake.jobs["ns/a"], ready=2), fake.workloads[a])
+
+
+def test_a_partially_admitted_jobs_pods_ready_counts_the_parallelism_it_was_given() -> None:
+    # a partial admission sets the Job's parallelism to the admitted count: 2 of 4
+    j = job("p", pods=4)
+    wl = workload_for(j)
+    cut = j.model_copy(update={"spec": j.spec.model_copy(update={"parallelism": 2})})
+    jobs = JobIntegration(FakeCluster())
+    assert not jobs.ready(_with_status(cut, ready=1), wl)
+    assert jobs.ready(_with_status(cut, ready=2), wl)
 
 
 async def test_a_job_whose_remaining_pods_fill_its_parallelism_reclaims_nothing() -> None:

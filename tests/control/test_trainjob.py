@@ -505,3 +505,30 @@ def test_trainer_v2_0s_jobset_is_read_for_ready_active_and_reclaimable_pods() ->
     cache.trainjob_jobsets["ns/llm"] = _made_jobset("another", node=(1, 0))
     assert tj.child_jobset(job, cache.trainjob_jobsets) is None
     assert integration.reclaimable(job, cache) == ()  # the TrainJob's own status: none
+
+
+def test_a_later_trainers_jobs_status_is_read_when_its_jobset_is_not_known() -> None:
+    """Trainer v2.1+ reports its JobSet's Jobs in `status.jobsStatus`: without the JobSet,
+    PodsReady is Kueue's count over them, every Job of the runtime's replicated jobs (the
+    trainer step one Job) ready or succeeded; without the runtime, not ready."""
+    cache = cache_with_queue()
+    integration = TrainJobIntegration(FakeOwners(), cache)
+    job = trainjob(num_nodes=2)
+
+    def with_status(**succeeded_ready: tuple[int, int]) -> TrainJob:
+        statuses = tuple(
+            ReplicatedJobStatus(name=n, succeeded=s, ready=r)
+            for n, (s, r) in succeeded_ready.items()
+        )
+        return job.model_copy(
+            update={"status": job.status.model_copy(update={"jobs_status": statuses})}
+        )
+
+    all_up = with_status(**{"dataset-initializer": (1, 0)}, node=(0, 1), helpers=(0, 2))
+    cache.cluster_training_runtimes["torch"] = cluster_runtime()
+    wl = integration.compose(job, cache)
+    assert integration.ready(all_up, wl)
+    one_short = with_status(**{"dataset-initializer": (1, 0)}, node=(0, 1), helpers=(0, 1))
+    assert not integration.ready(one_short, wl)
+    del cache.cluster_training_runtimes["torch"]
+    assert not integration.ready(all_up, wl)  # no runtime: its Jobs cannot be counted

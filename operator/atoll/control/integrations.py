@@ -462,8 +462,11 @@ class TrainJobIntegration(Integration[TrainJob]):
 
     def child(self, obj: TrainJob, cache: Cache | None = None) -> JobSet | None:
         """The JobSet Trainer made for it, if seen. Its status is read first: Trainer v2.0
-        reports none of it in the TrainJob's (Kueue reads the JobSet too); a later Trainer's
-        `status.jobsStatus` is read when the JobSet is not known."""
+        reports none of it in the TrainJob's. Kueue's first TrainJob integration read the
+        JobSet for PodsReady and reclaimable pods; today's reads `status.jobsStatus` (Trainer
+        v2.1+), which is read here when the JobSet is not known. Its active Jobs from the
+        JobSet are atoll's own: Kueue reads them from `status.jobsStatus` only, so to it a
+        v2.0 TrainJob is never active (its quota goes back before its pods are gone)."""
         cache = cache if cache is not None else self.cache
         return tj.child_jobset(obj, cache.trainjob_jobsets) if cache is not None else None
 
@@ -481,7 +484,10 @@ class TrainJobIntegration(Integration[TrainJob]):
     def ready(self, obj: TrainJob, wl: Workload) -> bool:
         del wl
         child = self.child(obj)
-        return js.pods_ready(child) if child is not None else tj.pods_ready(obj)
+        if child is not None:
+            return js.pods_ready(child)
+        runtime = self.runtime(obj, self.cache) if self.cache is not None else None
+        return runtime is not None and tj.pods_ready(obj, runtime)
 
     def compose(self, obj: TrainJob, cache: Cache) -> Workload:
         return tj.build_workload(

@@ -325,11 +325,14 @@ def reclaimable_pods(
 ) -> tuple[ReclaimablePod, ...]:
     """The pods of a Job whose quota can go back before the Job ends (Kueue's
     `ReclaimablePods` of batch/v1 Jobs): once fewer pods remain to run than the Job's
-    parallelism, that many of its parallel slots will never be used again. The pods done are
+    parallel slots, that many of them will never be used again. Its slots are its pod count,
+    min(parallelism, completions) (Kueue subtracts from the parallelism alone, which for a
+    parallelism above the completions claims more pods than the Workload has, a count its
+    validation refuses). The pods done are
     `status.succeeded`, or for an Indexed Job its completed and failed indexes; `seen`, its
     pods seen Succeeded (name, completion index), counts them before the Job controller does
     (a Succeeded pod never runs again, and the Job counts every one)."""
-    parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
+    parallelism = pod_count(job)
     completions = job.spec.completions if job.spec.completions is not None else parallelism
     if job.spec.completion_mode == "Indexed":
         status = job.status
@@ -649,10 +652,9 @@ def workload_mismatch(job: Job, wl: Workload, *, admitted_count: int | None = No
     counts and containers)."""
     pod_set = wl.spec.pod_sets[0]
     partial = pod_set.min_count is not None
-    if admitted_count is not None and not partial:
-        done = wls.reclaimable_counts(wl.status.reclaimable_pods).get(pod_set.name, 0)
-        if not pod_set.count - done <= admitted_count <= pod_set.count:
-            return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
+    left = wls.counts_after_reclaim(wl)[pod_set.name]
+    if admitted_count is not None and not partial and not left <= admitted_count <= pod_set.count:
+        return f"its admission is for {admitted_count} pods, its Workload {pod_set.count}"
     count = pod_count(job)
     if count not in (pod_set.count, admitted_count if partial else None):
         return f"the Job has {count} pods, its Workload {pod_set.count}"

@@ -85,9 +85,16 @@ def active_jobs(jobset: JobSet) -> int:
 
 def pods_ready(jobset: JobSet) -> bool:
     """Every child Job is ready or succeeded (Kueue's `PodsReady` for JobSets)."""
-    replicas = sum(rj.replicas for rj in jobset.spec.replicated_jobs)
-    done = sum(s.ready + s.succeeded for s in jobset.status.replicated_jobs_status or ())
-    return done >= replicas
+    return all_ready(
+        sum(rj.replicas for rj in jobset.spec.replicated_jobs),
+        jobset.status.replicated_jobs_status,
+    )
+
+
+def all_ready(jobs: int, statuses: Iterable[ReplicatedJobStatus] | None) -> bool:
+    """Whether the statuses count `jobs` Jobs ready or succeeded (a JobSet's, or a
+    TrainJob's, which reports its JobSet's)."""
+    return sum(s.ready + s.succeeded for s in statuses or ()) >= jobs
 
 
 def reclaimable_pods(jobset: JobSet) -> tuple[ReclaimablePod, ...]:

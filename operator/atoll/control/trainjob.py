@@ -262,10 +262,14 @@ def active_jobs(trainjob: TrainJob) -> int:
     return sum(s.active for s in trainjob.status.jobs_status or ())
 
 
-def pods_ready(trainjob: TrainJob) -> bool:
-    """Every Job of its JobSet is ready or succeeded, none suspended."""
-    statuses = trainjob.status.jobs_status or ()
-    return bool(statuses) and all(s.suspended == 0 and s.ready + s.succeeded >= 1 for s in statuses)
+def pods_ready(trainjob: TrainJob, runtime: TrainingRuntimeSpec) -> bool:
+    """Every Job of its JobSet is ready or succeeded, by the statuses the TrainJob reports
+    (Kueue's rule, the JobSet's): the JobSet Trainer makes has its runtime's replicated jobs,
+    the trainer step one Job."""
+    jobs = sum(
+        1 if _is_trainer(rj) else rj.replicas for rj in runtime.template.spec.replicated_jobs
+    )
+    return js.all_ready(jobs, trainjob.status.jobs_status)
 
 
 def reclaimable_pods(

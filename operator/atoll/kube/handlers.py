@@ -402,7 +402,8 @@ def register_read(watches: Watches, w: Wiring, queue: WorkQueue, read: ReadKind)
         key = object_key(body)
         objects = read.objects(w.cache)
         if type == "DELETED":
-            objects.pop(key, None)
+            if objects.pop(key, None) is None:
+                return  # never kept: nobody uses it
         else:
             obj = _parse(read.model, body)
             if obj is None:

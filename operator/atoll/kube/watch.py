@@ -101,8 +101,14 @@ class Watches:
         first, first_known = existing.handler, existing.known
 
         def both(type: str | None, body: Mapping[str, Any]) -> None:
-            first(type, body)
-            handler(type, body)
+            for each in (first, handler):
+                try:
+                    each(type, body)
+                except Exception as e:  # one reader's failure never hides the event from another
+                    log.exception(
+                        "watch handler failed", resource=str(resource), object=object_key(body),
+                        error=e,
+                    )  # fmt: skip
 
         existing.handler = both
         existing.known = lambda: {*first_known(), *known()}

@@ -123,7 +123,7 @@ class Cache:
     trainjob_jobsets: dict[str, JobSet] = field(default_factory=dict)
     """The JobSets Trainer made for TrainJobs (read only), by `namespace/name`, the
     TrainJob's: Trainer v2.0 reports none of their status in the TrainJob's, so a TrainJob's
-    active, ready and succeeded Jobs are read here (as Kueue does)."""
+    active, ready and succeeded Jobs are read here (`TrainJobIntegration.child`)."""
     pod_groups: dict[str, dict[str, Pod]] = field(default_factory=dict)
     """Managed plain pods (the `pod` integration) by group key (`namespace/group`, or
     `namespace/pod` for a single pod), then by pod name."""

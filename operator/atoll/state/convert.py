@@ -310,13 +310,13 @@ def workload(
     those `status.reclaimablePods` says are done for good (Kueue's `podSetsCountsAfterReclaim`):
     a gang evicted after part of it succeeded queues again for the rest only."""
     pod_sets = []
-    reclaimable = wls.reclaimable_counts(wl.status.reclaimable_pods if wl.status else None)
+    counts = wls.counts_after_reclaim(wl)
     for ps in wl.spec.pod_sets:
         spec = ps.template.spec
         reqs = pod_requests(spec)
         for name, count in ((devices or {}).get(ps.name) or {}).items():
             reqs[name] = reqs.get(name, 0) + count
-        left = ps.count - min(reclaimable.get(ps.name, 0), ps.count)
+        left = counts[ps.name]
         pod_sets.append(
             m.PodSet(
                 name=m.PodSetName(ps.name),
@@ -353,7 +353,7 @@ def admission(wl: ApiWorkload) -> m.Admission | None:
     if adm is None:
         return None
     sizes = {ps.name: ps.count for ps in wl.spec.pod_sets}
-    reclaimable = wls.reclaimable_counts(wl.status.reclaimable_pods)
+    lefts = wls.counts_after_reclaim(wl)
     pod_sets = []
     for a in adm.pod_set_assignments:
         size = sizes.get(a.name, 0)
@@ -362,7 +362,7 @@ def admission(wl: ApiWorkload) -> m.Admission | None:
             (m.ResourceName(r), amount(r, q)) for r, q in (a.resource_usage or {}).items()
         )
         # pods done for good give their share back (Kueue's usage after reclaim)
-        left = size - min(reclaimable.get(str(a.name), 0), size)
+        left = lefts.get(a.name, 0)
         if left < count:
             usage = [(r, v // count * left) for r, v in usage]
         pod_sets.append(

@@ -242,6 +242,13 @@ def reclaimable_counts(pods: Iterable[ReclaimablePod] | None) -> dict[str, int]:
     return {str(p.name): p.count for p in pods or ()}
 
 
+def counts_after_reclaim(wl: Workload) -> dict[str, int]:
+    """Pod set name → its pods left to run: its count less its reclaimable pods, never below
+    0 (Kueue's `podSetsCountsAfterReclaim`)."""
+    done = reclaimable_counts(wl.status.reclaimable_pods if wl.status else None)
+    return {ps.name: ps.count - min(done.get(ps.name, 0), ps.count) for ps in wl.spec.pod_sets}
+
+
 def requeue_count(wl: Workload) -> int:
     """How many times the Workload was requeued after a PodsReady timeout, this one included."""
     return ((wl.status.requeue_state.count if wl.status.requeue_state else None) or 0) + 1
