@@ -508,7 +508,7 @@ def test_trainer_v2_0s_jobset_is_read_for_ready_active_and_reclaimable_pods() ->
 
 
 def test_a_later_trainers_jobs_status_is_read_when_its_jobset_is_not_known() -> None:
-    """Trainer v2.1+ reports its JobSet's Jobs in `status.jobsStatus`: without the JobSet,
+    """A later Trainer (v2.2) reports its JobSet's Jobs in `status.jobsStatus`: without the JobSet,
     PodsReady is Kueue's count over them, every Job of the runtime's replicated jobs (the
     trainer step one Job) ready or succeeded; without the runtime, not ready."""
     cache = cache_with_queue()

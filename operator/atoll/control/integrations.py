@@ -464,7 +464,7 @@ class TrainJobIntegration(Integration[TrainJob]):
         """The JobSet Trainer made for it, if seen. Its status is read first: Trainer v2.0
         reports none of it in the TrainJob's. Kueue's first TrainJob integration read the
         JobSet for PodsReady and reclaimable pods; today's reads `status.jobsStatus` (Trainer
-        v2.1+), which is read here when the JobSet is not known. Its active Jobs from the
+        v2.2 fills it), which is read here when the JobSet is not known. Its active Jobs from the
         JobSet are atoll's own: Kueue reads them from `status.jobsStatus` only, so to it a
         v2.0 TrainJob is never active (its quota goes back before its pods are gone)."""
         cache = cache if cache is not None else self.cache
