@@ -408,11 +408,10 @@ def register_read(watches: Watches, w: Wiring, queue: WorkQueue, read: ReadKind)
             obj = _parse(read.model, body)
             if obj is None:
                 return
-            if read.keep is not None and not read.keep(obj):
-                if objects.pop(key, None) is None:
-                    return  # neither kept nor known: nobody uses it
-            else:
+            if read.kept(obj):
                 objects[read.key(obj)] = obj
+            elif objects.pop(key, None) is None:
+                return  # neither kept nor known: nobody uses it
         for each in read.users(w.cache, key):
             queue.add(each)
 

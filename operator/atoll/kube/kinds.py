@@ -44,6 +44,10 @@ class ReadKind:
     def key(self, obj: KubeObject) -> str:
         return f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name
 
+    def kept(self, obj: KubeObject) -> bool:
+        """Whether `obj` is cached (`keep`)."""
+        return self.keep is None or self.keep(obj)
+
 
 def _made_by_trainer(obj: JobSet) -> bool:
     return any(

@@ -75,7 +75,7 @@ async def _read_kinds(rest: Rest, cache: Cache) -> None:
                     raise
                 listed = []
             for obj in listed:
-                if read.keep is None or read.keep(obj):
+                if read.kept(obj):
                     _store(read, read.objects(cache), obj)
 
 
