@@ -365,6 +365,9 @@ def test_every_webhook_calls_the_handler_of_its_kind() -> None:
             [version],
             [plural],
         )
+        # what the sandbox's configuration selects too: every object of a kind, only the
+        # plain pods that name a queue
+        assert hook.get("objectSelector") == webhook.object_selector(handler)
     assert len(hooks) == len(webhook.RULES)
 
 

@@ -342,6 +342,92 @@ def test_a_running_jobs_queue_name_cannot_change_or_go() -> None:
     assert patched(new, out) == new
 
 
+# ------------------------------------------------------- the default LocalQueue (Kueue's)
+
+
+def default_in(*namespaces: str) -> Any:
+    return lambda namespace: namespace in namespaces
+
+
+def not_owned(obj: Any) -> bool:
+    """A `manages` that, like the operator's, leaves objects a managed kind owns alone."""
+    return manages(obj) and not obj.metadata.owner_references
+
+
+DEFAULTING = webhook.job_webhook(not_owned, default_in("ns"))
+
+
+def test_a_new_job_without_a_queue_name_gets_its_namespaces_default_localqueue() -> None:
+    job = a_job(queue=None)
+    got = patched(job, answer(DEFAULTING, review(job)))
+    assert got["metadata"]["labels"] == {QUEUE_NAME_LABEL: "default"}
+    assert got["spec"]["suspend"] is True
+    # created suspended, it is only labelled
+    job = a_job(queue=None, suspend=True)
+    got = patched(job, answer(DEFAULTING, review(job)))
+    assert got == {**job, "metadata": {**job["metadata"], "labels": {QUEUE_NAME_LABEL: "default"}}}
+
+
+def test_no_default_queue_is_given_without_a_default_localqueue_an_owner_or_on_update() -> None:
+    elsewhere = copy.deepcopy(a_job(queue=None))
+    elsewhere["metadata"]["namespace"] = "other"
+    owned = a_job(queue=None)
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u",
+         "controller": True}
+    ]  # fmt: skip
+    for job in (elsewhere, owned):
+        out = answer(DEFAULTING, review(job))
+        assert out == {"uid": out["uid"], "allowed": True}
+    # an update of a Job created before the default LocalQueue leaves it unlabelled
+    job = a_job(queue=None, suspend=False)
+    out = answer(DEFAULTING, review(job, old=copy.deepcopy(job), operation="UPDATE"))
+    assert out == {"uid": out["uid"], "allowed": True}
+    # a Job that names a queue keeps it
+    job = a_job(queue="team-a")
+    assert patched(job, answer(DEFAULTING, review(job)))["metadata"]["labels"] == {
+        QUEUE_NAME_LABEL: "team-a"
+    }
+
+
+def test_a_queue_name_cannot_be_removed_where_a_default_localqueue_exists() -> None:
+    old, new = a_job(suspend=True), a_job(queue=None, suspend=True)
+    out = answer(DEFAULTING, review(new, old=old, operation="UPDATE"))
+    assert out["allowed"] is False
+    assert out["status"]["message"] == (
+        f'{jf.QUEUE_NAME_FIELD}: Invalid value: "": queue-name must not be empty in '
+        "namespace with default queue"
+    )
+    # without one, a suspended Job may drop it
+    assert answer(JOBS, review(new, old=old, operation="UPDATE"))["allowed"] is True
+
+
+def test_a_new_object_of_a_managed_kind_gets_the_default_localqueue_but_a_plain_pod_does_not() -> (
+    None
+):
+    js = CUSTOM_KINDS["JobSet"]
+    hook = webhook.kind_webhook(not_owned, js, default_in("ns"))
+    obj = {
+        "apiVersion": f"{js.group}/{js.version}",
+        "kind": "JobSet",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {"replicatedJobs": []},
+    }
+    resource = (js.group, js.version, js.plural)
+    got = patched(obj, answer(hook, review(obj, resource=resource)))
+    assert got["metadata"]["labels"] == {QUEUE_NAME_LABEL: "default"}
+    assert js.suspended(js.model.from_dict(got))
+    # its queue name cannot be removed afterwards, suspended or not
+    update = review(obj, old=got, operation="UPDATE", resource=resource)
+    assert answer(hook, update)["allowed"] is False
+    # plain pods: only those that name a queue are sent to atoll (`object_selector`)
+    assert webhook.object_selector(webhook.POD_WEBHOOK_ID) == {
+        "matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]
+    }
+    assert webhook.object_selector(webhook.WEBHOOK_ID) is None
+    assert webhook.object_selector(js.webhook_id) is None
+
+
 def test_a_review_of_another_resource_or_without_its_object_is_bad() -> None:
     with pytest.raises(BadReviewError, match="serves batch/v1 jobs, not /v1 pods"):
         respond(JOBS, decode_review(encoded(review(a_pod(), resource=POD_RESOURCE))))

@@ -102,6 +102,45 @@ def test_invalid_queue_names_are_refused_at_creation(
     assert "RFC 1123 subdomain" in done.stderr
 
 
+def test_a_job_without_a_queue_name_goes_to_its_namespaces_default_localqueue(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's LocalQueue defaulting: once a namespace has a LocalQueue named `default`, a
+    Job created there without a queue name is labelled with it by the webhook and queued
+    whole; the label cannot be removed afterwards. A Job created before it runs unmanaged."""
+    before = b.job("before", namespace, queue=None, pods=1, gpus=1, run="600s")
+    _create(cluster, before)
+    cluster.wait_for("before running", lambda: _running(cluster, namespace, "before") == 1)
+    _queue(cluster, namespace, gpus=4, lq="default")
+    lq = ("get", "localqueue", "default", "-n", namespace)
+    cluster.wait_for("LocalQueue default active", lambda: is_true(get_json(cluster, *lq), "Active"))
+    job = get_json(cluster, "get", "job", "before", "-n", namespace)
+    assert b.QUEUE_LABEL not in (job["metadata"].get("labels") or {})
+    assert workload_of(cluster, namespace, "before") is None
+    cluster.kubectl("delete", "job", "before", "-n", namespace, "--cascade=foreground")
+    with ClusterWatch(cluster, namespace, quota=4) as watch:
+        _create(cluster, b.job("after", namespace, queue=None, pods=2, gpus=2, run="600s"))
+        job = get_json(cluster, "get", "job", "after", "-n", namespace)
+        assert job["metadata"]["labels"][b.QUEUE_LABEL] == "default"
+        cluster.wait_for(
+            "after admitted whole through LocalQueue default",
+            lambda: _admitted_running(cluster, namespace, "after", 2),
+            timeout=90,
+        )
+        wl = workload_of(cluster, namespace, "after")
+        assert wl is not None
+        assert wl["spec"]["queueName"] == "default"
+        done = cluster.kubectl(
+            "label", "job", "after", "-n", namespace, f"{b.QUEUE_LABEL}-", check=False
+        )
+        assert done.returncode != 0
+        assert (
+            f'{QUEUE_FIELD}: Invalid value: "": queue-name must not be empty in namespace with '
+            "default queue"
+        ) in done.stderr
+    watch.assert_held()
+
+
 def test_a_labelled_job_of_1_2_mib_passes_the_webhook_on_create_and_update(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:

@@ -218,3 +218,23 @@ def test_greedy_places_every_pod_set_of_a_jobset() -> None:
     )  # fmt: skip
     (rec,) = GreedySimulator(scn).run().jobs
     assert (rec.pods, rec.gpus, rec.state) == (4, 7, JobState.FINISHED)
+
+
+def test_objects_without_a_queue_name_go_to_their_namespaces_default_localqueue() -> None:
+    """Kueue's LocalQueue defaulting, as the operator's webhook applies it: a Job or JobSet
+    created without a queue name in a namespace with a LocalQueue `default` is queued
+    there; in another namespace it is not simulated, nor is a plain pod anywhere."""
+    unlabelled = jobset("train", ("workers", 2, 1))
+    del unlabelled["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    elsewhere = b.job("elsewhere", pods=1, queue=None)
+    elsewhere["metadata"]["namespace"] = "other"
+    loose = pods("loose", 1, 1)
+    del loose[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    got = _records(
+        unlabelled, b.job("plain", pods=2, queue=None), elsewhere, loose, b.local_queue("default")
+    )
+    assert got["JobSet default/train"].admitted == 0
+    assert got["default/plain"].admitted == 0
+    assert "other/elsewhere" not in got
+    assert "pod group default/loose" not in got
+    assert sum("no kueue.x-k8s.io/queue-name label" in n for n in got["notes"]) == 2

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from atoll.api.core import Job
+from atoll.api.localqueue import LocalQueue
 from atoll.engine import decisions as d
 from atoll.sim.scenario import ScenarioError
 from atoll.sim.whatif import what_if
-from tests.sim.builders import job, six_gpus, wl_key
+from tests.sim.builders import job, local_queue, six_gpus, wl_key
 
 PREEMPTING = {"preemption": {"withinClusterQueue": "LowerPriority"}}
 
@@ -64,3 +65,12 @@ def test_job_without_queue_name_is_not_queued() -> None:
     assert answer.decision is None
     assert answer.cluster_queue is None
     assert "not queued" in answer.describe()
+
+
+def test_a_job_without_queue_name_asks_its_namespaces_default_localqueue() -> None:
+    """As the operator's webhook labels it (Kueue's LocalQueue defaulting)."""
+    scn = six_gpus()
+    scn.local_queues.append(LocalQueue.model_validate(local_queue("default")))
+    answer = what_if(scn, _job("stray", queue=None, pods=2))
+    assert isinstance(answer.decision, d.Admit)
+    assert answer.cluster_queue == "cq"

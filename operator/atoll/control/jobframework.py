@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from atoll.api import labels as keys
 from atoll.api.core import (
@@ -42,6 +42,8 @@ from atoll.api.workload import (
 )
 from atoll.state import tas
 from atoll.state import workloads as wls
+
+K = TypeVar("K", bound=KubeObject)
 
 _MAX_NAME = 253
 _HASH_LEN = 5
@@ -74,6 +76,27 @@ def workload_name(job_name: str, job_uid: str, *, kind: str = "Job", group: str 
 
 def queue_name(job: KubeObject) -> str | None:
     return (job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
+
+
+DEFAULT_LOCAL_QUEUE: Final = "default"
+"""The LocalQueue a new object without a queue name is sent to when its namespace has one of
+this name (Kueue's LocalQueue defaulting, always on since Kueue v0.17)."""
+
+
+def default_queue_name(obj: KubeObject, has_default: Callable[[str], bool]) -> str | None:
+    """The queue name a new object gets at creation: `DEFAULT_LOCAL_QUEUE` when it names none
+    and `has_default(its namespace)` (a LocalQueue `default` exists there), else None. The
+    caller checks the rest of Kueue's rule: the object's kind is managed and no managed
+    kind owns it (a JobSet's Jobs are not defaulted)."""
+    if queue_name(obj) is not None or not has_default(obj.namespace or "default"):
+        return None
+    return DEFAULT_LOCAL_QUEUE
+
+
+def with_queue_name(obj: K, name: str) -> K:
+    """A copy of `obj` labelled with the queue name `name`."""
+    labels = {**(obj.metadata.labels or {}), keys.QUEUE_NAME_LABEL: name}
+    return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": labels})})
 
 
 def pod_count(job: Job) -> int:
@@ -544,10 +567,13 @@ def job_update_errors(
     *,
     suspended: bool | None = None,
     was_suspended: bool | None = None,
+    has_default: bool = False,
 ) -> list[str]:
     """What the webhook refuses in a managed object's UPDATE, as Kueue does:
     - a queue name change: an invalid name, or any change (removal included) while the
       object runs, i.e. is unsuspended after the update (`suspended`);
+    - the removal of the queue name in a namespace with a default LocalQueue (`has_default`),
+      suspended or not;
     - a `kueue.x-k8s.io/max-exec-time-seconds` change (kinds not in
       `MAX_EXEC_LABEL_UNCHECKED`): an invalid value, or any change (removal included) unless
       the object is suspended both before (`was_suspended`) and after the update.
@@ -566,6 +592,11 @@ def job_update_errors(
         if not suspended:
             errors.append(
                 f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
+            )
+        if queue_name(new) is None and has_default:
+            errors.append(
+                f'{QUEUE_NAME_FIELD}: Invalid value: "": queue-name must not be empty in '
+                "namespace with default queue"
             )
     errors.extend(_max_exec_label_update_errors(old, new, suspended and was_suspended))
     return errors

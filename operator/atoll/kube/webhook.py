@@ -84,12 +84,35 @@ def _merge(into: dict[str, Any], patch: Mapping[str, Any]) -> None:
             into[key] = copy.deepcopy(value)
 
 
-def job_webhook(manages: Callable[[Job], bool]) -> Webhook:
+def _no_default(_namespace: str) -> bool:
+    return False
+
+
+def _defaulted(
+    obj: Any, manages: Callable[[Any], bool], has_default: Callable[[str], bool]
+) -> tuple[Any, dict[str, Any]]:
+    """A new object without a queue name in a namespace with a default LocalQueue, labelled
+    with it (Kueue's LocalQueue defaulting) when atoll then manages it (its kind is enabled,
+    its namespace managed, no managed kind owns it), and the label's merge patch; else the
+    object unchanged and no patch."""
+    name = jf.default_queue_name(obj, has_default)
+    if name is None:
+        return obj, {}
+    labelled = jf.with_queue_name(obj, name)
+    if not manages(labelled):
+        return obj, {}
+    return labelled, {"metadata": {"labels": {QUEUE_NAME_LABEL: name}}}
+
+
+def job_webhook(
+    manages: Callable[[Job], bool], has_default: Callable[[str], bool] = _no_default
+) -> Webhook:
     """The Job webhook. It filters Jobs itself rather than with a label filter, on the new
-    and the old object: a Job whose queue-name label is removed must still be seen. In a
-    cluster the configuration's objectSelector (deploy/webhook.yaml) sends only labelled Jobs
-    here (the API server matches it on the old or the new object), so no other Job depends
-    on atoll running; manageJobsWithoutQueueName is read by `manages`."""
+    and the old object: a Job whose queue-name label is removed must still be seen, and a
+    new Job without one is labelled with its namespace's default LocalQueue (`has_default`:
+    a LocalQueue named `default` exists in the namespace), as Kueue's webhook does. In a
+    cluster the configuration sends it every Job outside the system namespaces
+    (deploy/webhook.yaml); manageJobsWithoutQueueName is read by `manages`."""
 
     def admit_jobs(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
@@ -97,23 +120,33 @@ def job_webhook(manages: Callable[[Job], bool]) -> Webhook:
             before = Job.from_dict(old) if old else None
         except ValueError:
             return {}  # the API server validates Jobs; never block one we cannot read
+        patch: dict[str, Any] = {}
+        if before is None:
+            job, patch = _defaulted(job, manages, has_default)
         if not manages(job) and not (before is not None and manages(before)):
             return {}
         _refuse(
-            jf.job_update_errors(before, job) if before is not None else jf.job_create_errors(job)
+            jf.job_update_errors(before, job, has_default=has_default(job.namespace or ""))
+            if before is not None
+            else jf.job_create_errors(job)
         )
-        if before is None and not job.spec.suspend:
-            return {"spec": {"suspend": True}}
-        if before is not None and jf.suspends_on_update(before, job):
-            return {"spec": {"suspend": True}}  # the reconciler rebuilds its Workload
-        return {}
+        if (before is None and not job.spec.suspend) or (
+            before is not None and jf.suspends_on_update(before, job)  # its Workload rebuilt
+        ):
+            _merge(patch, {"spec": {"suspend": True}})
+        return patch
 
     return Webhook(WEBHOOK_ID, *RULES[WEBHOOK_ID], ("CREATE", "UPDATE"), admit_jobs)
 
 
-def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
+def kind_webhook(
+    manages: Callable[[Any], bool],
+    kind: CustomKind,
+    has_default: Callable[[str], bool] = _no_default,
+) -> Webhook:
     """A managed custom kind's webhook (Kueue's): a managed object is suspended at creation,
-    and its queue name follows the same rules as a Job's."""
+    gets its namespace's default LocalQueue when it names none, and its queue name follows
+    the same rules as a Job's."""
 
     def admit_owner(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
@@ -121,6 +154,9 @@ def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
             before = kind.model.from_dict(old) if old else None
         except ValueError:
             return {}  # the kind's own webhook validates it; never block one we cannot read
+        patch: dict[str, Any] = {}
+        if before is None:
+            obj, patch = _defaulted(obj, manages, has_default)
         if not manages(obj) and not (before is not None and manages(before)):
             return {}
         _refuse(
@@ -129,11 +165,11 @@ def kind_webhook(manages: Callable[[Any], bool], kind: CustomKind) -> Webhook:
                 obj,
                 suspended=kind.suspended(obj),
                 was_suspended=kind.suspended(before),
+                has_default=has_default(obj.namespace or ""),
             )
             if before is not None
             else jf.job_create_errors(obj)
         )
-        patch: dict[str, Any] = {}
         if before is None and not kind.suspended(obj):
             _merge(patch, kind.suspend_patch)
         if kind.defaults is not None and manages(obj):
@@ -243,12 +279,12 @@ def make_url_server(*, addr: str, port: int, host: str) -> UrlServer:
     return UrlServer(server=server, url=f"https://{host}:{port}", ca=ca)
 
 
-def object_selector(*, all_jobs: bool) -> dict[str, Any] | None:
-    """Which Jobs the API server sends to the webhook: with `all_jobs` False
-    (manageJobsWithoutQueueName off, the default) only those with the queue-name label, on
-    the old or the new object, so that no other Job depends on atoll running (as
-    deploy/webhook.yaml selects them)."""
-    if all_jobs:
+def object_selector(hook_id: str) -> dict[str, Any] | None:
+    """Which objects the API server sends to the webhook `hook_id` (as deploy/webhook.yaml
+    selects them): every Job and every object of a managed kind (a new one without a queue
+    name may get its namespace's default LocalQueue, as with Kueue), but only the plain
+    pods that name a queue, so that no other pod depends on atoll running."""
+    if hook_id != POD_WEBHOOK_ID:
         return None
     return {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]}
 
@@ -260,7 +296,6 @@ def url_webhooks(
     url: str,
     ca: bytes,
     skip_namespaces: tuple[str, ...],
-    all_jobs: bool,
 ) -> list[dict[str, Any]]:
     """The webhooks of the configuration `configuration` for `hooks` (named
     `<webhook id>.<configuration>`), called at `url`: the same shape as deploy/webhook.yaml,
@@ -289,8 +324,7 @@ def url_webhooks(
                         }
                     ]
                 },
-                # plain pods are managed only with a queue name, whatever manageJobs… says
-                "objectSelector": object_selector(all_jobs=all_jobs and hook.id != POD_WEBHOOK_ID),
+                "objectSelector": object_selector(hook.id),
                 "rules": [
                     {
                         "apiGroups": [hook.group],

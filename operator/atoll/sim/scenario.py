@@ -212,7 +212,7 @@ def _webhook_check(obj: KubeObject, where: str) -> None:
         raise ScenarioError(f"{where}: {'; '.join(errors)}")
 
 
-def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
+def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -> None:
     match obj:
         case ResourceFlavor():
             scn.flavors.append(obj)
@@ -231,11 +231,13 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
         case Topology():
             scn.topologies.append(obj)
         case Job() | JobSet() | MPIJob() | TrainJob():
+            obj = with_default_queue(_namespaced(obj), defaults)
             _webhook_check(obj, where)
-            scn.jobs.extend(_job_copies(_namespaced(obj), where, len(scn.jobs)))
+            scn.jobs.extend(_job_copies(obj, where, len(scn.jobs)))
         case LeaderWorkerSet():
+            obj = with_default_queue(_namespaced(obj), defaults)
             _webhook_check(obj, where)
-            for copy in _job_copies(_namespaced(obj), where, len(scn.jobs)):
+            for copy in _job_copies(obj, where, len(scn.jobs)):
                 scn.jobs.extend(_replica_groups(copy, len(scn.jobs)))
         case TrainingRuntime():
             scn.training_runtimes.append(_namespaced(obj))
@@ -253,6 +255,34 @@ def _add(scn: Scenario, obj: KubeObject, where: str) -> None:
         case _:
             scn.ignored.append(f"{obj.KIND}/{obj.name}")
             scn.warnings.append(f"{where}: the simulator does not use {obj.KIND} objects; ignored")
+
+
+def with_default_queue(obj: K, defaults: frozenset[str]) -> K:
+    """The object as the operator's webhook admits it: without a queue name, labelled with
+    its namespace's LocalQueue `default` when the scenario has one (Kueue's LocalQueue
+    defaulting; plain pods are not defaulted, as in the operator). `defaults`: the
+    namespaces with one (`default_queues`)."""
+    name = jf.default_queue_name(obj, defaults.__contains__)
+    return obj if name is None else jf.with_queue_name(obj, name)
+
+
+def default_queues(local_queues: Iterable[LocalQueue]) -> frozenset[str]:
+    """The namespaces of these LocalQueues that have one named `default`."""
+    return frozenset(
+        q.namespace or "default" for q in local_queues if q.name == jf.DEFAULT_LOCAL_QUEUE
+    )
+
+
+def _raw_default_queues(docs: Iterable[object]) -> frozenset[str]:
+    """The namespaces where the scenario's documents create a LocalQueue named `default`."""
+    out = set()
+    for raw in docs:
+        if not isinstance(raw, Mapping) or raw.get("kind") != LocalQueue.KIND:
+            continue
+        meta = raw.get("metadata")
+        if isinstance(meta, Mapping) and meta.get("name") == jf.DEFAULT_LOCAL_QUEUE:
+            out.add(str(meta.get("namespace") or "default"))
+    return frozenset(out)
 
 
 def _replica_groups(sj: SimJob, seq: int) -> list[SimJob]:
@@ -345,7 +375,13 @@ def _describe(raw: Mapping[str, Any]) -> str:
 
 
 def _add_raw(
-    scn: Scenario, raw: Mapping[str, Any], where: str, base: Path, expand: ShapeExpander | None
+    scn: Scenario,
+    raw: Mapping[str, Any],
+    where: str,
+    base: Path,
+    expand: ShapeExpander | None,
+    *,
+    defaults: frozenset[str],
 ) -> None:
     kind = (str(raw.get("apiVersion", "")), str(raw.get("kind", "")))
     if kind == SHAPE_KIND:
@@ -369,7 +405,7 @@ def _add_raw(
             "reads; ignored"
         )
         return
-    _add(scn, obj, where)
+    _add(scn, obj, where, defaults)
 
 
 def _duplicates(scn: Scenario, source: str) -> None:
@@ -415,6 +451,8 @@ def from_documents(
     """A scenario from parsed YAML documents (empty documents are skipped); errors name
     `source` (default `name`), the document and the field."""
     scn = Scenario(name=name)
+    docs = list(docs)
+    defaults = _raw_default_queues(docs)
     for i, raw in enumerate(docs):
         if raw is None:
             continue
@@ -422,7 +460,7 @@ def from_documents(
         if not isinstance(raw, Mapping):
             raise not_an_object(raw, where)
         where = f"{where} ({_describe(raw)})"
-        _add_raw(scn, raw, where, base, expand)
+        _add_raw(scn, raw, where, base, expand, defaults=defaults)
     _add_pod_groups(scn)
     _duplicates(scn, source or name)
     for ns in {j.job.namespace or "default" for j in scn.jobs} | {

@@ -23,7 +23,13 @@ from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.pods import Gang, Part, request, signature
-from atoll.sim.scenario import Scenario, ScenarioError, gangs_of
+from atoll.sim.scenario import (
+    Scenario,
+    ScenarioError,
+    default_queues,
+    gangs_of,
+    with_default_queue,
+)
 from atoll.state import convert
 from atoll.state import workloads as wls
 from atoll.state.whatif import ask, decision_json, describe
@@ -129,6 +135,7 @@ def what_ifs(
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
+    job = with_default_queue(job, default_queues(scn.local_queues))
     added = [add_job(sim, gang, at) for gang in gangs_of(job)]
     out = []
     for key in added:
