@@ -16,6 +16,7 @@ from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.api.trainjob import TrainJob
+from atoll.sim.scenario import default_queues, with_default_queue
 from tests.api.builders import NOT_MANIFESTS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -60,8 +61,10 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     for lq in _named(objects, LocalQueue).values():
         assert lq.spec.cluster_queue in queues, lq.name
     local_queues = {o.name for o in objects if isinstance(o, LocalQueue)}
+    defaults = default_queues(o for o in objects if isinstance(o, LocalQueue))
     owners = (Job, JobSet, MPIJob, TrainJob, LeaderWorkerSet)
-    for job in [o for kind in owners for o in _named(objects, kind).values()]:
+    for created in [o for kind in owners for o in _named(objects, kind).values()]:
+        job = with_default_queue(created, defaults)  # as the webhook labels it
         assert (job.metadata.labels or {})[QUEUE_NAME_LABEL] in local_queues, job.name
 
 
