@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -369,6 +370,18 @@ def test_every_webhook_calls_the_handler_of_its_kind() -> None:
         # plain pods that name a queue
         assert hook.get("objectSelector") == webhook.object_selector(handler)
     assert len(hooks) == len(webhook.RULES)
+
+
+def test_an_installed_configuration_with_the_old_job_selector_is_warned_of() -> None:
+    """The operator warns at start when the installed configuration sends only labelled Jobs
+    (an older deploy/webhook.yaml): a default LocalQueue would never apply."""
+    config = _one("MutatingWebhookConfiguration", "atoll-mutating")
+    assert webhook.selector_differences(config) == []
+    old = copy.deepcopy(config)
+    old["webhooks"][0]["objectSelector"] = webhook.object_selector(webhook.POD_WEBHOOK_ID)
+    (warning,) = webhook.selector_differences(old)
+    assert warning.startswith("webhook mjob.atoll.dev has objectSelector")
+    assert "LocalQueue named default is not applied" in warning
 
 
 @pytest.mark.parametrize(

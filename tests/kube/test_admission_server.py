@@ -31,8 +31,8 @@ from atoll.api.labels import (
     ROLE_HASH_ANNOTATION,
     SUSPENDED_BY_PARENT_ANNOTATION,
 )
+from atoll.control import integrations, leaderworkerset, podgroups
 from atoll.control import jobframework as jf
-from atoll.control import leaderworkerset, podgroups
 from atoll.kube import webhook
 from atoll.kube.admission import (
     MAX_REVIEW_BYTES,
@@ -46,6 +46,8 @@ from atoll.kube.admission import (
 )
 from atoll.kube.kinds import CUSTOM_KINDS
 from atoll.sandbox.processes import free_port
+from tests.control.builders import controller_for
+from tests.control.fakes import FakeCluster
 from tests.kube.mergepatch import apply_merge_patch
 
 # ------------------------------------------------------------------------- the JSON patch
@@ -390,6 +392,56 @@ def test_no_default_queue_is_given_without_a_default_localqueue_an_owner_or_on_u
     }
 
 
+def _operators_job_manages(*frameworks: str) -> Any:
+    """The operator's `manages` of Jobs with these frameworks enabled (which kinds own Jobs)."""
+    ints = integrations.enabled((integrations.BATCH_JOB, *frameworks), FakeCluster())
+    return controller_for(ints[0], FakeCluster(), gpus=8).manages
+
+
+def _owned_by(kind: str, api_version: str) -> dict[str, Any]:
+    job = a_job(queue=None)
+    job["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "o", "uid": "u", "controller": True}
+    ]
+    return job
+
+
+@pytest.mark.parametrize(
+    ("owner", "frameworks", "defaulted"),
+    [
+        pytest.param(("CronJob", "batch/v1"), (), True, id="cronjob"),
+        pytest.param(("JobSet", "jobset.x-k8s.io/v1alpha2"), ("jobset.x-k8s.io/jobset",), False,
+                     id="jobset-enabled"),
+        pytest.param(("JobSet", "jobset.x-k8s.io/v1alpha2"), (), True, id="jobset-disabled"),
+        pytest.param(("MPIJob", "kubeflow.org/v2beta1"), ("kubeflow.org/mpijob",), False,
+                     id="mpijob-enabled"),
+    ],
+)  # fmt: skip
+def test_a_job_owned_by_a_kind_atoll_manages_is_not_defaulted(
+    owner: tuple[str, str], frameworks: tuple[str, ...], defaulted: bool
+) -> None:
+    """Kueue's rule, with the operator's own owner check: a CronJob's Job gets the default
+    LocalQueue, a JobSet's does not, unless the JobSet framework is off."""
+    hook = webhook.job_webhook(_operators_job_manages(*frameworks), default_in("ns"))
+    job = _owned_by(*owner)
+    labels = patched(job, answer(hook, review(job)))["metadata"]["labels"]
+    assert labels == ({QUEUE_NAME_LABEL: "default"} if defaulted else {})
+
+
+def test_an_empty_queue_name_counts_as_none() -> None:
+    """As Kueue reads the label: `queue-name: ""` gets the default, and setting it empty
+    where a default LocalQueue exists is refused as a removal."""
+    job = a_job(queue=None)
+    job["metadata"]["labels"] = {QUEUE_NAME_LABEL: ""}
+    got = patched(job, answer(DEFAULTING, review(job)))
+    assert got["metadata"]["labels"] == {QUEUE_NAME_LABEL: "default"}
+    out = answer(DEFAULTING, review(job, old=a_job(suspend=True), operation="UPDATE"))
+    assert out["allowed"] is False
+    assert (
+        "queue-name must not be empty in namespace with default queue" in (out["status"]["message"])
+    )
+
+
 def test_a_queue_name_cannot_be_removed_where_a_default_localqueue_exists() -> None:
     old, new = a_job(suspend=True), a_job(queue=None, suspend=True)
     out = answer(DEFAULTING, review(new, old=old, operation="UPDATE"))
@@ -420,6 +472,20 @@ def test_a_new_object_of_a_managed_kind_gets_the_default_localqueue_but_a_plain_
     # its queue name cannot be removed afterwards, suspended or not
     update = review(obj, old=got, operation="UPDATE", resource=resource)
     assert answer(hook, update)["allowed"] is False
+    # a LeaderWorkerSet's pod templates get the label too (the pod webhook gates its pods)
+    lws = CUSTOM_KINDS["LeaderWorkerSet"]
+    group = {
+        "apiVersion": f"{lws.group}/{lws.version}",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {}}}},
+    }
+    lws_hook = webhook.kind_webhook(not_owned, lws, default_in("ns"))
+    resource = (lws.group, lws.version, lws.plural)
+    got = patched(group, answer(lws_hook, review(group, resource=resource)))
+    assert got["metadata"]["labels"] == {QUEUE_NAME_LABEL: "default"}
+    template = got["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
+    assert template["labels"][QUEUE_NAME_LABEL] == "default"
     # plain pods: only those that name a queue are sent to atoll (`object_selector`)
     assert webhook.object_selector(webhook.POD_WEBHOOK_ID) == {
         "matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]

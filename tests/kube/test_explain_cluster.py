@@ -129,6 +129,11 @@ def test_what_if_borrowing_and_preemption_create_nothing(
         "flavors": f"cpu={rf}, nvidia.com/gpu={rf}",
         "borrowing": True,
     }
+    # a Job without a queue name asks its namespace's LocalQueue `default`, as the webhook
+    # would label it
+    apply(cluster, b.local_queue("default", namespace, a))
+    unlabelled = _job_file(tmp_path, b.job("plain", namespace, queue=None, pods=2))
+    assert _atoll(cluster, "what-if", unlabelled)["clusterQueue"] == a
     _create(
         cluster,
         b.job("low", namespace, queue="qa", pods=8, run="300s", priority=f"low-{namespace}"),

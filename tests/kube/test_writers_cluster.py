@@ -111,7 +111,7 @@ async def test_a_job_is_suspended_from_its_raw_json_and_a_suspended_one_is_left_
     cluster: KubeCluster, namespace: str, writer: tuple[KubeWriter, list[str]]
 ) -> None:
     kw, verbs = writer
-    job = b.job("raw", namespace, queue=None, pods=1, run="60s")  # no webhook involved
+    job = b.job("raw", namespace, queue=None, pods=1, run="60s")  # unlabelled: left unsuspended
     job["spec"]["suspend"] = False
     cluster.kubectl("create", "-f", "-", input=json.dumps(job))
     await kw.suspend_job(f"{namespace}/raw")

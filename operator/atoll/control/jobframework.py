@@ -81,16 +81,21 @@ def queue_name(job: KubeObject) -> str | None:
 DEFAULT_LOCAL_QUEUE: Final = "default"
 """The LocalQueue a new object without a queue name is sent to when its namespace has one of
 this name (Kueue's LocalQueue defaulting, always on since Kueue v0.17)."""
+DEFAULTED_KINDS: Final = frozenset({"Job", "JobSet", "MPIJob", "TrainJob", "LeaderWorkerSet"})
+"""The kinds given their namespace's default LocalQueue (not plain pods: atoll's pod webhook
+sees only the pods that name a queue, so that no other pod depends on atoll running)."""
 
 
 def default_queue_name(obj: KubeObject, has_default: Callable[[str], bool]) -> str | None:
-    """The queue name a new object gets at creation: `DEFAULT_LOCAL_QUEUE` when it names none
-    and `has_default(its namespace)` (a LocalQueue `default` exists there), else None. The
-    caller checks the rest of Kueue's rule: the object's kind is managed and no managed
-    kind owns it (a JobSet's Jobs are not defaulted)."""
-    if queue_name(obj) is not None or not has_default(obj.namespace or "default"):
+    """The queue name a new object gets at creation: `DEFAULT_LOCAL_QUEUE` when it is of one
+    of `DEFAULTED_KINDS`, names no queue (no label, or an empty one, as Kueue reads it) and
+    `has_default(its namespace)` (a LocalQueue `default` exists there), else None. The
+    operator's webhook checks the rest of Kueue's rule with its `manages`: the kind's
+    framework is enabled and no managed kind owns the object (a JobSet's Jobs are not
+    defaulted); the simulator does not simulate what it would not manage either."""
+    if obj.KIND not in DEFAULTED_KINDS or queue_name(obj):
         return None
-    return DEFAULT_LOCAL_QUEUE
+    return DEFAULT_LOCAL_QUEUE if has_default(obj.namespace or "default") else None
 
 
 def with_queue_name(obj: K, name: str) -> K:
@@ -593,7 +598,7 @@ def job_update_errors(
             errors.append(
                 f'{QUEUE_NAME_FIELD}: Invalid value: "{queue_name(new) or ""}": field is immutable'
             )
-        if queue_name(new) is None and has_default:
+        if not queue_name(new) and has_default:
             errors.append(
                 f'{QUEUE_NAME_FIELD}: Invalid value: "": queue-name must not be empty in '
                 "namespace with default queue"

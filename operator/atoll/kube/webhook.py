@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -56,6 +57,8 @@ from atoll.kube.admission import (
 )
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
 from atoll.kube.rest import MUTATING_WEBHOOKS, SECRETS, Rest, decode
+
+log = structlog.get_logger("atoll.webhook")
 
 WEBHOOK_ID = "mutate-batch-v1-job"
 POD_WEBHOOK_ID = "mutate--v1-pod"
@@ -126,7 +129,7 @@ def job_webhook(
         if not manages(job) and not (before is not None and manages(before)):
             return {}
         _refuse(
-            jf.job_update_errors(before, job, has_default=has_default(job.namespace or ""))
+            jf.job_update_errors(before, job, has_default=has_default(job.namespace or "default"))
             if before is not None
             else jf.job_create_errors(job)
         )
@@ -165,7 +168,7 @@ def kind_webhook(
                 obj,
                 suspended=kind.suspended(obj),
                 was_suspended=kind.suspended(before),
-                has_default=has_default(obj.namespace or ""),
+                has_default=has_default(obj.namespace or "default"),
             )
             if before is not None
             else jf.job_create_errors(obj)
@@ -437,10 +440,37 @@ async def shared_certificate(
     raise RuntimeError(f"webhook certificate Secret {namespace}/{secret} kept changing")
 
 
+def selector_differences(raw: Mapping[str, Any]) -> list[str]:
+    """The webhooks of an installed configuration whose objectSelector is not atoll's
+    (`object_selector`), as warnings: an older deploy/webhook.yaml sent only labelled Jobs,
+    so a namespace's default LocalQueue would never be applied."""
+    out = []
+    for hook in raw.get("webhooks") or ():
+        service = (hook.get("clientConfig") or {}).get("service") or {}
+        handler = str(service.get("path") or "").removeprefix("/")
+        if handler not in RULES:
+            continue
+        have, want = hook.get("objectSelector") or None, object_selector(handler)
+        if have != want:
+            out.append(
+                f"webhook {hook.get('name')} has objectSelector {json.dumps(have)}, atoll's "
+                f"deploy/webhook.yaml has {json.dumps(want)}"
+                + (
+                    ": objects without a queue name are not sent to atoll, so a namespace's "
+                    "LocalQueue named default is not applied to them (re-apply deploy/)"
+                    if want is None
+                    else ""
+                )
+            )
+    return out
+
+
 async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) -> None:
-    """Fill `caBundle` of every webhook of the installed MutatingWebhookConfiguration."""
+    """Fill `caBundle` of every webhook of the installed MutatingWebhookConfiguration (and
+    warn of objectSelectors that are not atoll's: `selector_differences`)."""
     rest = Rest(api)
     path = MUTATING_WEBHOOKS.path(None, configuration)
+    warned = False
     for _ in range(5):
         raw = decode(
             await retry.call(
@@ -448,6 +478,12 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
                 what=f"MutatingWebhookConfiguration {configuration}",
             )
         )
+        if not warned:
+            warned = True
+            for message in selector_differences(raw):
+                log.warning(
+                    "webhook configuration differs", configuration=configuration, why=message
+                )
         bundle = base64.b64encode(ca).decode()
         hooks = raw.get("webhooks") or []
         if all(h.get("clientConfig", {}).get("caBundle") == bundle for h in hooks):

@@ -19,6 +19,7 @@ The sim layer cannot import the sandbox, so a ClusterShape is turned into Nodes 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -274,15 +275,14 @@ def default_queues(local_queues: Iterable[LocalQueue]) -> frozenset[str]:
 
 
 def _raw_default_queues(docs: Iterable[object]) -> frozenset[str]:
-    """The namespaces where the scenario's documents create a LocalQueue named `default`."""
-    out = set()
+    """`default_queues` of the documents' LocalQueues, read ahead of the other objects (an
+    invalid one is reported where the documents are read in order)."""
+    queues = []
     for raw in docs:
-        if not isinstance(raw, Mapping) or raw.get("kind") != LocalQueue.KIND:
-            continue
-        meta = raw.get("metadata")
-        if isinstance(meta, Mapping) and meta.get("name") == jf.DEFAULT_LOCAL_QUEUE:
-            out.add(str(meta.get("namespace") or "default"))
-    return frozenset(out)
+        if isinstance(raw, Mapping) and raw.get("kind") == LocalQueue.KIND:
+            with contextlib.suppress(ValueError):
+                queues.append(LocalQueue.model_validate(raw))
+    return default_queues(queues)
 
 
 def _replica_groups(sj: SimJob, seq: int) -> list[SimJob]:
