@@ -9,6 +9,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from atoll.api.configuration import Configuration, Integrations
+from atoll.api.core import Job
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.mpijob import MPIJob
@@ -59,6 +60,29 @@ async def test_only_the_named_frameworks_are_managed() -> None:
         off = _operator(api, ("jobset.x-k8s.io/jobset",))
         assert not off.jobs.settings.enabled  # Jobs are then left alone
         assert set(off.kinds) == {JobSet.KIND}
+
+
+async def test_jobs_owned_by_an_enabled_kind_are_not_the_job_integrations() -> None:
+    """A JobSet's or MPIJob's Jobs belong to their owner's Workload: the operator's Job
+    integration (its webhook and reconciler) leaves them alone, labelled or not, and so does
+    not give them a default LocalQueue; with the JobSet framework off, a JobSet's Job is an
+    ordinary Job."""
+    owned = Job.model_validate(
+        {
+            "metadata": {
+                "name": "j",
+                "namespace": "ns",
+                "labels": {"kueue.x-k8s.io/queue-name": "q"},
+                "ownerReferences": [
+                    {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "s",
+                     "uid": "u", "controller": True}
+                ],
+            }
+        }
+    )  # fmt: skip
+    async with client.ApiClient() as api:
+        assert not _operator(api, ALL).jobs.manages(owned)
+        assert _operator(api, ("batch/job",)).jobs.manages(owned)
 
 
 async def test_each_custom_kind_is_watched_only_when_its_crd_is_served(

@@ -256,6 +256,40 @@ def test_unlabelled_jobsets_are_left_alone(
     check_left_alone(cluster, JOBSET, namespace, plain)
 
 
+def test_an_unlabelled_jobset_goes_to_its_namespaces_default_localqueue(
+    cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
+) -> None:
+    """Kueue's LocalQueue defaulting for a JobSet: labelled `default` at creation, admitted
+    whole through that LocalQueue; its Jobs, which its controller creates unlabelled, are
+    not defaulted (a managed kind owns them): one Workload, the JobSet's."""
+    del jobset_operator
+    cq = queue(cluster, namespace, gpus=40)
+    apply(cluster, b.local_queue("default", namespace, cq))
+    lq = ("get", "localqueue", "default", "-n", namespace)
+    cluster.wait_for("LocalQueue default active", lambda: is_true(get_json(cluster, *lq), "Active"))
+    create(cluster, jobset("plain", namespace, queue=None))
+    assert JOBSET.get(cluster, namespace, "plain")["metadata"]["labels"] == {
+        b.QUEUE_LABEL: "default"
+    }
+    cluster.wait_for(
+        "plain admitted and its 5 pods running",
+        lambda: (
+            is_true(JOBSET.workload_of(cluster, namespace, "plain"), "Admitted")
+            and sum(
+                p["status"].get("phase") == "Running"
+                for p in JOBSET.pods_of(cluster, namespace, "plain")
+            )
+            == 5
+        ),
+        timeout=120,
+    )
+    (wl,) = get_json(cluster, "get", "workloads", "-n", namespace)["items"]
+    assert wl["spec"]["queueName"] == "default"
+    jobs = get_json(cluster, "get", "jobs", "-n", namespace)["items"]
+    assert len(jobs) == 5
+    assert all(b.QUEUE_LABEL not in (j["metadata"].get("labels") or {}) for j in jobs)
+
+
 def test_a_rack_required_jobset_lands_each_replicated_job_in_one_rack(
     cluster: KubeCluster, jobset_operator: OperatorProcess, namespace: str
 ) -> None:

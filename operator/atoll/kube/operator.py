@@ -145,6 +145,7 @@ class Operator:
             metrics=self.metrics,
             defer_pending=self.writer.wait_spare,
         )
+        enabled = integrations.enabled(cfg.integrations.frameworks, self.writer, cache=self.cache)
         self.jobs = JobController(
             self.cache,
             self.writer,
@@ -152,6 +153,9 @@ class Operator:
             self.writer.emit,
             settings=job_settings(cfg),
             metrics=self.metrics,
+            # the enabled kinds that own Jobs (JobSet, MPIJob) keep theirs: neither the
+            # webhook nor the reconciler takes them for the Job integration's
+            integration=next((k for k in enabled if k.framework == integrations.BATCH_JOB), None),
         )
         self.job_queue = WorkQueue("jobs")
         if cfg.unsupported_frameworks:
@@ -161,9 +165,7 @@ class Operator:
         self.kinds: dict[str, tuple[JobController, WorkQueue]] = {}
         """The other managed kinds (JobSet, …) enabled by `integrations.frameworks`: their
         reconciler and queue, by kind. Watched only once their CRD is found (`_start`)."""
-        for kind in integrations.enabled(
-            cfg.integrations.frameworks, self.writer, cache=self.cache
-        ):
+        for kind in enabled:
             if kind.framework == integrations.BATCH_JOB:
                 continue
             ctl = JobController(
