@@ -109,8 +109,9 @@ def _explain(args: argparse.Namespace) -> int:
         return complain(
             "explain",
             f"no Workload for {kind} {target!r}: neither a {KINDS[kind]} with a Workload nor "
-            "a Workload of that name (is it labelled kueue.x-k8s.io/queue-name, and is its "
-            "framework in integrations.frameworks?)",
+            "a Workload of that name (is it labelled kueue.x-k8s.io/queue-name, or was it "
+            "created after a LocalQueue named default in its namespace, and is its framework "
+            "in integrations.frameworks?)",
             FAILED,
         )
     for key in found:  # one per Workload: a LeaderWorkerSet's replica groups
