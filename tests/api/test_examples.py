@@ -16,7 +16,8 @@ from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.api.trainjob import TrainJob
-from atoll.sim.scenario import default_queues, with_default_queue
+from atoll.control import jobframework as jf
+from atoll.sim.scenario import default_queues
 from tests.api.builders import NOT_MANIFESTS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -64,7 +65,7 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     defaults = default_queues(o for o in objects if isinstance(o, LocalQueue))
     owners = (Job, JobSet, MPIJob, TrainJob, LeaderWorkerSet)
     for created in [o for kind in owners for o in _named(objects, kind).values()]:
-        job = with_default_queue(created, defaults)  # as the webhook labels it
+        job = jf.with_default_queue(created, defaults.__contains__)  # as the webhook labels it
         assert (job.metadata.labels or {})[QUEUE_NAME_LABEL] in local_queues, job.name
 
 

@@ -236,6 +236,16 @@ def a_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+def an_lws(labels: dict[str, str], *, size: int) -> dict[str, Any]:
+    lws = CUSTOM_KINDS["LeaderWorkerSet"]
+    return {
+        "apiVersion": f"{lws.group}/{lws.version}",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "s", "namespace": "ns", "labels": labels},
+        "spec": {"leaderWorkerTemplate": {"size": size, "workerTemplate": {"spec": {}}}},
+    }
+
+
 def answer(hook: Webhook, body: dict[str, Any]) -> dict[str, Any]:
     out = respond(hook, decode_review(encoded(body)))
     assert out["apiVersion"] == "admission.k8s.io/v1"
@@ -373,11 +383,7 @@ def test_a_new_job_without_a_queue_name_gets_its_namespaces_default_localqueue()
 def test_no_default_queue_is_given_without_a_default_localqueue_an_owner_or_on_update() -> None:
     elsewhere = copy.deepcopy(a_job(queue=None))
     elsewhere["metadata"]["namespace"] = "other"
-    owned = a_job(queue=None)
-    owned["metadata"]["ownerReferences"] = [
-        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "u",
-         "controller": True}
-    ]  # fmt: skip
+    owned = _owned_by("JobSet", "jobset.x-k8s.io/v1alpha2")
     for job in (elsewhere, owned):
         out = answer(DEFAULTING, review(job))
         assert out == {"uid": out["uid"], "allowed": True}
@@ -474,12 +480,7 @@ def test_a_new_object_of_a_managed_kind_gets_the_default_localqueue_but_a_plain_
     assert answer(hook, update)["allowed"] is False
     # a LeaderWorkerSet's pod templates get the label too (the pod webhook gates its pods)
     lws = CUSTOM_KINDS["LeaderWorkerSet"]
-    group = {
-        "apiVersion": f"{lws.group}/{lws.version}",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "s", "namespace": "ns"},
-        "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {}}}},
-    }
+    group = an_lws({}, size=2)
     lws_hook = webhook.kind_webhook(not_owned, lws, default_in("ns"))
     resource = (lws.group, lws.version, lws.plural)
     got = patched(group, answer(lws_hook, review(group, resource=resource)))
@@ -624,12 +625,7 @@ def test_a_managed_custom_kind_is_suspended_where_its_kind_says() -> None:
         assert answer(hook, update)["allowed"] is allowed
     # Kueue's LeaderWorkerSet webhook does not check the label
     lws = CUSTOM_KINDS["LeaderWorkerSet"]
-    group = {
-        "apiVersion": f"{lws.group}/{lws.version}",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "s", "namespace": "ns", "labels": {QUEUE_NAME_LABEL: "team-a"}},
-        "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": {}}}},
-    }
+    group = an_lws({QUEUE_NAME_LABEL: "team-a"}, size=1)
     group["metadata"]["labels"][LIMIT] = "0"
     resource = (lws.group, lws.version, lws.plural)
     lws_hook = webhook.kind_webhook(manages, lws)

@@ -5,7 +5,7 @@ Mirrors apis/kueue/v1beta2/localqueue_types.go.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Final
 
 from pydantic import Field
 
@@ -20,6 +20,10 @@ from atoll.api.clusterqueue import (
 from atoll.api.core import ResourceList
 from atoll.api.meta import ApiModel, Int32, Int64, KubeObject, ResourceName, Time, cel, list_map
 from atoll.api.quantity import Quantity
+
+DEFAULT_LOCAL_QUEUE: Final = "default"
+"""The LocalQueue a new object without a queue name is sent to when its namespace has one of
+this name (Kueue's LocalQueue defaulting, always on since Kueue v0.17)."""
 
 
 class LocalQueueSpec(ApiModel):

@@ -24,7 +24,7 @@ from atoll.engine.model import FairSharing
 from atoll.kube import live
 from atoll.kube.connection import KubeconfigError, check_kubeconfig
 from atoll.kube.operator import fair_sharing, new_cache
-from atoll.sim.scenario import default_queues, gangs_of, with_default_queue
+from atoll.sim.scenario import gangs_of
 from atoll.sim.workloads import Kinds
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -131,9 +131,7 @@ def live_what_if(job: KubeObject, args: argparse.Namespace) -> list[JobWhatIf]:
     `read_cluster` raises, NotQueuedError, or jobframework.ComposeError)."""
     cache, now, fs = read_cluster(args)
     meta = job.metadata.model_copy(update={"namespace": job.metadata.namespace or "default"})
-    job = with_default_queue(
-        job.model_copy(update={"metadata": meta}), default_queues(cache.local_queues.values())
-    )
+    job = jf.with_default_queue(job.model_copy(update={"metadata": meta}), cache.has_default_queue)
     if not jf.queue_name(job):
         raise NotQueuedError(
             "it has no kueue.x-k8s.io/queue-name label and its namespace no LocalQueue "

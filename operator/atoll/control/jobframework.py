@@ -26,6 +26,7 @@ from atoll.api.core import (
 )
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
+from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE
 from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
@@ -78,9 +79,6 @@ def queue_name(job: KubeObject) -> str | None:
     return (job.metadata.labels or {}).get(keys.QUEUE_NAME_LABEL)
 
 
-DEFAULT_LOCAL_QUEUE: Final = "default"
-"""The LocalQueue a new object without a queue name is sent to when its namespace has one of
-this name (Kueue's LocalQueue defaulting, always on since Kueue v0.17)."""
 DEFAULTED_KINDS: Final = frozenset({"Job", "JobSet", "MPIJob", "TrainJob", "LeaderWorkerSet"})
 """The kinds given their namespace's default LocalQueue (not plain pods: atoll's pod webhook
 sees only the pods that name a queue, so that no other pod depends on atoll running)."""
@@ -98,8 +96,12 @@ def default_queue_name(obj: KubeObject, has_default: Callable[[str], bool]) -> s
     return DEFAULT_LOCAL_QUEUE if has_default(obj.namespace or "default") else None
 
 
-def with_queue_name(obj: K, name: str) -> K:
-    """A copy of `obj` labelled with the queue name `name`."""
+def with_default_queue(obj: K, has_default: Callable[[str], bool]) -> K:
+    """`obj` as LocalQueue defaulting leaves it: a copy labelled with `default_queue_name`
+    when there is one, else `obj` itself."""
+    name = default_queue_name(obj, has_default)
+    if name is None:
+        return obj
     labels = {**(obj.metadata.labels or {}), keys.QUEUE_NAME_LABEL: name}
     return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": labels})})
 

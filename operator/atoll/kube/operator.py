@@ -30,7 +30,6 @@ from atoll.api.configuration import Configuration
 from atoll.api.core import Pod
 from atoll.api.labels import MANAGED_LABEL
 from atoll.control import integrations, leaderworkerset, podgroups
-from atoll.control import jobframework as jf
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -45,7 +44,6 @@ from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
-from atoll.state import workloads as wls
 from atoll.state.cache import Cache, requeue_period
 from atoll.state.devicequota import class_resources
 
@@ -282,21 +280,16 @@ class Operator:
     def _webhooks(self) -> list[admission.Webhook]:
         if self.opts.webhook == "off":
             return []
-        hooks = [webhook.job_webhook(self.jobs.manages, self._has_default_queue)]
+        default = self.cache.has_default_queue
+        hooks = [webhook.job_webhook(self.jobs.manages, default)]
         for kind, (ctl, _) in self.kinds.items():
             if kind in CUSTOM_KINDS:
-                hooks.append(
-                    webhook.kind_webhook(ctl.manages, CUSTOM_KINDS[kind], self._has_default_queue)
-                )
+                hooks.append(webhook.kind_webhook(ctl.manages, CUSTOM_KINDS[kind], default))
         if {"Pod", LWS_KIND} & set(self.kinds):
             plain = self.kinds["Pod"][0].manages if "Pod" in self.kinds else lambda _: False
             parents = frozenset({leaderworkerset.FRAMEWORK} if LWS_KIND in self.kinds else ())
             hooks.append(webhook.pod_webhook(plain, parents=parents))
         return hooks
-
-    def _has_default_queue(self, namespace: str) -> bool:
-        """Whether the namespace has a LocalQueue named `default` (in the cache)."""
-        return wls.key_of(namespace, jf.DEFAULT_LOCAL_QUEUE) in self.cache.local_queues
 
     async def _serve_webhooks(self) -> None:
         """Serve the webhooks (url or service mode) until cancelled; started once the

@@ -98,13 +98,10 @@ def _defaulted(
     with it (Kueue's LocalQueue defaulting) when atoll then manages it (its kind is enabled,
     its namespace managed, no managed kind owns it), and the label's merge patch; else the
     object unchanged and no patch."""
-    name = jf.default_queue_name(obj, has_default)
-    if name is None:
+    labelled = jf.with_default_queue(obj, has_default)
+    if labelled is obj or not manages(labelled):
         return obj, {}
-    labelled = jf.with_queue_name(obj, name)
-    if not manages(labelled):
-        return obj, {}
-    return labelled, {"metadata": {"labels": {QUEUE_NAME_LABEL: name}}}
+    return labelled, {"metadata": {"labels": {QUEUE_NAME_LABEL: jf.queue_name(labelled)}}}
 
 
 def job_webhook(

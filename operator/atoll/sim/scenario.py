@@ -36,7 +36,7 @@ from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.kinds import KUEUE_KINDS, MODELS
 from atoll.api.leaderworkerset import LeaderWorkerSet
-from atoll.api.localqueue import LocalQueue
+from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE, LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
@@ -232,11 +232,11 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -
         case Topology():
             scn.topologies.append(obj)
         case Job() | JobSet() | MPIJob() | TrainJob():
-            obj = with_default_queue(_namespaced(obj), defaults)
+            obj = jf.with_default_queue(_namespaced(obj), defaults.__contains__)
             _webhook_check(obj, where)
             scn.jobs.extend(_job_copies(obj, where, len(scn.jobs)))
         case LeaderWorkerSet():
-            obj = with_default_queue(_namespaced(obj), defaults)
+            obj = jf.with_default_queue(_namespaced(obj), defaults.__contains__)
             _webhook_check(obj, where)
             for copy in _job_copies(obj, where, len(scn.jobs)):
                 scn.jobs.extend(_replica_groups(copy, len(scn.jobs)))
@@ -258,19 +258,10 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -
             scn.warnings.append(f"{where}: the simulator does not use {obj.KIND} objects; ignored")
 
 
-def with_default_queue(obj: K, defaults: frozenset[str]) -> K:
-    """The object as the operator's webhook admits it: without a queue name, labelled with
-    its namespace's LocalQueue `default` when the scenario has one (Kueue's LocalQueue
-    defaulting; plain pods are not defaulted, as in the operator). `defaults`: the
-    namespaces with one (`default_queues`)."""
-    name = jf.default_queue_name(obj, defaults.__contains__)
-    return obj if name is None else jf.with_queue_name(obj, name)
-
-
 def default_queues(local_queues: Iterable[LocalQueue]) -> frozenset[str]:
     """The namespaces of these LocalQueues that have one named `default`."""
     return frozenset(
-        q.namespace or "default" for q in local_queues if q.name == jf.DEFAULT_LOCAL_QUEUE
+        q.namespace or "default" for q in local_queues if q.name == DEFAULT_LOCAL_QUEUE
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from atoll.api.meta import KubeObject
+from atoll.control import jobframework as jf
 from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
@@ -28,7 +29,6 @@ from atoll.sim.scenario import (
     ScenarioError,
     default_queues,
     gangs_of,
-    with_default_queue,
 )
 from atoll.state import convert
 from atoll.state import workloads as wls
@@ -135,7 +135,7 @@ def what_ifs(
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
-    job = with_default_queue(job, default_queues(scn.local_queues))
+    job = jf.with_default_queue(job, default_queues(scn.local_queues).__contains__)
     added = [add_job(sim, gang, at) for gang in gangs_of(job)]
     out = []
     for key in added:

@@ -21,7 +21,7 @@ from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
-from atoll.api.localqueue import LocalQueue
+from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE, LocalQueue
 from atoll.api.mpijob import MPIJob
 from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
@@ -410,6 +410,10 @@ class Cache:
             self._e_cohorts[obj.name] = convert.cohort(obj)
             self._queues_changed()
             self.bump(*{before, self._cohort_scope(obj.name)})  # the tree(s) it is in
+
+    def has_default_queue(self, namespace: str) -> bool:
+        """Whether the namespace has a LocalQueue named `default` (LocalQueue defaulting)."""
+        return wls.key_of(namespace, DEFAULT_LOCAL_QUEUE) in self.local_queues
 
     def set_local_queue(self, obj: LocalQueue) -> None:
         key = wls.key_of(obj.namespace, obj.name)
