@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from atoll.engine.inventory import NoFit, NoFitReason, Placement, TopologyMode
@@ -163,15 +165,43 @@ def test_slices_each_fit_one_host(slice_size: int, fits: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("count", "size", "per_node"),
+    [
+        pytest.param(5, 4, [1, 4], id="a-slice-and-one-pod"),
+        pytest.param(3, 4, [3], id="fewer-pods-than-a-slice"),
+        pytest.param(7, 2, [3, 4], id="three-slices-and-one-pod"),
+    ],
+)
+def test_a_count_no_multiple_of_the_slice_size_ends_in_a_short_slice(
+    count: int, size: int, per_node: list[int]
+) -> None:
+    got = place(
+        shape_inventory("dgx-h100"),
+        gang(pod_set(count, gpus=2, level=RACK, slice_level=HOSTNAME, slice_size=size)),
+    )
+    assert isinstance(got, Placement)
+    assert sorted(Counter(nodes_of(got)).values()) == per_node
+
+
+def test_a_short_slice_says_so_when_it_does_not_fit() -> None:
+    got = place(
+        shape_inventory("dgx-h100"),
+        gang(pod_set(5, gpus=2, level=HOSTNAME, slice_level=HOSTNAME, slice_size=4)),
+    )
+    assert isinstance(got, NoFit)
+    assert "needs 2 slices of 4 pods (the last one of 1) in one" in got.message
+
+
+@pytest.mark.parametrize(
     ("ps", "reason"),
     [
         pytest.param(
             pod_set(1, gpus=1, level="no/such-level"), NoFitReason.INVALID_REQUEST, id="level"
         ),
         pytest.param(
-            pod_set(3, gpus=1, level=RACK, slice_level=HOSTNAME, slice_size=2),
+            pod_set(4, gpus=1, level=RACK, slice_level=HOSTNAME, slice_size=0),
             NoFitReason.INVALID_REQUEST,
-            id="slice-size-not-dividing",
+            id="slice-size-zero",
         ),
     ],
 )

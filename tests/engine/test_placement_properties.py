@@ -99,7 +99,14 @@ def gangs(draw: st.DrawFn) -> Gang:
         topo = None
         if mode is not None:
             level = None if mode is TopologyMode.UNCONSTRAINED else RACK
-            topo = TopologyRequest(topology="t", mode=mode, level=level)
+            size = None if level is None else draw(st.sampled_from((None, 1, 2, 3, 4)))
+            topo = TopologyRequest(
+                topology="t",
+                mode=mode,
+                level=level,
+                slice_level=None if size is None else HOST,
+                slice_size=size,
+            )
         requests = (("cpu", cpu),) + ((("nvidia.com/gpu", gpus),) if gpus else ())
         pod_sets.append(
             GangPodSet(name=f"ps{i}", count=count, requests=requests, claims=claims, topology=topo)
@@ -167,3 +174,20 @@ def test_required_rack_gangs_stay_in_one_rack_and_islands_match(inv: Inventory, 
 @given(inventories(), gangs())
 def test_placement_is_deterministic(inv: Inventory, gang: Gang) -> None:
     assert place(inv, gang) == place(inv, gang)
+
+
+@settings(max_examples=300, deadline=None)
+@given(inventories(), gangs())
+def test_slices_are_whole_on_one_host_but_one_short_slice(inv: Inventory, gang: Gang) -> None:
+    """Each host holds whole slices, and one host the short last slice when the count is no
+    multiple of the slice size (a requeued gang's pods left)."""
+    got = place(inv, gang)
+    if not isinstance(got, Placement):
+        return
+    for want, have in zip(gang.pod_sets, got.pod_sets, strict=True):
+        size = want.topology.slice_size if want.topology else None
+        if size is None:
+            continue
+        per_host = Counter(p.node for p in have.pods)
+        rests = sorted(n % size for n in per_host.values() if n % size)
+        assert rests == ([want.count % size] if want.count % size else [])

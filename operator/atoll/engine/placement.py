@@ -93,6 +93,11 @@ class Plan:
     mode: TopologyMode
     units: topo.Units
     need: int
+    """Units to place: pods, or slices (the last one may be short)."""
+    short: int = 0
+    """Pods the last slice lacks when the pod set's count is no multiple of the slice size
+    (a requeued pod set whose done pods are no longer counted, or a count Kueue also
+    accepts): it is placed as a whole slice, then that many of its pods are left out."""
 
 
 def plan(inventory: Inventory, ps: GangPodSet) -> Plan | str:
@@ -117,8 +122,8 @@ def plan(inventory: Inventory, ps: GangPodSet) -> Plan | str:
     units = topo.Units()
     if t.slice_level is not None:
         size = t.slice_size or 0
-        if t.slice_level not in levels or size < 1 or ps.count % size:
-            return f"slice level {t.slice_level} of size {size} is invalid for {ps.count} pods"
+        if t.slice_level not in levels or size < 1:
+            return f"slice level {t.slice_level} of size {size} is invalid"
         sd = levels.index(t.slice_level)
         if depth is not None and sd < depth:
             return f"slice level {t.slice_level} is above level {t.level}"
@@ -126,8 +131,9 @@ def plan(inventory: Inventory, ps: GangPodSet) -> Plan | str:
     mode = t.mode if t.slice_level is None else TopologyMode.REQUIRED
     if depth is None and mode is TopologyMode.REQUIRED:
         mode = TopologyMode.PREFERRED  # slices only: anywhere, each slice in its domain
-    need = ps.count // units.size
-    return Plan(levels=levels, depth=depth, mode=mode, units=units, need=need)
+    need = -(-ps.count // units.size)
+    short = need * units.size - ps.count
+    return Plan(levels=levels, depth=depth, mode=mode, units=units, need=need, short=short)
 
 
 _MODES = {
@@ -189,12 +195,42 @@ def _place_planned(
 ) -> PodSetPlacement | NoFit:
     if ps.count == 0:
         return PodSetPlacement(name=ps.name, pods=())
-    ents, ok = entries(w, index, ps, p.levels, within)
+    ents, ok = entries(w, index, _padded(ps, p), p.levels, within)
     got = _split(p, ents, w.policy)
     if got is None:
         return no_fit(w, gang=gang, ps=ps, p=p, ents=ents, ok=ok)
     pairs, depth = got
+    if p.short:
+        pairs = _short_last_slice(pairs, ents, p)
     return _materialize(w, ps=ps, p=p, ents=ents, pairs=pairs, depth=depth)
+
+
+def _padded(ps: GangPodSet, p: Plan) -> GangPodSet:
+    """The pod set as its nodes are counted: with a short last slice, as if it were whole."""
+    return dataclasses.replace(ps, count=ps.count + p.short) if p.short else ps
+
+
+def _short_last_slice(
+    pairs: list[tuple[str, int]], ents: Sequence[topo.Entry], p: Plan
+) -> list[tuple[str, int]]:
+    """`pairs` (pods per node of whole slices) less the `p.short` pods the last slice lacks,
+    taken from one slice domain (the last by path), so every slice, the short one too, stays
+    in one domain of the slice level."""
+    assert p.units.slice_depth is not None
+    cut = p.units.slice_depth + 1
+    paths = {e.node: e.path for e in ents}
+    last = max(paths[node][:cut] for node, _ in pairs)
+    out = list(pairs)
+    rest = p.short
+    for i in range(len(out) - 1, -1, -1):
+        node, n = out[i]
+        if rest == 0 or paths[node][:cut] != last:
+            continue
+        take = min(n, rest)
+        out[i] = (node, n - take)
+        rest -= take
+    assert rest == 0, "a slice domain holds at least one whole slice"
+    return [(node, n) for node, n in out if n]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,7 +307,7 @@ def _domains(w: Working, g: _Group, depth: int) -> list[tuple[topo.Path, frozens
         ps = g.gang.pod_sets[i]
         if ps.count == 0:
             continue
-        ents, _ = entries(w, i, ps, p.levels, g.within)
+        ents, _ = entries(w, i, _padded(ps, p), p.levels, g.within)
         here: dict[topo.Path, list[topo.Entry]] = {}
         for key, domain in topo.group(ents, depth).items():
             cap = topo.capacity(domain, depth, p.units)

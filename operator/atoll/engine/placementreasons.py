@@ -86,7 +86,10 @@ def _gpu_island_tail(
 
 
 def _units(p: Plan) -> str:
-    return f"slices of {p.units.size} pods" if p.units.slice_depth is not None else "pods"
+    if p.units.slice_depth is None:
+        return "pods"
+    last = f" (the last one of {p.units.size - p.short})" if p.short else ""
+    return f"slices of {p.units.size} pods{last}"
 
 
 def _island_tail(w: Working, ps: GangPodSet, island: int, node: str | None) -> str:
