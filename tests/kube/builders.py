@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU = "nvidia.com/gpu"
 
 

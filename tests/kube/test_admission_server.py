@@ -27,6 +27,7 @@ from atoll.api.labels import (
     POD_FINALIZER,
     POD_GROUP_NAME_LABEL,
     POD_GROUP_TOTAL_COUNT_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     ROLE_HASH_ANNOTATION,
     SUSPENDED_BY_PARENT_ANNOTATION,
@@ -357,8 +358,9 @@ def test_a_running_jobs_queue_name_cannot_change_or_go() -> None:
 # ------------------------------------------------------- the default LocalQueue (Kueue's)
 
 
-def default_in(*namespaces: str) -> Any:
-    return lambda namespace: namespace in namespaces
+def default_in(*namespaces: str) -> jf.Defaults:
+    """A default LocalQueue in these namespaces."""
+    return jf.Defaults(queue=lambda namespace: namespace in namespaces)
 
 
 def not_owned(obj: Any) -> bool:
@@ -493,6 +495,63 @@ def test_a_new_object_of_a_managed_kind_gets_the_default_localqueue_but_a_plain_
     }
     assert webhook.object_selector(webhook.WEBHOOK_ID) is None
     assert webhook.object_selector(js.webhook_id) is None
+
+
+PRIORITY_DEFAULT = jf.Defaults(queue=default_in("ns").queue, priority_class=lambda: True)
+
+
+def test_a_new_job_without_a_priority_class_gets_the_default_workloadpriorityclass() -> None:
+    """Kueue's WorkloadPriorityClass defaulting (gate on, a class named `default`): the
+    label is added with the queue name's default, and never over a class the Job names."""
+    hook = webhook.job_webhook(not_owned, PRIORITY_DEFAULT)
+    job = a_job(queue=None)
+    assert patched(job, answer(hook, review(job)))["metadata"]["labels"] == {
+        QUEUE_NAME_LABEL: "default",
+        PRIORITY_CLASS_LABEL: "default",
+    }
+    named = a_job()
+    named["metadata"]["labels"][PRIORITY_CLASS_LABEL] = "high"
+    assert patched(named, answer(hook, review(named)))["metadata"]["labels"] == {
+        QUEUE_NAME_LABEL: "team-a",
+        PRIORITY_CLASS_LABEL: "high",
+    }
+    empty = a_job()
+    empty["metadata"]["labels"][PRIORITY_CLASS_LABEL] = ""  # as Kueue reads it: none
+    assert patched(empty, answer(hook, review(empty)))["metadata"]["labels"] == {
+        QUEUE_NAME_LABEL: "team-a",
+        PRIORITY_CLASS_LABEL: "default",
+    }
+
+
+def test_the_default_workloadpriorityclass_is_given_only_where_atoll_manages_the_object() -> None:
+    """Not to a Job atoll leaves alone (another namespace without a default LocalQueue, one a
+    managed JobSet owns), not on update, and not when the class or the gate is missing."""
+    hook = webhook.job_webhook(not_owned, PRIORITY_DEFAULT)
+    elsewhere = copy.deepcopy(a_job(queue=None))
+    elsewhere["metadata"]["namespace"] = "other"
+    for job in (elsewhere, _owned_by("JobSet", "jobset.x-k8s.io/v1alpha2")):
+        out = answer(hook, review(job))
+        assert out == {"uid": out["uid"], "allowed": True}
+    job = a_job(suspend=True)
+    out = answer(hook, review(job, old=copy.deepcopy(job), operation="UPDATE"))
+    assert out == {"uid": out["uid"], "allowed": True}
+    off = webhook.job_webhook(not_owned, default_in("ns"))
+    assert PRIORITY_CLASS_LABEL not in patched(job, answer(off, review(job)))["metadata"]["labels"]
+
+
+def test_the_default_workloadpriorityclass_reaches_pods_and_a_leaderworkersets_templates() -> None:
+    pods = webhook.pod_webhook(manages, defaults=PRIORITY_DEFAULT)
+    pod = a_pod(labels={QUEUE_NAME_LABEL: "team-a"})
+    labels = patched(pod, answer(pods, review(pod, resource=POD_RESOURCE)))["metadata"]["labels"]
+    assert labels[PRIORITY_CLASS_LABEL] == "default"
+    assert labels[MANAGED_LABEL] == "true"
+    lws = CUSTOM_KINDS["LeaderWorkerSet"]
+    hook = webhook.kind_webhook(not_owned, lws, PRIORITY_DEFAULT)
+    group = an_lws({QUEUE_NAME_LABEL: "team-a"}, size=2)
+    got = patched(group, answer(hook, review(group, resource=(lws.group, lws.version, lws.plural))))
+    assert got["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "default"
+    template = got["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
+    assert template["labels"][PRIORITY_CLASS_LABEL] == "default"
 
 
 def test_a_review_of_another_resource_or_without_its_object_is_bad() -> None:

@@ -13,9 +13,10 @@ from atoll.api.core import Job
 from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.mpijob import MPIJob
+from atoll.api.priority import WorkloadPriorityClass
 from atoll.kube import bootstrap
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
-from atoll.kube.operator import Operator, RunOptions
+from atoll.kube.operator import Operator, RunOptions, new_cache
 from atoll.state.cache import Cache
 from tests.conftest import KubeCluster
 
@@ -128,3 +129,17 @@ async def test_a_kind_the_api_server_does_not_serve_is_reported_not_raised(
         for kind in CUSTOM_KINDS.values():
             absent = dataclasses.replace(kind, group=f"absent.{kind.group}")
             assert await bootstrap.serves(api, Cache(), absent) is False, kind.kind
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_the_default_workloadpriorityclass_applies_with_its_gate_and_the_class(gate: bool) -> None:
+    """The operator's cache (`new_cache`, which the webhooks and live what-if read) answers
+    WorkloadPriorityClass defaulting: only with Kueue's gate on and a class named `default`."""
+    cfg = Configuration.model_validate({"featureGates": {"WorkloadPriorityClassDefaulting": gate}})
+    cache = new_cache(cfg)
+    assert cache.has_default_priority_class() is False
+    cache.set_workload_class(
+        WorkloadPriorityClass.from_dict({"metadata": {"name": "default"}, "value": 100})
+    )
+    assert cache.has_default_priority_class() is gate
+    assert new_cache(Configuration()).priority_class_defaulting is False  # off as in Kueue v0.19

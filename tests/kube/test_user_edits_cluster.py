@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tests.kube.conftest import (
     condition,
     get_json,
     is_true,
+    replacing_operator,
     workload_of,
 )
 from tests.kube.watches import ClusterWatch, timed
@@ -139,6 +141,31 @@ def test_a_job_without_a_queue_name_goes_to_its_namespaces_default_localqueue(
             "default queue"
         ) in done.stderr
     watch.assert_held()
+
+
+def test_a_job_without_a_priority_class_gets_the_default_workloadpriorityclass(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    """Kueue's WorkloadPriorityClass defaulting with its gate on: a Job created without the
+    priority-class label while a WorkloadPriorityClass `default` exists is labelled with it
+    by the webhook, and its Workload has that class's priority (not its pods' 0)."""
+    gate = "featureGates.WorkloadPriorityClassDefaulting=true"
+    apply(cluster, b.priority_class("default", 1000))
+    try:
+        with replacing_operator(cluster, operator, tmp_path, "--set", gate):
+            _queue(cluster, namespace, gpus=2)
+            _create(cluster, b.job("plain", namespace, queue="q", pods=1, gpus=1, run="600s"))
+            job = get_json(cluster, "get", "job", "plain", "-n", namespace)
+            assert job["metadata"]["labels"][b.PRIORITY_LABEL] == "default"
+            cluster.wait_for(
+                "plain admitted", lambda: _admitted_running(cluster, namespace, "plain", 1)
+            )
+            wl = workload_of(cluster, namespace, "plain")
+            assert wl is not None
+            assert wl["spec"]["priority"] == 1000
+            assert wl["spec"]["priorityClassRef"]["name"] == "default"
+    finally:
+        cluster.kubectl("delete", "workloadpriorityclass", "default", "--ignore-not-found")
 
 
 def test_a_labelled_job_of_1_2_mib_passes_the_webhook_on_create_and_update(

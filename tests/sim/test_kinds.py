@@ -238,3 +238,26 @@ def test_objects_without_a_queue_name_go_to_their_namespaces_default_localqueue(
     assert "other/elsewhere" not in got
     assert "pod group default/loose" not in got
     assert sum("no kueue.x-k8s.io/queue-name label" in n for n in got["notes"]) == 2
+
+
+@pytest.mark.parametrize("gate", [True, False], ids=["gate-on", "gate-off"])
+def test_an_object_without_a_priority_class_gets_the_default_workloadpriorityclass(
+    gate: bool,
+) -> None:
+    """Kueue's WorkloadPriorityClass defaulting, as the operator's webhooks apply it: with
+    the gate on, a Job created without the priority-class label has the value of the class
+    `default` (listed after it: the order of documents does not matter), so it goes ahead of
+    an older Job of a lower class; with the gate off (Kueue's default up to v0.19) it has
+    priority 0 and waits its turn."""
+    config = _config() | {"featureGates": {"WorkloadPriorityClassDefaulting": gate}}
+    got = _records(
+        b.job("running", pods=8),
+        b.job("low", pods=8, arrival=1, priority="low"),
+        b.job("plain", pods=8, arrival=2),
+        b.priority_class("low", 0),
+        b.priority_class("default", 500),
+        config=config,
+    )
+    first, second = ("default/plain", "default/low") if gate else ("default/low", "default/plain")
+    assert got[first].admitted == got["default/running"].finished
+    assert got[second].admitted == got[first].finished

@@ -97,6 +97,7 @@ DEFAULT_NAMESPACE: Final = "kueue-system"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 DISABLE_WAIT_FOR_PODS_READY_GATE: Final = "DisableWaitForPodsReady"
 LONG_REQUEUE_INTERVAL_GATE: Final = "SchedulerLongRequeueInterval"
+PRIORITY_CLASS_DEFAULTING_GATE: Final = "WorkloadPriorityClassDefaulting"
 """Kueue's alpha gate: requeue inadmissible workloads in batches of 10 s instead of 1 s."""
 KNOWN_FRAMEWORKS: Final = frozenset(
     {
@@ -714,8 +715,8 @@ class Configuration(ApiModel):
     resources: Resources = Field(default_factory=Resources)
     """Quota resource handling (excluded prefixes, DRA device class mappings)."""
     feature_gates: dict[str, bool] = Field(default_factory=dict)
-    """Kueue feature gates; atoll reads `DisableWaitForPodsReady` and
-    `SchedulerLongRequeueInterval`."""
+    """Kueue feature gates; atoll reads `DisableWaitForPodsReady`,
+    `SchedulerLongRequeueInterval` and `WorkloadPriorityClassDefaulting`."""
     webhook: ControllerWebhook = Field(default_factory=ControllerWebhook)
     """Admission webhook server."""
     leader_election: LeaderElection = Field(default_factory=LeaderElection)
@@ -773,6 +774,13 @@ class Configuration(ApiModel):
         """Whether batched requeues of parked (inadmissible) workloads are 10 s apart rather
         than 1 s (Kueue's `SchedulerLongRequeueInterval` gate; off by default)."""
         return self.feature_gates.get(LONG_REQUEUE_INTERVAL_GATE, False)
+
+    @property
+    def priority_class_defaulting(self) -> bool:
+        """Whether a new object without a priority-class label gets the WorkloadPriorityClass
+        `default` when it exists (Kueue's `WorkloadPriorityClassDefaulting` gate: off by
+        default up to Kueue v0.19, as here; Kueue v0.20 turns it on)."""
+        return self.feature_gates.get(PRIORITY_CLASS_DEFAULTING_GATE, False)
 
     @property
     def fair_sharing_enabled(self) -> bool:

@@ -6,12 +6,16 @@ Mirrors apis/kueue/v1beta2/workloadpriorityclass_types.go. The class has no spec
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Final
 
 from pydantic import StringConstraints
 
 from atoll.api.clusterqueue import API_VERSION
 from atoll.api.meta import Int32, KubeObject
+
+DEFAULT_WORKLOAD_PRIORITY_CLASS: Final = "default"
+"""The WorkloadPriorityClass a new object without a priority-class label gets, when it exists
+and Kueue's `WorkloadPriorityClassDefaulting` gate is on (WorkloadPriorityClass defaulting)."""
 
 
 class WorkloadPriorityClass(KubeObject):

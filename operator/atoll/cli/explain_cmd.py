@@ -131,7 +131,8 @@ def live_what_if(job: KubeObject, args: argparse.Namespace) -> list[JobWhatIf]:
     `read_cluster` raises, NotQueuedError, or jobframework.ComposeError)."""
     cache, now, fs = read_cluster(args)
     meta = job.metadata.model_copy(update={"namespace": job.metadata.namespace or "default"})
-    job = jf.with_default_queue(job.model_copy(update={"metadata": meta}), cache.has_default_queue)
+    defaults = jf.Defaults(cache.has_default_queue, cache.has_default_priority_class)
+    job = defaults.apply(job.model_copy(update={"metadata": meta}))
     if not jf.queue_name(job):
         raise NotQueuedError(
             "it has no kueue.x-k8s.io/queue-name label and its namespace no LocalQueue "

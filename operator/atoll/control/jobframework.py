@@ -28,7 +28,7 @@ from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE
 from atoll.api.meta import KubeObject, ObjectMeta, OwnerReference
-from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.priority import DEFAULT_WORKLOAD_PRIORITY_CLASS, WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import (
     MAIN_POD_SET,
@@ -104,6 +104,47 @@ def with_default_queue(obj: K, has_default: Callable[[str], bool]) -> K:
         return obj
     labels = {**(obj.metadata.labels or {}), keys.QUEUE_NAME_LABEL: name}
     return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": labels})})
+
+
+def with_default_priority_class(obj: K, has_default: bool) -> K:
+    """`obj` as WorkloadPriorityClass defaulting leaves it (Kueue's, gate
+    `WorkloadPriorityClassDefaulting`): a copy labelled
+    `kueue.x-k8s.io/priority-class: default` when it is of one of `DEFAULTED_KINDS` or a plain
+    pod, names no WorkloadPriorityClass (no label, or an empty one) and `has_default` (that
+    class exists and the gate is on), else `obj` itself. Its Workload's priority is then the
+    class's value rather than its pods' PriorityClass's."""
+    if (
+        not has_default
+        or (obj.KIND not in DEFAULTED_KINDS and obj.KIND != "Pod")
+        or (obj.metadata.labels or {}).get(keys.PRIORITY_CLASS_LABEL)
+    ):
+        return obj
+    labels = {
+        **(obj.metadata.labels or {}),
+        keys.PRIORITY_CLASS_LABEL: DEFAULT_WORKLOAD_PRIORITY_CLASS,
+    }
+    return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": labels})})
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """What Kueue's webhooks default on a new object, as one cluster (or scenario) reads it."""
+
+    queue: Callable[[str], bool] = lambda _namespace: False
+    """Whether a namespace has a LocalQueue named `default`."""
+    priority_class: Callable[[], bool] = lambda: False
+    """Whether a new object without a priority-class label gets the WorkloadPriorityClass
+    `default` (it exists and the gate `WorkloadPriorityClassDefaulting` is on)."""
+
+    def apply(self, obj: K) -> K:
+        """`obj` with its default queue name and priority class, each where it has none."""
+        return with_default_priority_class(
+            with_default_queue(obj, self.queue), self.priority_class()
+        )
+
+
+NO_DEFAULTS: Final = Defaults()
+"""Nothing defaulted."""
 
 
 def pod_count(job: Job) -> int:

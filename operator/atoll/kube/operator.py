@@ -30,6 +30,7 @@ from atoll.api.configuration import Configuration
 from atoll.api.core import Pod
 from atoll.api.labels import MANAGED_LABEL
 from atoll.control import integrations, leaderworkerset, podgroups
+from atoll.control import jobframework as jf
 from atoll.control.jobs import JobController, JobSettings, PodsReadySettings
 from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
@@ -101,6 +102,7 @@ def new_cache(cfg: Configuration) -> Cache:
         requeue_period=requeue_period(
             batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
         ),
+        priority_class_defaulting=cfg.priority_class_defaulting,
     )
 
 
@@ -280,7 +282,7 @@ class Operator:
     def _webhooks(self) -> list[admission.Webhook]:
         if self.opts.webhook == "off":
             return []
-        default = self.cache.has_default_queue
+        default = jf.Defaults(self.cache.has_default_queue, self.cache.has_default_priority_class)
         hooks = [webhook.job_webhook(self.jobs.manages, default)]
         for kind, (ctl, _) in self.kinds.items():
             if kind in CUSTOM_KINDS:
@@ -288,7 +290,7 @@ class Operator:
         if {"Pod", LWS_KIND} & set(self.kinds):
             plain = self.kinds["Pod"][0].manages if "Pod" in self.kinds else lambda _: False
             parents = frozenset({leaderworkerset.FRAMEWORK} if LWS_KIND in self.kinds else ())
-            hooks.append(webhook.pod_webhook(plain, parents=parents))
+            hooks.append(webhook.pod_webhook(plain, parents=parents, defaults=default))
         return hooks
 
     async def _serve_webhooks(self) -> None:

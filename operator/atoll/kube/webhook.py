@@ -87,30 +87,31 @@ def _merge(into: dict[str, Any], patch: Mapping[str, Any]) -> None:
             into[key] = copy.deepcopy(value)
 
 
-def _no_default(_namespace: str) -> bool:
-    return False
-
-
 def _defaulted(
-    obj: Any, manages: Callable[[Any], bool], has_default: Callable[[str], bool]
+    obj: Any, manages: Callable[[Any], bool], defaults: jf.Defaults
 ) -> tuple[Any, dict[str, Any]]:
-    """A new object without a queue name in a namespace with a default LocalQueue, labelled
-    with it (Kueue's LocalQueue defaulting) when atoll then manages it (its kind is enabled,
-    its namespace managed, no managed kind owns it), and the label's merge patch; else the
-    object unchanged and no patch."""
-    labelled = jf.with_default_queue(obj, has_default)
+    """A new object as Kueue's webhook defaults it, when atoll then manages it (its kind is
+    enabled, its namespace managed, no managed kind owns it): without a queue name in a
+    namespace with a default LocalQueue, labelled with it (LocalQueue defaulting); without a
+    priority class while the WorkloadPriorityClass `default` applies, labelled with that
+    (WorkloadPriorityClass defaulting); and the labels' merge patch. Else the object
+    unchanged and no patch."""
+    labelled = defaults.apply(obj)
     if labelled is obj or not manages(labelled):
         return obj, {}
-    return labelled, {"metadata": {"labels": {QUEUE_NAME_LABEL: jf.queue_name(labelled)}}}
+    return labelled, {"metadata": {"labels": _added_labels(obj, labelled)}}
 
 
-def job_webhook(
-    manages: Callable[[Job], bool], has_default: Callable[[str], bool] = _no_default
-) -> Webhook:
+def _added_labels(before: Any, after: Any) -> dict[str, str]:
+    had = before.metadata.labels or {}
+    return {k: v for k, v in (after.metadata.labels or {}).items() if had.get(k) != v}
+
+
+def job_webhook(manages: Callable[[Job], bool], defaults: jf.Defaults = jf.NO_DEFAULTS) -> Webhook:
     """The Job webhook. It filters Jobs itself rather than with a label filter, on the new
     and the old object: a Job whose queue-name label is removed must still be seen, and a
-    new Job without one is labelled with its namespace's default LocalQueue (`has_default`:
-    a LocalQueue named `default` exists in the namespace), as Kueue's webhook does. In a
+    new Job without one is labelled with its namespace's default LocalQueue, as Kueue's
+    webhook does (`defaults`; also the WorkloadPriorityClass `default`). In a
     cluster the configuration sends it every Job outside the system namespaces
     (deploy/webhook.yaml); manageJobsWithoutQueueName is read by `manages`."""
 
@@ -122,11 +123,13 @@ def job_webhook(
             return {}  # the API server validates Jobs; never block one we cannot read
         patch: dict[str, Any] = {}
         if before is None:
-            job, patch = _defaulted(job, manages, has_default)
+            job, patch = _defaulted(job, manages, defaults)
         if not manages(job) and not (before is not None and manages(before)):
             return {}
         _refuse(
-            jf.job_update_errors(before, job, has_default=has_default(job.namespace or "default"))
+            jf.job_update_errors(
+                before, job, has_default=defaults.queue(job.namespace or "default")
+            )
             if before is not None
             else jf.job_create_errors(job)
         )
@@ -142,11 +145,11 @@ def job_webhook(
 def kind_webhook(
     manages: Callable[[Any], bool],
     kind: CustomKind,
-    has_default: Callable[[str], bool] = _no_default,
+    defaults: jf.Defaults = jf.NO_DEFAULTS,
 ) -> Webhook:
     """A managed custom kind's webhook (Kueue's): a managed object is suspended at creation,
-    gets its namespace's default LocalQueue when it names none, and its queue name follows
-    the same rules as a Job's."""
+    gets its namespace's default LocalQueue when it names none (and the WorkloadPriorityClass
+    `default`, `defaults`), and its queue name follows the same rules as a Job's."""
 
     def admit_owner(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         try:
@@ -156,7 +159,7 @@ def kind_webhook(
             return {}  # the kind's own webhook validates it; never block one we cannot read
         patch: dict[str, Any] = {}
         if before is None:
-            obj, patch = _defaulted(obj, manages, has_default)
+            obj, patch = _defaulted(obj, manages, defaults)
         if not manages(obj) and not (before is not None and manages(before)):
             return {}
         _refuse(
@@ -165,7 +168,7 @@ def kind_webhook(
                 obj,
                 suspended=kind.suspended(obj),
                 was_suspended=kind.suspended(before),
-                has_default=has_default(obj.namespace or "default"),
+                has_default=defaults.queue(obj.namespace or "default"),
             )
             if before is not None
             else jf.job_create_errors(obj)
@@ -180,7 +183,10 @@ def kind_webhook(
 
 
 def pod_webhook(
-    manages: Callable[[Pod], bool], *, parents: frozenset[str] = frozenset()
+    manages: Callable[[Pod], bool],
+    *,
+    parents: frozenset[str] = frozenset(),
+    defaults: jf.Defaults = jf.NO_DEFAULTS,
 ) -> Webhook:
     """The plain-pod integration's webhook (Kueue's): a pod created with a queue name and no
     controller (a Job's pods belong to their Job) is labelled `kueue.x-k8s.io/managed`, gets
@@ -189,8 +195,9 @@ def pod_webhook(
     is gated with `kueue.x-k8s.io/admission` until its gang is admitted (and with
     `kueue.x-k8s.io/topology` when it asks for a topology: `podgroups.creation_gates`); a pod
     of a group must
-    say the group's size. A pod whose template a managed owner marked with Kueue's
-    `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
+    say the group's size; one without a priority class gets the WorkloadPriorityClass
+    `default` when `defaults` says it applies. A pod whose template a managed owner marked
+    with Kueue's `pod-suspending-parent` annotation, naming one of the enabled `parents` frameworks
     (LeaderWorkerSet), is gated whatever its controller."""
 
     def admit_pods(body: Mapping[str, Any], _old: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -210,7 +217,8 @@ def pod_webhook(
         if QUEUE_NAME_LABEL not in labels or owned or not manages(pod):
             return {}
         _refuse([*jf.job_create_errors(pod), *filter(None, [podgroups.total_count_error(pod)])])
-        meta: dict[str, Any] = {"labels": {MANAGED_LABEL: "true"}}
+        labelled = jf.with_default_priority_class(pod, defaults.priority_class())
+        meta: dict[str, Any] = {"labels": {**_added_labels(pod, labelled), MANAGED_LABEL: "true"}}
         if podgroups.group_name(pod) is not None:
             meta["annotations"] = {ROLE_HASH_ANNOTATION: podgroups.shape_hash(pod)}
         finalizers = [*((body.get("metadata") or {}).get("finalizers") or ())]

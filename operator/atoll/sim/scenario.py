@@ -39,7 +39,7 @@ from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE, LocalQueue
 from atoll.api.meta import KubeObject
 from atoll.api.mpijob import MPIJob
-from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.priority import DEFAULT_WORKLOAD_PRIORITY_CLASS, WorkloadPriorityClass
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.topology import Topology
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
@@ -213,7 +213,7 @@ def _webhook_check(obj: KubeObject, where: str) -> None:
         raise ScenarioError(f"{where}: {'; '.join(errors)}")
 
 
-def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -> None:
+def _add(scn: Scenario, obj: KubeObject, where: str, defaults: jf.Defaults) -> None:
     match obj:
         case ResourceFlavor():
             scn.flavors.append(obj)
@@ -232,11 +232,11 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -
         case Topology():
             scn.topologies.append(obj)
         case Job() | JobSet() | MPIJob() | TrainJob():
-            obj = jf.with_default_queue(_namespaced(obj), defaults.__contains__)
+            obj = defaults.apply(_namespaced(obj))
             _webhook_check(obj, where)
             scn.jobs.extend(_job_copies(obj, where, len(scn.jobs)))
         case LeaderWorkerSet():
-            obj = jf.with_default_queue(_namespaced(obj), defaults.__contains__)
+            obj = defaults.apply(_namespaced(obj))
             _webhook_check(obj, where)
             for copy in _job_copies(obj, where, len(scn.jobs)):
                 scn.jobs.extend(_replica_groups(copy, len(scn.jobs)))
@@ -245,7 +245,7 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: frozenset[str]) -
         case ClusterTrainingRuntime():
             scn.training_runtimes.append(obj)
         case Pod():
-            pod = _namespaced(obj)
+            pod = defaults.apply(_namespaced(obj))
             _webhook_check(pod, where)
             error = pg.total_count_error(pod)
             if error is not None:
@@ -265,15 +265,43 @@ def default_queues(local_queues: Iterable[LocalQueue]) -> frozenset[str]:
     )
 
 
-def _raw_default_queues(docs: Iterable[object]) -> frozenset[str]:
-    """`default_queues` of the documents' LocalQueues, read ahead of the other objects (an
+def defaults_of(
+    local_queues: Iterable[LocalQueue],
+    workload_classes: Iterable[WorkloadPriorityClass],
+    config: Configuration,
+) -> jf.Defaults:
+    """What the operator's webhooks would default on the scenario's objects: the default
+    LocalQueue of their namespace, the WorkloadPriorityClass `default` (with its gate)."""
+    queues = default_queues(local_queues)
+    priority = config.priority_class_defaulting and any(
+        c.name == DEFAULT_WORKLOAD_PRIORITY_CLASS for c in workload_classes
+    )
+    return jf.Defaults(queues.__contains__, lambda: priority)
+
+
+def scenario_defaults(scn: Scenario) -> jf.Defaults:
+    """`defaults_of` the scenario's LocalQueues, WorkloadPriorityClasses and Configuration."""
+    return defaults_of(scn.local_queues, scn.workload_classes, scn.config)
+
+
+def _raw_defaults(docs: Iterable[object]) -> jf.Defaults:
+    """`defaults_of` the documents' LocalQueues, WorkloadPriorityClasses and Configuration,
+    read ahead of the other objects (so that the order of the documents does not matter; an
     invalid one is reported where the documents are read in order)."""
-    queues = []
+    queues: list[LocalQueue] = []
+    classes: list[WorkloadPriorityClass] = []
+    config = Configuration()
     for raw in docs:
-        if isinstance(raw, Mapping) and raw.get("kind") == LocalQueue.KIND:
-            with contextlib.suppress(ValueError):
+        if not isinstance(raw, Mapping):
+            continue
+        with contextlib.suppress(ValueError):
+            if raw.get("kind") == LocalQueue.KIND:
                 queues.append(LocalQueue.model_validate(raw))
-    return default_queues(queues)
+            elif raw.get("kind") == WorkloadPriorityClass.KIND:
+                classes.append(WorkloadPriorityClass.model_validate(raw))
+            elif (str(raw.get("apiVersion", "")), str(raw.get("kind", ""))) == CONFIG_KIND:
+                config = Configuration.model_validate(raw)
+    return defaults_of(queues, classes, config)
 
 
 def _replica_groups(sj: SimJob, seq: int) -> list[SimJob]:
@@ -372,7 +400,7 @@ def _add_raw(
     base: Path,
     expand: ShapeExpander | None,
     *,
-    defaults: frozenset[str],
+    defaults: jf.Defaults,
 ) -> None:
     kind = (str(raw.get("apiVersion", "")), str(raw.get("kind", "")))
     if kind == SHAPE_KIND:
@@ -443,7 +471,7 @@ def from_documents(
     `source` (default `name`), the document and the field."""
     scn = Scenario(name=name)
     docs = list(docs)
-    defaults = _raw_default_queues(docs)
+    defaults = _raw_defaults(docs)
     for i, raw in enumerate(docs):
         if raw is None:
             continue

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from atoll.api.meta import KubeObject
-from atoll.control import jobframework as jf
 from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
@@ -27,8 +26,8 @@ from atoll.sim.pods import Gang, Part, request, signature
 from atoll.sim.scenario import (
     Scenario,
     ScenarioError,
-    default_queues,
     gangs_of,
+    scenario_defaults,
 )
 from atoll.state import convert
 from atoll.state import workloads as wls
@@ -135,7 +134,7 @@ def what_ifs(
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
-    job = jf.with_default_queue(job, default_queues(scn.local_queues).__contains__)
+    job = scenario_defaults(scn).apply(job)
     added = [add_job(sim, gang, at) for gang in gangs_of(job)]
     out = []
     for key in added:

@@ -23,7 +23,7 @@ from atoll.api.jobset import JobSet
 from atoll.api.leaderworkerset import LeaderWorkerSet
 from atoll.api.localqueue import DEFAULT_LOCAL_QUEUE, LocalQueue
 from atoll.api.mpijob import MPIJob
-from atoll.api.priority import WorkloadPriorityClass
+from atoll.api.priority import DEFAULT_WORKLOAD_PRIORITY_CLASS, WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
@@ -143,6 +143,8 @@ class Cache:
     queues: PendingQueues = field(default_factory=PendingQueues)
     """The pending workloads by queue, in queue order (see `queue_heads`), and each queue's
     epoch: a workload parked in an older epoch of its queue is awake."""
+    priority_class_defaulting: bool = False
+    """Kueue's `WorkloadPriorityClassDefaulting` gate (`has_default_priority_class`)."""
     requeue_period: float = 0.0
     """Seconds from a change that may make parked workloads admissible (`bump`) to their
     requeue; 0 (the default) requeues them at the next step, REQUEUE_BATCH_PERIOD is
@@ -414,6 +416,13 @@ class Cache:
     def has_default_queue(self, namespace: str) -> bool:
         """Whether the namespace has a LocalQueue named `default` (LocalQueue defaulting)."""
         return wls.key_of(namespace, DEFAULT_LOCAL_QUEUE) in self.local_queues
+
+    def has_default_priority_class(self) -> bool:
+        """Whether a new object without a priority class gets the WorkloadPriorityClass
+        `default`: the gate is on and the class exists (WorkloadPriorityClass defaulting)."""
+        return self.priority_class_defaulting and (
+            DEFAULT_WORKLOAD_PRIORITY_CLASS in self.workload_classes
+        )
 
     def set_local_queue(self, obj: LocalQueue) -> None:
         key = wls.key_of(obj.namespace, obj.name)
