@@ -134,3 +134,13 @@ def gpu_admit(key: str, *, gpus: int = 2, cq: str = "cq", flavor: str = "gpu") -
         ),
         borrowing=False,
     )
+
+
+class Clock:
+    """A clock the test moves (`now`, epoch seconds)."""
+
+    def __init__(self, now: float = 1_796_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

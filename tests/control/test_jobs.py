@@ -13,18 +13,10 @@ from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as admission
 from atoll.state import workloads as wls
-from tests.control.builders import GPU, cache_with_queue, job, workload_for
+from tests.control.builders import GPU, Clock, cache_with_queue, job, workload_for
 from tests.control.fakes import FakeCluster
 
 T0 = 1_796_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _setup(timeout: float = 60.0) -> tuple[JobController, FakeCluster, Clock]:

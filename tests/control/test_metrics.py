@@ -101,8 +101,11 @@ def test_workload_admitted_counts_and_observes_wait_time(
     assert _value(registry, f"{wait}_count", **labels) == 2
     assert _value(registry, f"{wait}_bucket", le="5.0", **labels) == 1
     assert _value(registry, f"{wait}_bucket", le="40960.0", **labels) == 2
-    # no admission checks in atoll: Kueue's family for their wait is not exported at all
-    assert "kueue_admission_checks_wait_time_seconds" not in generate_latest(registry).decode()
+    # the admission checks' wait: 0 without checks (Kueue's scheduler), else as given
+    metrics.workload_admitted("cq", wait_seconds=50.0, priority_class="high", checks_seconds=20.0)
+    checks = "kueue_admission_checks_wait_time_seconds"
+    assert _value(registry, f"{checks}_count", **labels) == 3
+    assert _value(registry, f"{checks}_sum", **labels) == 20
     lq = {"name": "user-queue", "namespace": "team-a", "priority_class": "high"}
     lq_role = {**lq, "replica_role": "standalone"}
     assert _value(registry, "kueue_local_queue_admitted_workloads_total", **lq_role) == 1

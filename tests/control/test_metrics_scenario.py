@@ -20,7 +20,7 @@ from atoll.control.metrics import Metrics, ReplicaRole
 from atoll.control.queue_status import QueueStatusReporter
 from atoll.control.scheduler import Scheduler
 from atoll.state.cache import Cache
-from tests.control.builders import cache_with_queue, cluster_queue, job
+from tests.control.builders import Clock, cache_with_queue, cluster_queue, job
 from tests.control.fakes import FakeCluster
 
 T0 = 1_796_000_000.0
@@ -34,14 +34,6 @@ NOT_IN_THIS_STORY = {
     "atoll_backfill_reservation_slips_total",
 }
 """Families this story cannot produce, and where they are checked."""
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _job(name: str, pods: int, *, queue: str = "lq", **labels: str) -> Job:
@@ -253,6 +245,10 @@ EXPECTED: dict[str, list[tuple[str, Mapping[str, str], float]]] = {
         ("kueue_admission_wait_time_seconds_sum", {**CQ, **LOW}, 5 + 103),
         ("kueue_admission_wait_time_seconds_count", {**CQ, **HIGH}, 1),
     ],
+    "kueue_admission_checks_wait_time_seconds": [  # no checks: 0 per admission, as Kueue
+        ("kueue_admission_checks_wait_time_seconds_count", {**CQ, **LOW}, 2),
+        ("kueue_admission_checks_wait_time_seconds_sum", {**CQ, **LOW}, 0),
+    ],
     "kueue_ready_wait_time_seconds": [
         ("kueue_ready_wait_time_seconds_sum", {**CQ, **LOW}, 15),  # created 0, ready 15
         ("kueue_ready_wait_time_seconds_sum", {**CQ, **HIGH}, 15),  # created 115, ready 130
@@ -351,6 +347,9 @@ EXPECTED: dict[str, list[tuple[str, Mapping[str, str], float]]] = {
     ],
     "kueue_local_queue_admission_wait_time_seconds": [
         ("kueue_local_queue_admission_wait_time_seconds_sum", {**LQ, **LOW}, 108),
+    ],
+    "kueue_local_queue_admission_checks_wait_time_seconds": [
+        ("kueue_local_queue_admission_checks_wait_time_seconds_count", {**LQ, **LOW}, 2),
     ],
     "kueue_local_queue_quota_reserved_wait_time_seconds": [
         ("kueue_local_queue_quota_reserved_wait_time_seconds_count", {**LQ, **LOW}, 2),

@@ -36,7 +36,7 @@ from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.backfill import Reservation, run_end
 from atoll.engine.inventory import Placement
-from atoll.state import reserving
+from atoll.state import admissionchecks, reserving
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.decide import Decider
@@ -78,7 +78,8 @@ class Explanation:
     queue_length: int
     ahead: tuple[str, ...]
     condition: tuple[str, str] | None
-    """(reason, message) of the workload's QuotaReserved=False condition, as written."""
+    """(reason, message) of the workload's QuotaReserved=False condition, as written; for a
+    Workload holding quota that waits for its admission checks, their states."""
     decision: d.Decision | None
     """What the next cycle would decide were it at the head of its queue (topology
     checked)."""
@@ -209,6 +210,18 @@ def _state(wl: Workload) -> str:
     if not wl.spec.active:
         return "Inactive"
     return "Pending"
+
+
+def _waiting_for_checks(wl: Workload) -> tuple[str, str] | None:
+    """(UnsatisfiedChecks, each admission check and its state) of a Workload holding quota
+    that waits for its checks; None without checks."""
+    states = admissionchecks.states(wl)
+    if not states:
+        return None
+    each = ", ".join(
+        f"{s.name} {s.state.value}" + (f" ({s.message})" if s.message else "") for s in states
+    )
+    return admissionchecks.UNSATISFIED, f"quota reserved; waiting for admission checks: {each}"
 
 
 def _fits(trial: Decider, key: str, now: float) -> d.Decision | None:
@@ -607,6 +620,8 @@ def explain(
     written = (
         (cond.reason, cond.message)
         if cond is not None and cond.status == "False" and state == "Pending"
+        else _waiting_for_checks(wl)
+        if state == "QuotaReserved"
         else None
     )
     lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl.spec.queue_name else None

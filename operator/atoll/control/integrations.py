@@ -268,6 +268,7 @@ class JobIntegration(Integration[Job]):
                 else wl.spec.pod_sets[0].count
             ),
             topology=assignment.topology_assignment is not None,
+            updates=jf.check_updates(wl, str(assignment.name)),
         )
         await self.store.start_job(_key(obj), plan, obj)
 
@@ -341,6 +342,7 @@ class JobSetIntegration(Integration[JobSet]):
                 local_queue=wl.spec.queue_name or "",
                 flavors=_flavors(assignment, flavors) if assignment else [],
                 topology=assignment is not None and assignment.topology_assignment is not None,
+                updates=jf.check_updates(wl, rj.name),
             )
         await self.store.start_jobset(_key(obj), plans)
 
@@ -407,6 +409,7 @@ class MPIJobIntegration(Integration[MPIJob]):
                 local_queue=wl.spec.queue_name or "",
                 flavors=_flavors(assignment, flavors) if assignment else [],
                 topology=assignment is not None and assignment.topology_assignment is not None,
+                updates=jf.check_updates(wl, name),
             )
         await self.store.start_mpijob(_key(obj), plans)
 
@@ -518,6 +521,7 @@ class TrainJobIntegration(Integration[TrainJob]):
                 local_queue=wl.spec.queue_name or "",
                 flavors=_flavors(assignment, flavors) if assignment else [],
                 topology=assignment is not None and assignment.topology_assignment is not None,
+                updates=jf.check_updates(wl, str(ps.name)),
             )
         await self.store.start_trainjob(_key(obj), tj.admission_overrides(plans))
 
@@ -632,6 +636,7 @@ class PodGroupIntegration(Integration[pg.PodGroup]):
                 cluster_queue=adm.cluster_queue,
                 local_queue=wl.spec.queue_name or "",
                 flavors=_flavors(assignment, flavors) if assignment else [],
+                updates=jf.check_updates(wl, name),
             )
             topology = assignment is not None and assignment.topology_assignment is not None
             gates = pg.start_gates(plan.scheduling_gates, topology=topology)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from atoll.api import labels as keys
+from atoll.api.admissioncheck import CheckState
 from atoll.api.core import (
     Container,
     Job,
@@ -34,6 +35,7 @@ from atoll.api.workload import (
     MAIN_POD_SET,
     PodSet,
     PodSetTopologyRequest,
+    PodSetUpdate,
     PriorityClassGroup,
     PriorityClassKind,
     PriorityClassRef,
@@ -493,6 +495,17 @@ def _merge(kind: str, base: Mapping[str, str], extra: Mapping[str, str]) -> dict
     return merged
 
 
+def check_updates(wl: Workload, pod_set: str) -> tuple[PodSetUpdate, ...]:
+    """The `podSetUpdates` the Workload's Ready admission checks ask for on this pod set."""
+    return tuple(
+        u
+        for s in wl.status.admission_checks or ()
+        if s.state is CheckState.READY
+        for u in s.pod_set_updates or ()
+        if u.name == pod_set
+    )
+
+
 def template_start(
     template: PodTemplateSpec,
     *,
@@ -502,25 +515,34 @@ def template_start(
     local_queue: str,
     flavors: Sequence[ResourceFlavor],
     topology: bool = False,
+    updates: Sequence[PodSetUpdate] = (),
 ) -> TemplateStart:
     """Merge an admitted pod set into its pod template: the flavors' node labels and
-    tolerations, Kueue's labels and the workload annotation (Kueue's `podset.Merge`). Raises
-    StartConflictError on a conflicting key."""
+    tolerations, the admission checks' `updates` (labels, annotations, node selector,
+    tolerations), Kueue's labels and the workload annotation (Kueue's `podset.Merge`).
+    Raises StartConflictError on a conflicting key."""
     spec = template.spec
     meta = template.metadata or PodTemplateMeta()
     node_labels: dict[str, str] = {}
     tolerations = list(spec.tolerations or ())
+    extra_tolerations = [t for f in flavors for t in f.spec.tolerations or ()]
+    extra_tolerations += [t for u in updates for t in u.tolerations or ()]
     for flavor in flavors:
         node_labels = _merge("flavor nodeLabels", node_labels, flavor.spec.node_labels or {})
-        for tol in flavor.spec.tolerations or ():
-            if tol not in tolerations:
-                tolerations.append(tol)
+    for tol in extra_tolerations:
+        if tol not in tolerations:
+            tolerations.append(tol)
     node_selector = _merge("nodeSelector", spec.node_selector or {}, node_labels)
+    base_labels, base_annotations = dict(meta.labels or {}), dict(meta.annotations or {})
+    for u in updates:
+        node_selector = _merge("nodeSelector", node_selector, u.node_selector or {})
+        base_labels = _merge("label", base_labels, u.labels or {})
+        base_annotations = _merge("annotation", base_annotations, u.annotations or {})
     queue_labels = {keys.PODSET_LABEL: pod_set, keys.LOCAL_QUEUE_LABEL: local_queue}
     if len(cluster_queue) <= 63:
         queue_labels[keys.CLUSTER_QUEUE_LABEL] = cluster_queue
-    labels = _merge("label", meta.labels or {}, queue_labels)
-    annotations = _merge("annotation", meta.annotations or {}, {keys.WORKLOAD_ANNOTATION: workload})
+    labels = _merge("label", base_labels, queue_labels)
+    annotations = _merge("annotation", base_annotations, {keys.WORKLOAD_ANNOTATION: workload})
     gates = tuple(g.name for g in spec.scheduling_gates or ())
     if topology and TOPOLOGY_GATE not in gates:
         gates += (TOPOLOGY_GATE,)
@@ -542,9 +564,11 @@ def start_plan(
     flavors: Sequence[ResourceFlavor],
     admitted_count: int,
     topology: bool = False,
+    updates: Sequence[PodSetUpdate] = (),
 ) -> JobStart:
     """Merge the admission into the Job's template: the flavors' node labels and tolerations,
-    Kueue's labels and the workload annotation. Raises StartConflictError on a conflicting key."""
+    the admission checks' `updates`, Kueue's labels and the workload annotation. Raises
+    StartConflictError on a conflicting key."""
     merged = template_start(
         job.spec.template,
         pod_set=MAIN_POD_SET,
@@ -553,6 +577,7 @@ def start_plan(
         local_queue=local_queue,
         flavors=flavors,
         topology=topology,
+        updates=updates,
     )
     full = pod_count(job)
     return JobStart(

@@ -259,6 +259,12 @@ class Metrics:
             _CQ_PRIORITY,
             LONG_WAIT_BUCKETS,
         )
+        self._checks_wait = self._histogram(
+            "kueue_admission_checks_wait_time_seconds",
+            "Time from quota reservation to admission (the admission checks), per cluster_queue.",
+            _CQ_PRIORITY,
+            WAIT_BUCKETS,
+        )
         self._ready_wait = self._histogram(
             "kueue_ready_wait_time_seconds",
             "Time from creation or last requeue until PodsReady, per cluster_queue.",
@@ -397,6 +403,12 @@ class Metrics:
         self._lq_counters["quota_reserved_wait"] = self._histogram(
             "kueue_local_queue_quota_reserved_wait_time_seconds",
             "Time from creation or last requeue to quota reservation, per local queue.",
+            _LQ_PRIORITY,
+            WAIT_BUCKETS,
+        )
+        self._lq_counters["checks_wait"] = self._histogram(
+            "kueue_local_queue_admission_checks_wait_time_seconds",
+            "Time from quota reservation to admission (the admission checks), per local queue.",
             _LQ_PRIORITY,
             WAIT_BUCKETS,
         )
@@ -594,19 +606,19 @@ class Metrics:
         *,
         priority_class: str = "",
         local_queue: LocalQueueRef | None = None,
+        checks_seconds: float = 0.0,
     ) -> None:
-        """A workload's `Admitted` became True `wait_seconds` after creation or last requeue.
-
-        atoll has no admission checks (Admitted is set with the quota reservation), so
-        Kueue's `kueue_admission_checks_wait_time_seconds`, which only workloads with
-        admission checks have, is not exported.
-        """
+        """A workload's `Admitted` became True `wait_seconds` after creation or last requeue
+        and `checks_seconds` after its quota reservation (0 without admission checks, as
+        Kueue's scheduler reports it)."""
         self._inc(self._admitted, cluster_queue, priority_class)
         self._observe(self._admission_wait, wait_seconds, cluster_queue, priority_class)
+        self._observe(self._checks_wait, checks_seconds, cluster_queue, priority_class)
         if local_queue is not None and self._local_queue_metrics:
             lq = (local_queue.name, local_queue.namespace, priority_class)
             self._inc(self._lq_counters["admitted"], *lq)
             self._observe(self._lq_counters["admission_wait"], wait_seconds, *lq)
+            self._observe(self._lq_counters["checks_wait"], checks_seconds, *lq)
 
     def workload_evicted(
         self,

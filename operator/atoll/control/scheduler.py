@@ -214,8 +214,11 @@ class Scheduler:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         topology = assignments(self.cache.inventory.held().get(key))
+        flavors = {str(f) for ps in dec.pod_sets for _, f in ps.flavors}
+        checks = self.cache.admission_checks_for(str(dec.cluster_queue), flavors)
         # "nothing to write" takes the decision back: confirmed on the server's version
-        written = await self._write(key, lc.admit(dec, now, topology), result, confirm=True)
+        admit = lc.admit(dec, now, topology, checks)
+        written = await self._write(key, admit, result, confirm=True)
         if written is None or not wls.has_quota(written):
             self.cache.forget(key)
             self.wake()
@@ -224,7 +227,13 @@ class Scheduler:
         waited = int(queued_wait(wl or written, now.timestamp()))
         ref = workload_ref(written)
         cq = dec.cluster_queue
-        log.info("workload admitted", workload=key, cluster_queue=cq, borrowing=dec.borrowing)
+        admitted = wls.is_admitted(written)
+        log.info(
+            "workload admitted" if admitted else "quota reserved, waiting for admission checks",
+            workload=key,
+            cluster_queue=cq,
+            borrowing=dec.borrowing,
+        )
         report_admitted(self.metrics, written, waited)
         await self.emit(
             ref,
@@ -232,12 +241,13 @@ class Scheduler:
             "QuotaReserved",
             f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
         )
-        await self.emit(
-            ref,
-            "Normal",
-            "Admitted",
-            f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
-        )
+        if admitted:
+            await self.emit(
+                ref,
+                "Normal",
+                "Admitted",
+                f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
+            )
 
     def _path(self, cq: str) -> str:
         return lc.cohort_path(self.cache.cluster_queues, self.cache.cohorts, cq)

@@ -36,13 +36,34 @@ def queued_wait(wl: Workload, at: float) -> float:
 
 
 def report_admitted(metrics: Metrics | None, wl: Workload, waited: float) -> None:
-    """Quota reserved and Admitted (one write): counted per ClusterQueue and LocalQueue."""
+    """Quota reserved, and Admitted when the same write admitted it (no admission checks
+    to wait for): counted per ClusterQueue and LocalQueue."""
     adm = wl.status.admission
     if metrics is None or adm is None:
         return
     pc, lq = priority_class(wl), local_queue(wl)
     metrics.quota_reserved(adm.cluster_queue, waited, priority_class=pc, local_queue=lq)
-    metrics.workload_admitted(adm.cluster_queue, waited, priority_class=pc, local_queue=lq)
+    if wls.is_admitted(wl):
+        metrics.workload_admitted(adm.cluster_queue, waited, priority_class=pc, local_queue=lq)
+
+
+def report_checks_passed(metrics: Metrics | None, wl: Workload, now: float) -> None:
+    """`wl` was just written Admitted after its admission checks: counted as admitted, with
+    its wait since it was queued."""
+    adm = wl.status.admission
+    if metrics is None or adm is None:
+        return
+    pc, lq = priority_class(wl), local_queue(wl)
+    waited = queued_wait(wl, now)
+    reserved = wls.condition(wl, wls.QUOTA_RESERVED)
+    checks = now - reserved.last_transition_time.timestamp() if reserved else 0.0
+    metrics.workload_admitted(
+        adm.cluster_queue,
+        waited,
+        priority_class=pc,
+        local_queue=lq,
+        checks_seconds=max(0.0, checks),
+    )
 
 
 def report_eviction(metrics: Metrics | None, wl: Workload) -> None:

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import PriorityClass
@@ -104,6 +105,7 @@ async def _load(
 
     await kind(kueue("resourceflavors"), parser(ResourceFlavor), cache.set_flavor)
     await kind(kueue("cohorts"), parser(Cohort), cache.set_cohort)
+    await kind(kueue("admissionchecks"), parser(AdmissionCheck), cache.set_admission_check)
     await kind(kueue("clusterqueues"), parser(ClusterQueue), cache.set_cluster_queue)
     await kind(kueue("localqueues"), parser(LocalQueue), cache.set_local_queue)
     await kind(

@@ -26,6 +26,7 @@ import orjson
 import structlog
 from pydantic import ValidationError
 
+from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PodSpec, PodStatus, PodTemplateSpec, PriorityClass
@@ -446,6 +447,13 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
     c = w.cache
     for resource, model, kind, store, table in (
         ((*KUEUE, "resourceflavors"), ResourceFlavor, "rf", c.set_flavor, "flavors"),
+        (
+            (*KUEUE, "admissionchecks"),
+            AdmissionCheck,
+            "ac",
+            c.set_admission_check,
+            "admission_checks",
+        ),
         ((*KUEUE, "clusterqueues"), ClusterQueue, "cq", c.set_cluster_queue, "cluster_queues"),
         ((*KUEUE, "cohorts"), Cohort, "co", c.set_cohort, "cohorts"),
         ((*KUEUE, "localqueues"), LocalQueue, "lq", c.set_local_queue, "local_queues"),

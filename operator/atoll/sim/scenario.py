@@ -218,6 +218,15 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: jf.Defaults) -> N
         case ResourceFlavor():
             scn.flavors.append(obj)
         case ClusterQueue():
+            checks = obj.spec.admission_checks_strategy
+            if checks is not None:
+                names = ", ".join(r.name for r in checks.admission_checks)
+                scn.warnings.append(
+                    f"{where}: the simulator runs no admission checks ({names}): taken as "
+                    "passed at once"
+                )
+                spec = obj.spec.model_copy(update={"admission_checks_strategy": None})
+                obj = obj.model_copy(update={"spec": spec})
             scn.cluster_queues.append(obj)
         case Cohort():
             scn.cohorts.append(obj)

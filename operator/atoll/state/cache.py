@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Pod, PriorityClass
@@ -43,7 +44,7 @@ from atoll.engine.snapshot import (
     over_nominal,
     usage_of,
 )
-from atoll.state import convert, devicequota
+from atoll.state import admissionchecks, convert, devicequota
 from atoll.state import workloads as wls
 from atoll.state.inventory import ClusterInventory
 from atoll.state.queues import PendingQueues, QueueKey
@@ -105,6 +106,7 @@ class Cache:
     cohorts: dict[str, Cohort] = field(default_factory=dict)
     local_queues: dict[str, LocalQueue] = field(default_factory=dict)
     workload_classes: dict[str, WorkloadPriorityClass] = field(default_factory=dict)
+    admission_checks: dict[str, AdmissionCheck] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)
@@ -394,15 +396,46 @@ class Cache:
             or convert.backfill(old) != convert.backfill(obj)  # atoll.dev/backfill*
         ):
             if old is None:
-                self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
+                self._e_cluster_queues[obj.name] = self._engine_cq(obj)
                 self._queues_changed()
                 self.bump()  # its LocalQueues' workloads waited in queues of their own
                 return
             before = self.scope_of(obj.name)
-            self._e_cluster_queues[obj.name] = convert.cluster_queue(obj)
+            self._e_cluster_queues[obj.name] = self._engine_cq(obj)
             self._queues_changed()
             # its tree (Kueue's), and the one it left (what it used or lent there changed)
             self.bump(*{before, self.scope_of(obj.name)})
+
+    def _engine_cq(self, obj: ClusterQueue) -> m.ClusterQueue:
+        """The engine's ClusterQueue, inactive while an admission check it names is missing
+        or not Active."""
+        cq = convert.cluster_queue(obj)
+        if cq.inactive_reason is None:
+            reason = admissionchecks.inactive_reason(obj, self.admission_checks)
+            if reason is not None:
+                cq = dataclasses.replace(cq, inactive_reason=reason)
+        return cq
+
+    def admission_checks_for(self, cluster_queue: str, flavors: Iterable[str]) -> tuple[str, ...]:
+        """The admission checks a Workload admitted on `flavors` of the ClusterQueue must
+        pass (none for a ClusterQueue not known)."""
+        cq = self.cluster_queues.get(cluster_queue)
+        return admissionchecks.for_flavors(cq, flavors) if cq is not None else ()
+
+    def set_admission_check(self, obj: AdmissionCheck) -> None:
+        old = self.admission_checks.get(obj.name)
+        self.admission_checks[obj.name] = obj
+        if old is None or admissionchecks.is_active(old) != admissionchecks.is_active(obj):
+            self._checks_changed(obj.name)
+
+    def _checks_changed(self, name: str) -> None:
+        """The ClusterQueues naming this check may have turned active or inactive."""
+        users = [cq for cq in self.cluster_queues.values() if name in admissionchecks.names(cq)]
+        for cq in users:
+            self._e_cluster_queues[cq.name] = self._engine_cq(cq)
+        if users:
+            self._queues_changed()
+            self.bump()
 
     def set_cohort(self, obj: Cohort) -> None:
         old = self.cohorts.get(obj.name)
@@ -450,7 +483,7 @@ class Cache:
         self.priority_classes[obj.name] = obj
 
     def delete(self, kind: str, key: str) -> None:
-        """Forget an object of a queue kind: rf, cq, co, lq, wpc, pc, ns."""
+        """Forget an object of a queue kind: rf, cq, co, lq, wpc, pc, ns, ac."""
         tables: dict[str, tuple[dict[str, Any], ...]] = {
             "rf": (self.flavors, self._e_flavors),
             "cq": (self.cluster_queues, self._e_cluster_queues),
@@ -459,9 +492,13 @@ class Cache:
             "wpc": (self.workload_classes,),
             "pc": (self.priority_classes,),
             "ns": (self.namespaces,),
+            "ac": (self.admission_checks,),
         }
         for table in tables[kind]:
             table.pop(key, None)
+        if kind == "ac":
+            self._checks_changed(key)
+            return
         self._queues_changed()
         self.bump()
 

@@ -7,8 +7,9 @@ read-modify-write of the status (`control/ports.WorkloadStore.update_workload_st
 simulator can apply it to its copy at once (`applied`). Time is an argument (`now`), never
 read here. The rules:
 
-- `admit`: QuotaReserved and Admitted (no admission checks) with the admission; an earlier
-  Evicted/Preempted turns False ("Previously: …").
+- `admit`: QuotaReserved and Admitted with the admission (with admission checks, Admitted
+  only once every check is Ready: `checks_passed`; a Retry evicts: `check_retry`); an
+  earlier Evicted/Preempted turns False ("Previously: …").
 - `pending`: QuotaReserved=False with Kueue's reason for the engine's (`written_reason`:
   `Pending`, or `Inadmissible` when the Workload's queue or devices keep it out) and the
   engine's message (Admitted=False, NoReservation); an unchanged message writes nothing.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 
+from atoll.api.admissioncheck import CheckState
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.meta import Condition, ConditionStatus
@@ -48,6 +50,7 @@ from atoll.api.workload import (
     WorkloadStatus,
 )
 from atoll.engine import decisions as d
+from atoll.state import admissionchecks as ac
 from atoll.state import convert
 from atoll.state import workloads as wls
 
@@ -141,8 +144,12 @@ def admit(
     decision: d.Admit,
     now: dt.datetime,
     topology: Mapping[str, TopologyAssignment] | None = None,
+    checks: tuple[str, ...] = (),
 ) -> Mutation:
-    """QuotaReserved and Admitted together (no admission checks), with the admission."""
+    """QuotaReserved with the admission, and Admitted with it unless the ClusterQueue names
+    admission `checks` for the Workload's flavors: then one Pending state per check (a
+    state already there is kept) and Admitted=False (UnsatisfiedChecks) until every check is
+    Ready (`checks_passed`)."""
 
     def mutate(wl: Workload) -> WorkloadStatus | None:
         if wls.has_quota(wl) or wls.is_finished(wl) or wls.is_deleting(wl):
@@ -157,12 +164,14 @@ def admit(
             message=f"Quota reserved in ClusterQueue {cq}",
             now=now,
         )
+        states = ac.synced(ac.states(wl), checks, now) if checks else ()
+        ready = all(s.state is CheckState.READY for s in states)
         conds = wls.with_condition(
             conds,
             wls.ADMITTED,
-            status=True,
-            reason="Admitted",
-            message="The workload is admitted",
+            status=ready,
+            reason="Admitted" if ready else ac.UNSATISFIED,
+            message="The workload is admitted" if ready else ac.UNSATISFIED_MESSAGE,
             now=now,
         )
         for type_ in (wls.EVICTED, wls.PREEMPTED):
@@ -181,9 +190,61 @@ def admit(
             conditions=conds,
             admission=api_admission(cq, decision.pod_sets, topology),
             resource_requests=None,
+            admission_checks=states or None,
         )
 
     return mutate
+
+
+def checks_passed(now: dt.datetime) -> Mutation:
+    """Admitted=True once every admission check of a Workload holding quota is Ready
+    (Kueue's `SyncAdmittedCondition`); nothing to write otherwise."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if (
+            not ac.states(w)
+            or not wls.has_quota(w)
+            or wls.is_admitted(w)
+            or wls.is_evicted(w)
+            or wls.is_finished(w)
+            or not ac.all_ready(w)
+        ):
+            return None
+        conds = wls.with_condition(
+            w.status.conditions or (),
+            wls.ADMITTED,
+            status=True,
+            reason="Admitted",
+            message="The workload is admitted",
+            now=now,
+        )
+        return wls.status_with(w, conditions=conds)
+
+    return mutate
+
+
+def check_retry(now: dt.datetime) -> Mutation:
+    """A check of a Workload holding quota set Retry: Evicted (reason `AdmissionCheck`), the
+    checks reset to Pending by the eviction, and the requeue held until the latest time a
+    Retry check's `requeueAfterSeconds` asks for (Kueue's `reconcileCheckBasedEviction`,
+    `NeedsRequeueAtUpdate`)."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if not ac.retrying(w):
+            return None
+        at = ac.retry_at(w)
+        status = evict(ac.EVICTED_BY_CHECK, ac.RETRY_MESSAGE, now)(w)
+        if status is None or at is None or at <= now:
+            return status
+        rs = status.requeue_state or RequeueState()
+        return status.model_copy(update={"requeue_state": rs.model_copy(update={"requeue_at": at})})
+
+    return mutate
+
+
+def rejected_message(names: tuple[str, ...]) -> str:
+    """Kueue's DeactivationTarget message for rejected checks."""
+    return f"Admission check(s): {','.join(names)}, were rejected"
 
 
 def without_reservation(
@@ -329,7 +390,10 @@ def evict(
                 message=message,
                 now=now,
             )
-        return wls.status_with(wl, conditions=conds, scheduling_stats=stats)
+        checks = ac.reset(ac.states(wl), now) or None  # Kueue's `resetChecksOnEviction`
+        return wls.status_with(
+            wl, conditions=conds, scheduling_stats=stats, admission_checks=checks
+        )
 
     return mutate
 
