@@ -8,14 +8,17 @@ import copy
 import json
 from typing import Any
 
+import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.core import Job, PodSpec, PodTemplateSpec
 from atoll.api.meta import Condition
 from atoll.api.workload import Workload
-from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload
+from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload, warned
 from atoll.kube.writers import merge_patch
+from atoll.state.cache import Cache
 from tests.api.builders import pod_set, pod_template, workload
 from tests.kube.mergepatch import apply_merge_patch
 
@@ -242,3 +245,21 @@ def test_jobs_of_one_manifest_share_their_pod_spec_and_parse_as_a_full_parse() -
     assert len(specs) == 2
     no_template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}}
     assert parse(no_template) == Job.from_dict(no_template)
+
+
+def test_a_clusterqueue_asking_for_admission_fair_sharing_is_warned_about_once() -> None:
+    """atoll does not run Admission Fair Sharing: the operator says so when such a
+    ClusterQueue is first seen (listed or watched), not on every later event."""
+    cache = Cache()
+    store = warned(cache)
+    spec = {"namespaceSelector": {}, "resourceGroups": []}
+    afs = {**spec, "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"}}
+    with structlog.testing.capture_logs() as logs:
+        store(ClusterQueue.from_dict({"metadata": {"name": "plain"}, "spec": spec}))
+        store(ClusterQueue.from_dict({"metadata": {"name": "fair"}, "spec": afs}))
+        store(ClusterQueue.from_dict({"metadata": {"name": "fair"}, "spec": afs}))
+    assert [(e["event"], e["cluster_queue"]) for e in logs] == [
+        ("clusterqueue feature not run", "fair")
+    ]
+    assert "ordered by priority and creation time only" in logs[0]["reason"]
+    assert set(cache.cluster_queues) == {"plain", "fair"}

@@ -11,6 +11,7 @@ import yaml
 from atoll.cli.simulate_cmd import read_scenario
 from atoll.sim.gang import Settings
 from atoll.sim.scenario import ScenarioError, parse_duration
+from tests.sim import builders as b
 from tests.sim.builders import cluster_queue, flavor, job, nodes, six_gpus
 
 
@@ -206,3 +207,22 @@ def test_unknown_kinds_are_a_warning_naming_the_document() -> None:
         "test: document 10 (AdmissionCheck ac): the simulator does not use AdmissionCheck "
         "objects; ignored",
     ]
+
+
+def test_what_the_simulator_does_not_run_on_a_clusterqueue_is_a_warning() -> None:
+    """Admission checks are taken as passed at once (the ClusterQueue admits as without
+    them); Admission Fair Sharing is not run: the queue orders by priority and time."""
+    cq = cluster_queue(
+        admissionChecksStrategy={"admissionChecks": [{"name": "prov"}]},
+        admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
+    )
+    scn = b.scenario(nodes(1, 2), flavor(), cq)
+    assert scn.warnings == [
+        "test: document 3 (ClusterQueue cq): Admission Fair Sharing (admissionScope "
+        "UsageBasedAdmissionFairSharing) is not run by atoll: its Workloads are ordered by "
+        "priority and creation time only",
+        "test: document 3 (ClusterQueue cq): the simulator runs no admission checks (prov): "
+        "taken as passed at once",
+    ]
+    (queue,) = scn.cluster_queues
+    assert queue.spec.admission_checks_strategy is None

@@ -459,3 +459,15 @@ class ClusterQueue(KubeObject):
     """The desired state."""
     status: ClusterQueueStatus = ClusterQueueStatus()
     """The observed state."""
+
+
+def not_run(cq: ClusterQueue) -> str | None:
+    """What the ClusterQueue asks for that atoll does not run, as a warning; None if
+    nothing."""
+    scope = cq.spec.admission_scope
+    if scope is not None and scope.admission_mode is AdmissionMode.USAGE_BASED:
+        return (
+            "Admission Fair Sharing (admissionScope UsageBasedAdmissionFairSharing) is not run "
+            "by atoll: its Workloads are ordered by priority and creation time only"
+        )
+    return None

@@ -27,7 +27,7 @@ import structlog
 from pydantic import ValidationError
 
 from atoll.api.admissioncheck import AdmissionCheck
-from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.clusterqueue import ClusterQueue, not_run
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Node, Pod, PodSpec, PodStatus, PodTemplateSpec, PriorityClass
 from atoll.api.labels import IS_GROUP_WORKLOAD_ANNOTATION as IS_GROUP_WORKLOAD
@@ -454,7 +454,7 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
             c.set_admission_check,
             "admission_checks",
         ),
-        ((*KUEUE, "clusterqueues"), ClusterQueue, "cq", c.set_cluster_queue, "cluster_queues"),
+        ((*KUEUE, "clusterqueues"), ClusterQueue, "cq", warned(c), "cluster_queues"),
         ((*KUEUE, "cohorts"), Cohort, "co", c.set_cohort, "cohorts"),
         ((*KUEUE, "localqueues"), LocalQueue, "lq", c.set_local_queue, "local_queues"),
         (
@@ -479,6 +479,20 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
             store=store,  # type: ignore[arg-type]
             known=lambda table=table: list(getattr(c, table)),  # type: ignore[misc]
         )
+
+
+def warned(c: Any) -> Callable[[ClusterQueue], None]:
+    """`c.set_cluster_queue`, logging a warning when a new or changed ClusterQueue asks for
+    something atoll does not run (`clusterqueue.not_run`)."""
+
+    def store(cq: ClusterQueue) -> None:
+        old = c.cluster_queues.get(cq.name)
+        why = not_run(cq)
+        if why is not None and (old is None or not_run(old) is None):
+            log.warning("clusterqueue feature not run", cluster_queue=cq.name, reason=why)
+        c.set_cluster_queue(cq)
+
+    return store
 
 
 def register_watches(watches: Watches, w: Wiring) -> None:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
-from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.clusterqueue import ClusterQueue, not_run
 from atoll.api.cohort import Cohort
 from atoll.api.configuration import Configuration
 from atoll.api.core import Job, Namespace, Node, Pod, PriorityClass
@@ -218,6 +218,9 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: jf.Defaults) -> N
         case ResourceFlavor():
             scn.flavors.append(obj)
         case ClusterQueue():
+            why = not_run(obj)
+            if why is not None:
+                scn.warnings.append(f"{where}: {why}")
             checks = obj.spec.admission_checks_strategy
             if checks is not None:
                 names = ", ".join(r.name for r in checks.admission_checks)
