@@ -13,13 +13,21 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from atoll.api.admissioncheck import AdmissionCheck, CheckState
+from atoll.api.core import Job
 from atoll.api.workload import AdmissionCheckState, PodSetUpdate, Workload
 from atoll.control.jobs import JobController, JobSettings
 from atoll.control.metrics import Metrics
 from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
-from tests.control.builders import Clock, cache_with_queue, job
+from tests.control.builders import (
+    Clock,
+    cache_with_queue,
+    cluster_queue,
+    gpu_admit,
+    job,
+    workload_for,
+)
 from tests.control.fakes import FakeCluster
 
 T0 = 1_796_000_000.0
@@ -98,6 +106,16 @@ def _set_check(
     fake.workloads[key] = wl.model_copy(update={"status": status})
 
 
+async def _after_check(ctl: JobController, sched: Scheduler, fake: FakeCluster) -> None:
+    """The Workload event that follows a check's write: the scheduler looks at the checks,
+    then the Job reconciler at the Workload it wrote."""
+    _sync(ctl, fake)
+    await sched.run_once()
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    _sync(ctl, fake)
+
+
 def _checks(wl: Workload) -> list[tuple[str, str]]:
     return [(s.name, s.state.value) for s in wl.status.admission_checks or ()]
 
@@ -141,8 +159,7 @@ async def test_a_ready_check_admits_the_workload_and_its_updates_reach_the_job()
         }
     )
     _set_check(fake, key, CheckState.READY, clock.now, updates=(update,))
-    _sync(ctl, fake)
-    await ctl.reconcile("ns/a")
+    await _after_check(ctl, sched, fake)
     wl = fake.workloads[key]
     assert wls.is_admitted(wl)
     (started,) = fake.started
@@ -167,7 +184,7 @@ async def test_a_retry_evicts_releases_and_requeues_after_its_delay() -> None:
     key = await _reserved(ctl, sched, fake)
     _set_check(fake, key, CheckState.RETRY, clock.now, requeue_after=60)
     _sync(ctl, fake)
-    await ctl.reconcile("ns/a")
+    await sched.admission_checks()
     wl = fake.workloads[key]
     evicted = wls.condition(wl, wls.EVICTED)
     assert evicted is not None
@@ -183,6 +200,11 @@ async def test_a_retry_evicts_releases_and_requeues_after_its_delay() -> None:
     wl = fake.workloads[key]
     assert not wls.has_quota(wl)
     assert wls.is_false(wl, wls.REQUEUED)
+    admitted = wls.condition(wl, wls.ADMITTED)
+    assert admitted is not None
+    assert admitted.reason == "NoReservationUnsatisfiedChecks"  # Kueue's, checks Pending
+    evicted_at = wls.condition(wl, wls.EVICTED).last_transition_time.timestamp()  # type: ignore[union-attr]
+    assert wls.queue_order_time(wl) == evicted_at  # queued again by its eviction, as Kueue
     _sync(ctl, fake)
     wait = await ctl.reconcile("ns/a")
     assert wait == pytest.approx(60)  # the check's requeueAfterSeconds
@@ -202,7 +224,7 @@ async def test_a_rejected_check_deactivates_the_workload() -> None:
     key = await _reserved(ctl, sched, fake)
     _set_check(fake, key, CheckState.REJECTED, clock.now)
     _sync(ctl, fake)
-    await ctl.reconcile("ns/a")
+    await sched.admission_checks()
     wl = fake.workloads[key]
     assert wl.spec.active is False
     target = wls.condition(wl, wls.DEACTIVATION_TARGET)
@@ -264,4 +286,143 @@ async def test_without_checks_one_write_reserves_and_admits() -> None:
     wl = fake.workloads[key]
     assert wls.is_admitted(wl)
     assert wl.status.admission_checks is None
-    assert lc.checks_passed(wls.dt_now())(wl) is None
+    assert key not in ctl.cache.checked  # nothing for the scheduler to look at
+
+
+TWO = {"admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}, {"name": "second"}]}}
+
+
+async def test_every_check_must_be_ready_and_a_retry_resets_them_all() -> None:
+    ctl, sched, fake, _ = _setup(**TWO)
+    ctl.cache.set_admission_check(a_check("second"))
+    key = await _reserved(ctl, sched, fake)
+    assert _checks(fake.workloads[key]) == [("prov", "Pending"), ("second", "Pending")]
+    wl = fake.workloads[key]
+    ready = AdmissionCheckState(
+        name="prov", state=CheckState.READY, last_transition_time=wls.dt_now(), message=""
+    )
+    second = wl.status.admission_checks[1]  # type: ignore[index]
+    fake.workloads[key] = wl.model_copy(
+        update={"status": wls.status_with(wl, admission_checks=(ready, second))}
+    )
+    await _after_check(ctl, sched, fake)
+    assert not wls.is_admitted(fake.workloads[key])  # one Ready, one Pending
+    assert fake.started == []
+    retry = second.model_copy(update={"state": CheckState.RETRY})
+    wl = fake.workloads[key]
+    fake.workloads[key] = wl.model_copy(
+        update={"status": wls.status_with(wl, admission_checks=(ready, retry))}
+    )
+    _sync(ctl, fake)
+    await sched.admission_checks()
+    wl = fake.workloads[key]
+    assert wls.is_evicted(wl)
+    assert _checks(wl) == [("prov", "Pending"), ("second", "Pending")]
+
+
+async def test_a_retry_on_a_running_job_stops_it_then_gives_the_quota_back() -> None:
+    ctl, sched, fake, clock = _setup()
+    key = await _reserved(ctl, sched, fake)
+    _set_check(fake, key, CheckState.READY, clock.now)
+    await _after_check(ctl, sched, fake)
+    assert fake.jobs["ns/a"].spec.suspend is False
+    running = fake.jobs["ns/a"]
+    fake.jobs["ns/a"] = running.model_copy(
+        update={"status": running.status.model_copy(update={"active": 2})}
+    )
+    _set_check(fake, key, CheckState.RETRY, clock.now)  # e.g. the provisioned nodes went away
+    await _after_check(ctl, sched, fake)
+    assert fake.stopped == ["ns/a"]
+    assert wls.has_quota(fake.workloads[key])  # its pods are still active
+    stopped = fake.jobs["ns/a"]
+    fake.jobs["ns/a"] = stopped.model_copy(
+        update={"status": stopped.status.model_copy(update={"active": 0})}
+    )
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    assert not wls.has_quota(fake.workloads[key])
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")  # no requeueAfterSeconds: requeued at once
+    assert wls.is_true(fake.workloads[key], wls.REQUEUED)
+
+
+async def test_a_check_dropped_from_the_clusterqueue_no_longer_holds_a_workload() -> None:
+    """Kueue syncs a reserved Workload's checks with its ClusterQueue's: with the check
+    removed, nothing is left to wait for and it is admitted; a check added is Pending."""
+    ctl, sched, fake, _ = _setup()
+    key = await _reserved(ctl, sched, fake)
+    ctl.cache.set_cluster_queue(cluster_queue(gpus=8, **TWO))
+    ctl.cache.set_admission_check(a_check("second"))
+    await _after_check(ctl, sched, fake)
+    assert _checks(fake.workloads[key]) == [("prov", "Pending"), ("second", "Pending")]
+    ctl.cache.set_cluster_queue(cluster_queue(gpus=8))
+    await _after_check(ctl, sched, fake)
+    wl = fake.workloads[key]
+    assert wls.is_admitted(wl)
+    assert wl.status.admission_checks is None
+    assert fake.jobs["ns/a"].spec.suspend is False
+
+
+async def test_a_rebuilt_workload_starts_its_checks_over() -> None:
+    """A Job edited while its Workload holds quota gets a new ask: its old Ready checks (and
+    their podSetUpdates) are not carried to the next reservation."""
+    _, _, fake, clock = _setup()
+    wl = workload_for(job("a"))
+    wl = lc.applied(
+        wl,
+        lc.admit(gpu_admit("ns/" + wl.name, cq="cq", flavor="rf"), wls.dt_now(), None, ("prov",)),
+    )
+    fake.workloads[wls.wl_key(wl)] = wl
+    _set_check(fake, wls.wl_key(wl), CheckState.READY, clock.now)
+    rebuilt = lc.applied(
+        fake.workloads[wls.wl_key(wl)], lc.release_unmatched("changed", wls.dt_now())
+    )
+    assert rebuilt.status.admission_checks is None
+    assert not wls.has_quota(rebuilt)
+
+
+async def test_podset_updates_that_contradict_the_job_do_not_start_it() -> None:
+    """A check's nodeSelector that conflicts with the Job's own is refused as any other
+    conflicting start (Kueue's podset merge): the Job stays suspended, its Workload finished
+    as FailedToStart."""
+    ctl, sched, fake, clock = _setup()
+    the_job = job("a").to_dict()
+    the_job["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "old"}
+    fake.jobs["ns/a"] = Job.from_dict(the_job)
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    _sync(ctl, fake)
+    await sched.run_once()
+    (key,) = fake.workloads
+    conflict = PodSetUpdate.model_validate({"name": "main", "nodeSelector": {"pool": "new"}})
+    _set_check(fake, key, CheckState.READY, clock.now, updates=(conflict,))
+    await _after_check(ctl, sched, fake)
+    assert fake.started == []
+    assert fake.jobs["ns/a"].spec.suspend is True
+    finished = wls.condition(fake.workloads[key], wls.FINISHED)
+    assert finished is not None
+    assert finished.reason == "FailedToStart"
+    assert "nodeSelector key 'pool'" in finished.message
+
+
+async def test_a_workload_without_a_job_is_admitted_by_its_checks_too() -> None:
+    """The checks are the scheduler's to act on, for every Workload (Kueue's workload
+    controller), not only those of a Job atoll reconciles."""
+    _, sched, fake, clock = _setup()
+    wl = workload_for(job("orphan"))
+    meta = wl.metadata.model_copy(update={"owner_references": None})
+    created = await fake.create_workload(wl.model_copy(update={"metadata": meta}))
+    sched.cache.set_workload(created)
+    await sched.run_once()
+    key = wls.wl_key(created)
+    assert wls.has_quota(fake.workloads[key])
+    assert not wls.is_admitted(fake.workloads[key])
+    _set_check(fake, key, CheckState.READY, clock.now)
+    sched.cache.set_workload(fake.workloads[key])
+    await sched.run_once()
+    assert wls.is_admitted(fake.workloads[key])
+
+
+def test_a_stopped_clusterqueue_says_stopped_before_its_missing_check() -> None:
+    cache = cache_with_queue(**STRATEGY, stopPolicy="Hold")
+    assert cache.snapshot().inactive.get("cq") == "Stopped"  # type: ignore[call-overload]

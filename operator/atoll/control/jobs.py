@@ -29,12 +29,10 @@ from atoll.control.metrics import Metrics
 from atoll.control.ports import JobStore, NotFoundError, ObjectRef, WorkloadStore
 from atoll.control.scheduler import workload_ref
 from atoll.control.workload_metrics import (
-    report_checks_passed,
     report_eviction,
     report_finished,
     report_ready,
 )
-from atoll.state import admissionchecks
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -206,9 +204,8 @@ class JobController:
                 await self._finish_orphan(orphan)
 
     async def _reported(self, job: Any, wl: Workload) -> Workload | None:
-        """The Workload after what others report is written into it: its Job's reclaimable
-        pods, and what its admission checks' controllers decided (`_checks`); None when it is
-        gone or deactivated."""
+        """The Workload after its Job's reclaimable pods are written into it; None when it is
+        gone. (What admission checks decide is the scheduler's: `Scheduler.admission_checks`.)"""
         reclaimable = self.kind.reclaimable(job, self.cache)
         if reclaimable is not None:
             update = lc.reclaimable(reclaimable)
@@ -217,58 +214,7 @@ class JobController:
                 if written is None:
                     return None
                 wl = written
-        if admissionchecks.states(wl):
-            return await self._checks(wl)
         return wl
-
-    async def _checks(self, wl: Workload) -> Workload | None:
-        """What the admission checks' controllers decided (Kueue's workload controller): a
-        Rejected check deactivates the Workload, a Retry evicts it (its quota goes back and
-        it queues again), and once every check of a Workload holding quota is Ready it is
-        Admitted. Returns the Workload as it is now, None when it is gone or deactivated."""
-        rejected = admissionchecks.rejected(wl)
-        if rejected:
-            if wl.spec.active and not wls.is_true(wl, wls.DEACTIVATION_TARGET):
-                first = next(s for s in admissionchecks.states(wl) if s.name == rejected[0])
-                await self.emit(
-                    workload_ref(wl),
-                    "Warning",
-                    "AdmissionCheckRejected",
-                    f"Deactivating workload because AdmissionCheck for {first.name} was "
-                    f"Rejected: {first.message}",
-                )
-                await self._deactivate(
-                    wl, admissionchecks.EVICTED_BY_CHECK, lc.rejected_message(rejected)
-                )
-                return None
-            return wl
-        now = self._now()
-        for mutate in (lc.check_retry(now), lc.checks_passed(now)):
-            if mutate(wl) is None:
-                continue
-            written = await self._set_status(wl, mutate)
-            if written is None:
-                return None
-            if wls.is_evicted(written) and not wls.is_evicted(wl):
-                report_eviction(self.metrics, written)
-                log.info("workload evicted", workload=wls.wl_key(wl), reason="AdmissionCheck")
-            if wls.is_admitted(written) and not wls.is_admitted(wl):
-                report_checks_passed(self.metrics, written, self.clock())
-                await self._admitted_event(written)
-            return written
-        return wl
-
-    async def _admitted_event(self, wl: Workload) -> None:
-        reserved = wls.condition(wl, wls.QUOTA_RESERVED)
-        since = reserved.last_transition_time.timestamp() if reserved else self.clock()
-        cq = wl.status.admission.cluster_queue if wl.status.admission else ""
-        await self.emit(
-            workload_ref(wl),
-            "Normal",
-            "Admitted",
-            f"Admitted by ClusterQueue {cq}, wait time since reservation was "
-            f"{max(0.0, self.clock() - since):.0f}s",
-        )
 
     def _count_unadmitted(self, job: Any) -> None:
         """A Job that ran without admission was just suspended (e.g. created while no

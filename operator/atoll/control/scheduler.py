@@ -22,9 +22,15 @@ import structlog
 from atoll.api.workload import Workload
 from atoll.control.metrics import AdmissionResult, Metrics
 from atoll.control.ports import NotFoundError, ObjectRef, StatusMutation, WorkloadStore
-from atoll.control.workload_metrics import queued_wait, report_admitted, report_eviction
+from atoll.control.workload_metrics import (
+    queued_wait,
+    report_admitted,
+    report_checks_passed,
+    report_eviction,
+)
 from atoll.engine import decisions as d
 from atoll.engine import model as m
+from atoll.state import admissionchecks
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
@@ -145,7 +151,99 @@ class Scheduler:
         """One engine cycle on the current cache, with its decisions assumed. No awaits."""
         return self._decider().decide(self.clock())
 
+    async def admission_checks(self) -> int:
+        """What the admission checks' controllers decided, for every Workload that has checks
+        or holds quota without being admitted (`Cache.checked`; Kueue's workload controller):
+        a Rejected check deactivates the Workload, a Retry evicts it (its quota goes back and
+        it queues again) or, without quota, resets its checks; the checks of one holding
+        quota follow its ClusterQueue's, and once every one is Ready it is Admitted. Returns
+        how many Workloads were written."""
+        written = 0
+        now = self._now()
+        for key in sorted(self.cache.checked):
+            wl = self.cache.workloads.get(key)
+            if wl is None or wls.is_finished(wl) or wls.is_deleting(wl):
+                continue
+            if admissionchecks.rejected(wl):
+                written += await self._rejected(wl, now)
+                continue
+            if admissionchecks.retrying(wl):
+                mutate = lc.check_retry(now) if wls.has_quota(wl) else lc.checks_reset(now)
+            else:
+                mutate = lc.checks_synced(self._wanted_checks(wl), now)
+            if mutate(wl) is None:
+                continue
+            got = await self._write(key, mutate, CycleResult())
+            if got is None:
+                continue
+            written += 1
+            self.cache.set_workload(got)
+            if wls.is_evicted(got) and not wls.is_evicted(wl):
+                report_eviction(self.metrics, got)
+                log.info("workload evicted", workload=key, reason=admissionchecks.EVICTED_BY_CHECK)
+            if wls.is_admitted(got) and not wls.is_admitted(wl):
+                await self._checks_passed(got)
+        return written
+
+    def _wanted_checks(self, wl: Workload) -> tuple[str, ...]:
+        adm = wl.status.admission
+        if adm is None:
+            return ()
+        flavors = {str(f) for psa in adm.pod_set_assignments for f in (psa.flavors or {}).values()}
+        return self.cache.admission_checks_for(adm.cluster_queue, flavors)
+
+    async def _rejected(self, wl: Workload, now: dt.datetime) -> int:
+        """A Rejected check: DeactivationTarget (reason AdmissionCheck) with a Warning Event,
+        then `spec.active: false` (also when only that second write is left to do); the next
+        cycle evicts it as any deactivated Workload."""
+        key = wls.wl_key(wl)
+        written = 0
+        if not wls.is_true(wl, wls.DEACTIVATION_TARGET):
+            names = admissionchecks.rejected(wl)
+            first = next(s for s in admissionchecks.states(wl) if s.name == names[0])
+            mutate = lc.deactivation_target(
+                admissionchecks.EVICTED_BY_CHECK, lc.rejected_message(names), now
+            )
+            got = await self._write(key, mutate, CycleResult())
+            if got is None:
+                return 0
+            self.cache.set_workload(got)
+            written += 1
+            await self.emit(
+                workload_ref(got),
+                "Warning",
+                "AdmissionCheckRejected",
+                f"Deactivating workload because AdmissionCheck for {first.name} was Rejected: "
+                f"{first.message}",
+            )
+            log.info("workload deactivated", workload=key, reason="AdmissionCheckRejected")
+        if wl.spec.active:
+            try:
+                await self.store.deactivate_workload(key)
+            except NotFoundError:
+                self.cache.delete_workload(key)
+                return written
+            written += 1
+        return written
+
+    async def _checks_passed(self, wl: Workload) -> None:
+        """`wl` was just written Admitted, its checks all Ready: its Event and metrics."""
+        reserved = wls.condition(wl, wls.QUOTA_RESERVED)
+        since = reserved.last_transition_time.timestamp() if reserved else self.clock()
+        cq = wl.status.admission.cluster_queue if wl.status.admission else ""
+        log.info("workload admitted", workload=wls.wl_key(wl), cluster_queue=cq, checks="Ready")
+        report_checks_passed(self.metrics, wl, self.clock())
+        await self.emit(
+            workload_ref(wl),
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was "
+            f"{max(0.0, self.clock() - since):.0f}s",
+        )
+
     async def run_once(self) -> CycleResult:
+        if self.cache.checked:
+            await self.admission_checks()
         started = time.perf_counter()
         decisions = self.decide()
         self.cycles += 1

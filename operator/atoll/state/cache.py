@@ -83,6 +83,12 @@ def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _awaits_checks(wl: Workload) -> bool:
+    if wls.is_finished(wl):
+        return False
+    return bool(admissionchecks.states(wl)) or (wls.has_quota(wl) and not wls.is_admitted(wl))
+
+
 def _reclaiming(old: Workload, new: Workload) -> bool:
     """Whether the reclaimable pods of a Workload changed between two versions."""
     before, after = old.status.reclaimable_pods, new.status.reclaimable_pods
@@ -145,6 +151,9 @@ class Cache:
     queues: PendingQueues = field(default_factory=PendingQueues)
     """The pending workloads by queue, in queue order (see `queue_heads`), and each queue's
     epoch: a workload parked in an older epoch of its queue is awake."""
+    checked: set[str] = field(default_factory=set)
+    """Workloads whose admission checks the scheduler looks at (`Scheduler.admission_checks`):
+    those with check states, and those holding quota but not admitted."""
     priority_class_defaulting: bool = False
     """Kueue's `WorkloadPriorityClassDefaulting` gate (`has_default_priority_class`)."""
     requeue_period: float = 0.0
@@ -410,7 +419,7 @@ class Cache:
         """The engine's ClusterQueue, inactive while an admission check it names is missing
         or not Active."""
         cq = convert.cluster_queue(obj)
-        if cq.inactive_reason is None:
+        if cq.inactive_reason is None and cq.stop_policy is m.StopPolicy.NONE:  # Stopped first
             reason = admissionchecks.inactive_reason(obj, self.admission_checks)
             if reason is not None:
                 cq = dataclasses.replace(cq, inactive_reason=reason)
@@ -513,6 +522,10 @@ class Cache:
         self.workloads[key] = wl
         self._index(key, wl)
         self._index_owners(key, old, wl)
+        if _awaits_checks(wl):
+            self.checked.add(key)
+        else:
+            self.checked.discard(key)
         self._forget_engine_form(key)
         self._admissions.pop(key, None)
         if wls.has_quota(wl):
@@ -571,6 +584,7 @@ class Cache:
 
     def delete_workload(self, key: str) -> None:
         old = self.workloads.pop(key, None)
+        self.checked.discard(key)
         self._index_owners(key, old, None)
         self._holding.pop(key, None)
         self._waiting.pop(key, None)

@@ -8,7 +8,7 @@ simulator can apply it to its copy at once (`applied`). Time is an argument (`no
 read here. The rules:
 
 - `admit`: QuotaReserved and Admitted with the admission (with admission checks, Admitted
-  only once every check is Ready: `checks_passed`; a Retry evicts: `check_retry`); an
+  only once every check is Ready: `checks_synced`; a Retry evicts: `check_retry`); an
   earlier Evicted/Preempted turns False ("Previously: …").
 - `pending`: QuotaReserved=False with Kueue's reason for the engine's (`written_reason`:
   `Pending`, or `Inadmissible` when the Workload's queue or devices keep it out) and the
@@ -68,6 +68,8 @@ HUMAN_PREEMPTION_REASONS = {
 }
 NO_RESERVATION = "NoReservation"
 NO_RESERVATION_MESSAGE = "The workload has no reservation"
+NO_RESERVATION_UNSATISFIED_CHECKS = "NoReservationUnsatisfiedChecks"
+NO_RESERVATION_UNSATISFIED_MESSAGE = "The workload has no reservation and not all checks ready"
 PENDING = "Pending"
 """Kueue's QuotaReserved=False reason of a Workload its scheduler tried and left pending
 (pkg/scheduler `requeueAndUpdate`; also its Warning Event's reason), and of one whose quota
@@ -149,7 +151,7 @@ def admit(
     """QuotaReserved with the admission, and Admitted with it unless the ClusterQueue names
     admission `checks` for the Workload's flavors: then one Pending state per check (a
     state already there is kept) and Admitted=False (UnsatisfiedChecks) until every check is
-    Ready (`checks_passed`)."""
+    Ready (`checks_synced`)."""
 
     def mutate(wl: Workload) -> WorkloadStatus | None:
         if wls.has_quota(wl) or wls.is_finished(wl) or wls.is_deleting(wl):
@@ -196,29 +198,49 @@ def admit(
     return mutate
 
 
-def checks_passed(now: dt.datetime) -> Mutation:
-    """Admitted=True once every admission check of a Workload holding quota is Ready
-    (Kueue's `SyncAdmittedCondition`); nothing to write otherwise."""
+def checks_synced(wanted: tuple[str, ...], now: dt.datetime) -> Mutation:
+    """A Workload holding quota, not admitted yet: its check states made those of the
+    `wanted` checks (its ClusterQueue's for its flavors, which may have changed since its
+    reservation: a new check Pending, a dropped one gone), and Admitted=True once every one
+    is Ready (Kueue's `reconcileSyncAdmissionChecks`, `SyncAdmittedCondition`); nothing to
+    write otherwise."""
 
     def mutate(w: Workload) -> WorkloadStatus | None:
         if (
-            not ac.states(w)
-            or not wls.has_quota(w)
+            not wls.has_quota(w)
             or wls.is_admitted(w)
             or wls.is_evicted(w)
             or wls.is_finished(w)
-            or not ac.all_ready(w)
+            or ac.retrying(w)
         ):
             return None
-        conds = wls.with_condition(
-            w.status.conditions or (),
-            wls.ADMITTED,
-            status=True,
-            reason="Admitted",
-            message="The workload is admitted",
-            now=now,
-        )
-        return wls.status_with(w, conditions=conds)
+        states = ac.synced(ac.states(w), wanted, now)
+        ready = all(s.state is CheckState.READY for s in states)
+        if states == ac.states(w) and not ready:
+            return None
+        conds = w.status.conditions or ()
+        if ready:
+            conds = wls.with_condition(
+                conds,
+                wls.ADMITTED,
+                status=True,
+                reason="Admitted",
+                message="The workload is admitted",
+                now=now,
+            )
+        return wls.status_with(w, conditions=conds, admission_checks=states or None)
+
+    return mutate
+
+
+def checks_reset(now: dt.datetime) -> Mutation:
+    """A Workload without quota whose check was set Retry: its checks back to Pending, so
+    that it can be reserved again (Kueue evicts it, which resets them)."""
+
+    def mutate(w: Workload) -> WorkloadStatus | None:
+        if wls.has_quota(w) or not ac.retrying(w) or wls.is_finished(w):
+            return None
+        return wls.status_with(w, admission_checks=ac.reset(ac.states(w), now) or None)
 
     return mutate
 
@@ -248,9 +270,16 @@ def rejected_message(names: tuple[str, ...]) -> str:
 
 
 def without_reservation(
-    conditions: tuple[Condition, ...], reason: str, message: str, now: dt.datetime
+    conditions: tuple[Condition, ...],
+    reason: str,
+    message: str,
+    now: dt.datetime,
+    *,
+    checks_ready: bool = True,
 ) -> tuple[Condition, ...]:
-    """QuotaReserved=False with `reason` and Admitted=False (NoReservation)."""
+    """QuotaReserved=False with `reason` and Admitted=False: NoReservation, or
+    NoReservationUnsatisfiedChecks while an admission check of the Workload is not Ready
+    (Kueue's `SyncAdmittedCondition`)."""
     conds = wls.with_condition(
         conditions, wls.QUOTA_RESERVED, status=False, reason=reason, message=message, now=now
     )
@@ -258,8 +287,8 @@ def without_reservation(
         conds,
         wls.ADMITTED,
         status=False,
-        reason=NO_RESERVATION,
-        message=NO_RESERVATION_MESSAGE,
+        reason=NO_RESERVATION if checks_ready else NO_RESERVATION_UNSATISFIED_CHECKS,
+        message=NO_RESERVATION_MESSAGE if checks_ready else NO_RESERVATION_UNSATISFIED_MESSAGE,
         now=now,
     )
 
@@ -288,7 +317,9 @@ def pending(reason: d.PendingReason, message: str, now: dt.datetime) -> Mutation
             and admitted is not None
         ):
             return None
-        conds = without_reservation(wl.status.conditions or (), written, message, now)
+        conds = without_reservation(
+            wl.status.conditions or (), written, message, now, checks_ready=ac.all_ready(wl)
+        )
         return wls.status_with(wl, conditions=conds)
 
     return mutate
@@ -426,7 +457,9 @@ def release(now: dt.datetime, *, backoff: RequeueState | None = None) -> Mutatio
         reason = evicted.reason if evicted else "Pending"
         # Kueue's reconciler writes the eviction's message (jobframework, on release)
         message = evicted.message if evicted and evicted.message else PENDING_EVALUATION_MESSAGE
-        conds = without_reservation(w.status.conditions or (), PENDING, message, now)
+        conds = without_reservation(
+            w.status.conditions or (), PENDING, message, now, checks_ready=ac.all_ready(w)
+        )
         conds = wls.with_condition(
             conds,
             wls.REQUEUED,
@@ -455,7 +488,8 @@ def release_unmatched(message: str, now: dt.datetime) -> Mutation:
         if not wls.has_quota(w):
             return None
         conds = without_reservation(w.status.conditions or (), PENDING, message, now)
-        return wls.status_with(w, conditions=conds, admission=None)
+        # a new ask: its admission checks start over (Kueue makes a new Workload)
+        return wls.status_with(w, conditions=conds, admission=None, admission_checks=None)
 
     return mutate
 

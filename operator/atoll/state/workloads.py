@@ -173,9 +173,10 @@ def requeue_at(wl: Workload) -> float | None:
 
 def queue_order_time(wl: Workload) -> float:
     """Kueue's queue-order timestamp: the eviction time after a PodsReady timeout
-    (requeuingStrategy.timestamp Eviction, the default), else creation."""
+    (requeuingStrategy.timestamp Eviction, the default) or an admission check's Retry
+    (reason `AdmissionCheck`), else creation."""
     evicted = condition(wl, EVICTED)
-    if evicted is not None and evicted.reason == "PodsReadyTimeout":
+    if evicted is not None and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck"):
         return evicted.last_transition_time.timestamp()
     return created_at(wl)
 
