@@ -90,6 +90,24 @@ async def test_a_job_found_running_unadmitted_is_counted_once_when_stopped() -> 
     assert registry.get_sample_value("atoll_unadmitted_pods_stopped_total") == 2
 
 
+async def test_a_stop_the_watch_has_not_shown_yet_is_not_counted_twice() -> None:
+    """The reconciler looks again a second after stopping an unadmitted Job; on a busy API
+    server the watch may still show it running: it is stopped again, not counted again."""
+    registry = CollectorRegistry()
+    ctl, fake, _ = _setup()
+    ctl.metrics = Metrics(registry)
+    running = job("a", active=2)
+    running = running.model_copy(
+        update={"spec": running.spec.model_copy(update={"suspend": False})}
+    )
+    fake.jobs["ns/a"] = running
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    ctl.cache.set_job(running)  # the cache still has the Job as it was before the stop
+    await ctl.reconcile("ns/a")
+    assert registry.get_sample_value("atoll_unadmitted_jobs_stopped_total") == 1
+
+
 async def test_an_admitted_workload_starts_its_job() -> None:
     ctl, fake, _ = _setup()
     await _admitted(ctl, fake)

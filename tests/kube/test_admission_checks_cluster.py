@@ -6,6 +6,7 @@ podSetUpdates. A Rejected check deactivates the Workload."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -61,6 +62,33 @@ def _set_check(
     _patch_status(cluster, "workload", wl, "-n", ns, status={"admissionChecks": [entry]})
 
 
+def _checked_queue(cluster: KubeCluster, ns: str) -> str:
+    """An AdmissionCheck `prov-<ns>` (not Active yet) and a ClusterQueue `cq-<ns>` of 4 GPUs
+    that names it, with the LocalQueue `q`; the check's name."""
+    check, rf, cq = f"prov-{ns}", f"rf-{ns}", f"cq-{ns}"
+    queue = b.cluster_queue(cq, rf, gpus=4)
+    queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
+    apply(cluster, _check(check), b.flavor(rf), queue, b.local_queue("q", ns, cq))
+    return check
+
+
+def _activate(cluster: KubeCluster, check: str) -> None:
+    """What the check's controller does at start, Active=True; then its ClusterQueue is."""
+    active = {
+        "type": "Active",
+        "status": "True",
+        "reason": "Active",
+        "message": "the test provisioner is running",
+        "lastTransitionTime": NOW,
+    }
+    _patch_status(cluster, "admissioncheck", check, status={"conditions": [active]})
+    cq = f"cq-{check.removeprefix('prov-')}"
+    cluster.wait_for(
+        "ClusterQueue active",
+        lambda: is_true(get_json(cluster, "get", "clusterqueue", cq), "Active"),
+    )
+
+
 def _reserved(cluster: KubeCluster, ns: str, name: str, *, pods: int) -> dict[str, Any]:
     """A Job `name` created and its Workload once its quota is reserved."""
     create(cluster, b.job(name, ns, queue="q", pods=pods, gpus=1, run="600s"))
@@ -72,6 +100,10 @@ def _reserved(cluster: KubeCluster, ns: str, name: str, *, pods: int) -> dict[st
     return wl
 
 
+def _seconds(stamp: str) -> float:
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
 def _cq_active(cluster: KubeCluster, cq: str) -> dict[str, Any] | None:
     return condition(get_json(cluster, "get", "clusterqueue", cq), "Active")
 
@@ -79,26 +111,13 @@ def _cq_active(cluster: KubeCluster, cq: str) -> dict[str, Any] | None:
 def test_a_job_runs_once_its_admission_check_is_ready_and_a_rejected_one_is_deactivated(
     cluster: KubeCluster, operator: OperatorProcess, namespace: str
 ) -> None:
-    check, rf, cq = f"prov-{namespace}", f"rf-{namespace}", f"cq-{namespace}"
-    queue = b.cluster_queue(cq, rf, gpus=4)
-    queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
-    apply(cluster, _check(check), b.flavor(rf), queue, b.local_queue("q", namespace, cq))
+    check = _checked_queue(cluster, namespace)
+    cq = f"cq-{namespace}"
     cluster.wait_for(
         "ClusterQueue inactive: its check is not Active yet",
         lambda: (_cq_active(cluster, cq) or {}).get("reason") == "AdmissionCheckInactive",
     )
-    active = {
-        "type": "Active",
-        "status": "True",
-        "reason": "Active",
-        "message": "the test provisioner is running",
-        "lastTransitionTime": NOW,
-    }
-    _patch_status(cluster, "admissioncheck", check, status={"conditions": [active]})
-    cluster.wait_for(
-        "ClusterQueue active",
-        lambda: is_true(get_json(cluster, "get", "clusterqueue", cq), "Active"),
-    )
+    _activate(cluster, check)
 
     wl = _reserved(cluster, namespace, "train", pods=2)
     assert [(c["name"], c["state"]) for c in wl["status"]["admissionChecks"]] == [
@@ -137,3 +156,37 @@ def test_a_job_runs_once_its_admission_check_is_ready_and_a_rejected_one_is_deac
         timeout=60,
     )
     assert get_json(cluster, "get", "job", "refused", "-n", namespace)["spec"]["suspend"] is True
+
+
+def test_a_retried_check_gives_the_quota_back_and_the_workload_queues_again(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Retry (say, the provisioned capacity went away): the Workload is evicted with reason
+    AdmissionCheck, its quota goes back, and after the check's requeueAfterSeconds it is
+    reserved again with its checks reset to Pending."""
+    check = _checked_queue(cluster, namespace)
+    _activate(cluster, check)
+    wl = _reserved(cluster, namespace, "again", pods=1)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    retry = {"requeueAfterSeconds": 3, "lastTransitionTime": now}
+    _set_check(cluster, namespace, wl["metadata"]["name"], check, "Retry", **retry)
+
+    def reserved_again() -> bool:
+        wl = workload_of(cluster, namespace, "again")
+        evicted = condition(wl, "Evicted") or {}
+        return is_true(wl, "QuotaReserved") and evicted.get("message") == (
+            "Previously: At least one admission check is false"
+        )
+
+    cluster.wait_for("again evicted by its check, then reserved again", reserved_again, timeout=60)
+    wl = workload_of(cluster, namespace, "again")
+    assert wl is not None
+    (state,) = wl["status"]["admissionChecks"]
+    assert (state["state"], state.get("retryCount")) == ("Pending", 1)
+    assert not is_true(wl, "Admitted")
+    assert get_json(cluster, "get", "job", "again", "-n", namespace)["spec"]["suspend"] is True
+    stats = wl["status"]["schedulingStats"]["evictions"]
+    assert stats == [{"count": 1, "reason": "AdmissionCheck", "underlyingCause": ""}]
+    reserved = condition(wl, "QuotaReserved") or {}
+    waited = _seconds(reserved["lastTransitionTime"]) - _seconds(now)
+    assert waited >= 2, waited  # the check's requeueAfterSeconds (3), to the second

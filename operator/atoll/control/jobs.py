@@ -102,6 +102,10 @@ class JobController:
         self.emit = emit
         self.settings = settings
         self.clock = clock
+        self._stopped_unadmitted: set[str] = set()
+        """UIDs of the objects counted as stopped while running unadmitted, until atoll
+        starts them: a reconcile that sees such an object still running (the watch has not
+        shown the stop yet) stops it again but does not count it twice."""
 
     def _now(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.clock(), dt.UTC).replace(microsecond=0)
@@ -218,7 +222,11 @@ class JobController:
 
     def _count_unadmitted(self, job: Any) -> None:
         """A Job that ran without admission was just suspended (e.g. created while no
-        operator served the webhook): counted, so that such windows are visible."""
+        operator served the webhook): counted once, so that such windows are visible."""
+        uid = job.metadata.uid or wls.key_of(job.namespace, job.name)
+        if uid in self._stopped_unadmitted:
+            return
+        self._stopped_unadmitted.add(uid)
         log.warning("unadmitted job stopped", job=wls.key_of(job.namespace, job.name))
         if self.metrics is not None:
             self.metrics.unadmitted_job_stopped(self.kind.active_pods(job))
@@ -428,6 +436,7 @@ class JobController:
         except jf.StartConflictError as e:
             await self._finish(job, wl, "FailedToStart", str(e))
             return
+        self._stopped_unadmitted.discard(job.metadata.uid or wls.key_of(job.namespace, job.name))
         log.info("job started", job=wls.key_of(job.namespace, job.name), workload=wl.name)
         await self.emit(
             self.kind.ref(job), "Normal", "Started", f"Admitted by clusterQueue {adm.cluster_queue}"
