@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from atoll.api import ClusterQueue, Job, LocalQueue, ResourceFlavor, parse_object
+from atoll.api import AdmissionCheck, ClusterQueue, Job, LocalQueue, ResourceFlavor, parse_object
 from atoll.api.jobset import JobSet
 from atoll.api.labels import QUEUE_NAME_LABEL
 from atoll.api.leaderworkerset import LeaderWorkerSet
@@ -59,6 +59,11 @@ def test_references_resolve_within_the_folder(folder: Path) -> None:
     for cq in queues.values():
         for rg in cq.spec.resource_groups:
             assert {f.name for f in rg.flavors} <= set(flavors), cq.name
+    checks = set(_named(objects, AdmissionCheck))
+    for cq in queues.values():
+        strategy = cq.spec.admission_checks_strategy
+        named = {r.name for r in strategy.admission_checks} if strategy else set()
+        assert named <= checks, cq.name
     for lq in _named(objects, LocalQueue).values():
         assert lq.spec.cluster_queue in queues, lq.name
     local_queues = {o.name for o in objects if isinstance(o, LocalQueue)}
