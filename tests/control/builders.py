@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.core import Job
 from atoll.api.localqueue import LocalQueue
@@ -144,3 +145,25 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def admission_check(name: str = "prov", *, active: bool = True) -> AdmissionCheck:
+    """An AdmissionCheck whose controller has set it Active (or not)."""
+    status = "True" if active else "False"
+    return AdmissionCheck.from_dict(
+        {
+            "metadata": {"name": name},
+            "spec": {"controllerName": "example.com/provisioner"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Active",
+                        "status": status,
+                        "reason": "Ready" if active else "NotReady",
+                        "message": "",
+                        "lastTransitionTime": "2026-12-01T00:00:00Z",
+                    }
+                ]
+            },
+        }
+    )

@@ -22,6 +22,7 @@ from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from tests.control.builders import (
     Clock,
+    admission_check,
     cache_with_queue,
     cluster_queue,
     gpu_admit,
@@ -34,30 +35,9 @@ T0 = 1_796_000_000.0
 STRATEGY = {"admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}]}}
 
 
-def a_check(name: str = "prov", *, active: bool = True) -> AdmissionCheck:
-    status = "True" if active else "False"
-    return AdmissionCheck.from_dict(
-        {
-            "metadata": {"name": name},
-            "spec": {"controllerName": "example.com/provisioner"},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Active",
-                        "status": status,
-                        "reason": "Ready" if active else "NotReady",
-                        "message": "",
-                        "lastTransitionTime": "2026-12-01T00:00:00Z",
-                    }
-                ]
-            },
-        }
-    )
-
-
 def _setup(**cq_spec: Any) -> tuple[JobController, Scheduler, FakeCluster, Clock]:
     cache = cache_with_queue(**(cq_spec or STRATEGY))
-    cache.set_admission_check(a_check())
+    cache.set_admission_check(admission_check())
     fake = FakeCluster()
     clock = Clock()
     ctl = JobController(cache, fake, fake, fake.emit, settings=JobSettings(), clock=clock)
@@ -249,8 +229,8 @@ async def test_a_rejected_check_deactivates_the_workload() -> None:
     ("checks", "reason"),
     [
         pytest.param((), "AdmissionCheckNotFound", id="missing"),
-        pytest.param((a_check(active=False),), "AdmissionCheckInactive", id="inactive"),
-        pytest.param((a_check(),), None, id="active"),
+        pytest.param((admission_check(active=False),), "AdmissionCheckInactive", id="inactive"),
+        pytest.param((admission_check(),), None, id="active"),
     ],
 )
 def test_a_clusterqueue_admits_nothing_while_a_check_is_missing_or_inactive(
@@ -294,7 +274,7 @@ TWO = {"admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}, {"name"
 
 async def test_every_check_must_be_ready_and_a_retry_resets_them_all() -> None:
     ctl, sched, fake, _ = _setup(**TWO)
-    ctl.cache.set_admission_check(a_check("second"))
+    ctl.cache.set_admission_check(admission_check("second"))
     key = await _reserved(ctl, sched, fake)
     assert _checks(fake.workloads[key]) == [("prov", "Pending"), ("second", "Pending")]
     wl = fake.workloads[key]
@@ -352,7 +332,7 @@ async def test_a_check_dropped_from_the_clusterqueue_no_longer_holds_a_workload(
     ctl, sched, fake, _ = _setup()
     key = await _reserved(ctl, sched, fake)
     ctl.cache.set_cluster_queue(cluster_queue(gpus=8, **TWO))
-    ctl.cache.set_admission_check(a_check("second"))
+    ctl.cache.set_admission_check(admission_check("second"))
     await _after_check(ctl, sched, fake)
     assert _checks(fake.workloads[key]) == [("prov", "Pending"), ("second", "Pending")]
     ctl.cache.set_cluster_queue(cluster_queue(gpus=8))

@@ -253,3 +253,26 @@ def test_the_estimate_of_a_reserved_workload_goes_through_its_reservation() -> N
             assert ex.reservation is not None
             assert ex.reservation.start == NOW + 600 + 15  # plus the default grace
             assert "start estimate: in about 10m00s" in ex.describe()
+
+
+def test_a_workload_waiting_for_its_admission_checks_says_which_and_how_they_stand() -> None:
+    cache = b.cache_with_queue(admissionChecksStrategy={"admissionChecks": [{"name": "capacity"}]})
+    cache.set_admission_check(b.admission_check("capacity"))
+    key = _submit(cache, _job("a", pods=2))
+    dec = ask(Decider(cache), key, NOW).decision
+    assert isinstance(dec, d.Admit), dec
+    wl = cache.workloads[key]
+    status = adm.admit(dec, T0, None, ("capacity",))(wl)
+    assert status is not None
+    raw = wl.model_copy(update={"status": status}).to_dict()
+    raw["metadata"]["resourceVersion"] = "2"
+    cache.set_workload(Workload.from_dict(raw))
+    told = explain(cache, key, NOW)
+    assert told.state == "QuotaReserved"
+    assert told.condition == (
+        "UnsatisfiedChecks",
+        "quota reserved; waiting for admission checks: capacity Pending",
+    )
+    assert "reason: UnsatisfiedChecks: quota reserved; waiting for admission checks" in (
+        told.describe()
+    )
