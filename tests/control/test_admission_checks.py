@@ -17,6 +17,7 @@ from atoll.api.core import Job
 from atoll.api.workload import AdmissionCheckState, PodSetUpdate, Workload
 from atoll.control.jobs import JobController, JobSettings
 from atoll.control.metrics import Metrics
+from atoll.control.queue_status import tally
 from atoll.control.scheduler import Scheduler
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
@@ -406,3 +407,21 @@ async def test_a_workload_without_a_job_is_admitted_by_its_checks_too() -> None:
 def test_a_stopped_clusterqueue_says_stopped_before_its_missing_check() -> None:
     cache = cache_with_queue(**STRATEGY, stopPolicy="Hold")
     assert cache.snapshot().inactive.get("cq") == "Stopped"  # type: ignore[call-overload]
+
+
+async def test_queue_counts_a_reservation_waiting_for_checks_as_reserving_not_admitted() -> None:
+    """Kueue's ClusterQueue status: `reservingWorkloads` counts it, `admittedWorkloads` does
+    not, both while the decision is not written yet and once it is."""
+    ctl, sched, fake, _ = _setup()
+    fake.jobs["ns/a"] = job("a")
+    _sync(ctl, fake)
+    await ctl.reconcile("ns/a")
+    _sync(ctl, fake)
+    sched.decide()  # decided, assumed in the cache, not written
+    assert ctl.cache.assumed
+    cqs, _ = tally(ctl.cache, T0)
+    assert (cqs["cq"].reserving, cqs["cq"].admitted) == (1, 0)
+    await sched.run_once()
+    _sync(ctl, fake)
+    cqs, _ = tally(ctl.cache, T0)
+    assert (cqs["cq"].reserving, cqs["cq"].admitted) == (1, 0)

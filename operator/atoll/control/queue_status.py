@@ -27,6 +27,7 @@ from atoll.api.quantity import Quantity
 from atoll.control.metrics import ClusterQueueStatus as CqState
 from atoll.control.metrics import LocalQueueRef, Metrics
 from atoll.control.ports import QueueStatusStore
+from atoll.engine import model as m
 from atoll.engine.fairsharing import dominant_share
 from atoll.engine.model import Admission, ClusterQueueName
 from atoll.engine.overlay import UsageOverlay
@@ -61,6 +62,13 @@ def _add(usage: Usage, flavor: str, resource: str, amount: int) -> None:
     usage[flavor][resource] = usage[flavor].get(resource, 0) + amount
 
 
+def _checked(cache: Cache, adm: m.Admission) -> bool:
+    """Whether an admission decided and not written yet waits for admission checks (then it
+    is only a reservation)."""
+    flavors = {str(f) for ps in adm.pod_sets for _, f in ps.flavors}
+    return bool(cache.admission_checks_for(str(adm.cluster_queue), flavors))
+
+
 def tally(cache: Cache, now: float) -> tuple[dict[str, Tally], dict[str, Tally]]:
     """Counts and usage per ClusterQueue and per LocalQueue (`namespace/name`)."""
     cqs: dict[str, Tally] = defaultdict(Tally)
@@ -73,7 +81,7 @@ def tally(cache: Cache, now: float) -> tuple[dict[str, Tally], dict[str, Tally]]
         lq_cq = lq.spec.cluster_queue if lq is not None else None
         if key in holding:
             adm = holding[key]
-            admitted = wls.is_admitted(wl) or key in cache.assumed
+            admitted = wls.is_admitted(wl) or (key in cache.assumed and not _checked(cache, adm))
             not_ready = admitted and wls.is_false(wl, wls.PODS_READY)
             for t in (cqs[str(adm.cluster_queue)], lqs[lq_key]):
                 _count_holding(t, adm, admitted=admitted, not_ready=not_ready)
