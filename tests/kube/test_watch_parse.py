@@ -12,11 +12,12 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.core import Job, PodSpec, PodTemplateSpec
 from atoll.api.meta import Condition
 from atoll.api.workload import Workload
-from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload, warned
+from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload, warned, warned_check
 from atoll.kube.writers import merge_patch
 from atoll.state.cache import Cache
 from tests.api.builders import pod_set, pod_template, workload
@@ -263,3 +264,26 @@ def test_a_clusterqueue_asking_for_admission_fair_sharing_is_warned_about_once()
     ]
     assert "ordered by priority and creation time only" in logs[0]["reason"]
     assert set(cache.cluster_queues) == {"plain", "fair"}
+
+
+def test_an_admission_check_waiting_for_one_of_kueues_own_controllers_is_warned_about() -> None:
+    """Kueue's ProvisioningRequest and MultiKueue controllers run inside Kueue's manager: an
+    AdmissionCheck naming one, not Active, will hold its ClusterQueues until some controller
+    sets it Active; the operator says so once."""
+    cache = Cache()
+    store = warned_check(cache)
+
+    def check(name: str, controller: str) -> AdmissionCheck:
+        return AdmissionCheck.from_dict(
+            {"metadata": {"name": name}, "spec": {"controllerName": controller}}
+        )
+
+    with structlog.testing.capture_logs() as logs:
+        store(check("prov", "kueue.x-k8s.io/provisioning-request"))
+        store(check("prov", "kueue.x-k8s.io/provisioning-request"))
+        store(check("mine", "example.com/capacity"))
+    assert [(e["event"], e["admission_check"]) for e in logs] == [
+        ("admission check not run", "prov")
+    ]
+    assert "Kueue's ProvisioningRequest controller, which atoll does not run" in logs[0]["reason"]
+    assert set(cache.admission_checks) == {"prov", "mine"}

@@ -28,7 +28,7 @@ from atoll.api.priority import WorkloadPriorityClass
 from atoll.api.resource import ResourceClaimTemplate
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.kube import retry
-from atoll.kube.handlers import Parsers, warned
+from atoll.kube.handlers import Parsers, warned, warned_check
 from atoll.kube.kinds import CustomKind
 from atoll.kube.rest import Resource, Rest, raw
 from atoll.state import workloads as wls
@@ -105,7 +105,7 @@ async def _load(
 
     await kind(kueue("resourceflavors"), parser(ResourceFlavor), cache.set_flavor)
     await kind(kueue("cohorts"), parser(Cohort), cache.set_cohort)
-    await kind(kueue("admissionchecks"), parser(AdmissionCheck), cache.set_admission_check)
+    await kind(kueue("admissionchecks"), parser(AdmissionCheck), warned_check(cache))
     await kind(kueue("clusterqueues"), parser(ClusterQueue), warned(cache))
     await kind(kueue("localqueues"), parser(LocalQueue), cache.set_local_queue)
     await kind(

@@ -49,6 +49,7 @@ from atoll.control.ungater import Ungater
 from atoll.control.workqueue import WorkQueue
 from atoll.kube.kinds import CustomKind, ReadKind
 from atoll.kube.watch import Watches, object_key
+from atoll.state import admissionchecks
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 
@@ -451,7 +452,7 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
             (*KUEUE, "admissionchecks"),
             AdmissionCheck,
             "ac",
-            c.set_admission_check,
+            warned_check(c),
             "admission_checks",
         ),
         ((*KUEUE, "clusterqueues"), ClusterQueue, "cq", warned(c), "cluster_queues"),
@@ -491,6 +492,19 @@ def warned(c: Any) -> Callable[[ClusterQueue], None]:
         if why is not None and (old is None or not_run(old) is None):
             log.warning("clusterqueue feature not run", cluster_queue=cq.name, reason=why)
         c.set_cluster_queue(cq)
+
+    return store
+
+
+def warned_check(c: Any) -> Callable[[AdmissionCheck], None]:
+    """`c.set_admission_check`, logging a warning when a new AdmissionCheck waits for one of
+    Kueue's own controllers (`admissionchecks.not_run`)."""
+
+    def store(check: AdmissionCheck) -> None:
+        why = admissionchecks.not_run(check)
+        if why is not None and check.name not in c.admission_checks:
+            log.warning("admission check not run", admission_check=check.name, reason=why)
+        c.set_admission_check(check)
 
     return store
 

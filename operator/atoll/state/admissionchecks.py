@@ -39,6 +39,26 @@ UNSATISFIED = "UnsatisfiedChecks"
 UNSATISFIED_MESSAGE = "The workload has not all checks ready"
 
 
+KUEUE_CONTROLLERS = {
+    "kueue.x-k8s.io/provisioning-request": "ProvisioningRequest",
+    "kueue.x-k8s.io/multikueue": "MultiKueue",
+}
+"""The checks Kueue's own manager runs, which atoll does not."""
+
+
+def not_run(check: AdmissionCheck) -> str | None:
+    """A warning when the check names a controller of Kueue's own (which runs inside Kueue's
+    manager, not beside atoll) and nothing has set it Active; None otherwise."""
+    kind = KUEUE_CONTROLLERS.get(check.spec.controller_name)
+    if kind is None or is_active(check):
+        return None
+    return (
+        f"its controller {check.spec.controller_name} is Kueue's {kind} controller, which atoll "
+        "does not run: the ClusterQueues that name this check admit nothing until a controller "
+        "sets it Active"
+    )
+
+
 def names(cq: ClusterQueue) -> tuple[str, ...]:
     """Every check the ClusterQueue names, in order."""
     strategy = cq.spec.admission_checks_strategy
