@@ -219,11 +219,16 @@ def test_queue_name_changes_are_refused_only_on_running_jobs(
         ]
 
 
-def _limited(limit: str | None, *, suspend: bool) -> Job:
+def _queued(label: str, value: str | None, *, suspend: bool) -> Job:
+    """A Job in queue `q`, with `label` set to `value` (None: without it)."""
     labels = {"kueue.x-k8s.io/queue-name": "q"}
-    if limit is not None:
-        labels["kueue.x-k8s.io/max-exec-time-seconds"] = limit
+    if value is not None:
+        labels[label] = value
     return job(metadata={"labels": labels}, suspend=suspend)
+
+
+def _limited(limit: str | None, *, suspend: bool) -> Job:
+    return _queued("kueue.x-k8s.io/max-exec-time-seconds", limit, suspend=suspend)
 
 
 LIMIT_FIELD = "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"
@@ -462,3 +467,43 @@ def test_a_succeeded_pod_names_the_job_that_controls_it() -> None:
     assert jf.succeeded_job_pod(_pod("Succeeded", [job_owner])) is None  # not its controller
     other = {**controls, "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet"}
     assert jf.succeeded_job_pod(_pod("Succeeded", [other])) is None
+
+
+def _classed(priority: str | None, *, suspend: bool) -> Job:
+    return _queued("kueue.x-k8s.io/priority-class", priority, suspend=suspend)
+
+
+PRIORITY_FIELD = "metadata.labels[kueue.x-k8s.io/priority-class]"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "now", "errors"),
+    [
+        pytest.param(None, "high", True, [], id="added-while-suspended"),
+        pytest.param("low", "high", False, [], id="changed-while-running"),
+        pytest.param(
+            None, "high", False,
+            [f'{PRIORITY_FIELD}: Invalid value: "high": WorkloadPriorityClass cannot be added '
+             "to a non-suspended workload"],
+            id="added-while-running",
+        ),
+        pytest.param(
+            "low", None, True,
+            [f'{PRIORITY_FIELD}: Invalid value: "": WorkloadPriorityClass cannot be removed '
+             "from a workload"],
+            id="removed-while-suspended",
+        ),
+        pytest.param(
+            "low", "", False,
+            [f'{PRIORITY_FIELD}: Invalid value: "": WorkloadPriorityClass cannot be removed '
+             "from a workload"],
+            id="emptied-while-running",
+        ),
+    ],
+)  # fmt: skip
+def test_the_priority_class_label_is_never_removed_nor_added_to_a_running_job(
+    old: str | None, new: str | None, now: bool, errors: list[str]
+) -> None:
+    """Kueue's update rule (`ValidateUpdateForWorkloadPriorityClassName`): now that the
+    webhook may give the label itself, taking it away again is refused."""
+    assert jf.job_update_errors(_classed(old, suspend=True), _classed(new, suspend=now)) == errors

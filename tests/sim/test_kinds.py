@@ -261,3 +261,21 @@ def test_an_object_without_a_priority_class_gets_the_default_workloadprioritycla
     first, second = ("default/plain", "default/low") if gate else ("default/low", "default/plain")
     assert got[first].admitted == got["default/running"].finished
     assert got[second].admitted == got[first].finished
+
+
+def test_what_if_gives_a_pod_group_the_default_workloadpriorityclass(tmp_path: Path) -> None:
+    """The pod webhook labels each queued pod with the class `default` (gate on): what-if
+    asks with the group as its pods would be, here a priority that preempts."""
+    config = _config() | {"featureGates": {"WorkloadPriorityClassDefaulting": True}}
+    scn = b.scenario(
+        config,
+        b.nodes(4, 2),
+        b.flavor(),
+        b.cluster_queue(gpus=8, preemption={"withinClusterQueue": "LowerPriority"}),
+        b.local_queue(),
+        b.priority_class("low", 0),
+        b.priority_class("default", 500),
+        b.job("running", pods=8, priority="low"),
+    )
+    group = load_job_doc(pods("g", 2, 4), tmp_path)
+    assert isinstance(what_if(scn, group, at=5).decision, d.Preempt)

@@ -97,8 +97,10 @@ DEFAULT_NAMESPACE: Final = "kueue-system"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 DISABLE_WAIT_FOR_PODS_READY_GATE: Final = "DisableWaitForPodsReady"
 LONG_REQUEUE_INTERVAL_GATE: Final = "SchedulerLongRequeueInterval"
-PRIORITY_CLASS_DEFAULTING_GATE: Final = "WorkloadPriorityClassDefaulting"
 """Kueue's alpha gate: requeue inadmissible workloads in batches of 10 s instead of 1 s."""
+PRIORITY_CLASS_DEFAULTING_GATE: Final = "WorkloadPriorityClassDefaulting"
+"""Kueue's gate (alpha in v0.18, beta and on in v0.20): a new object without a priority class
+gets the WorkloadPriorityClass `default` when it exists."""
 KNOWN_FRAMEWORKS: Final = frozenset(
     {
         "batch/job",

@@ -19,6 +19,7 @@ from atoll.api.workload import Workload
 from atoll.cli.errors import FAILED, USAGE, complain
 from atoll.cli.run_cmd import add_configuration_options, configuration
 from atoll.control import jobframework as jf
+from atoll.control import podgroups as pg
 from atoll.control.explain import JobWhatIf, explain, what_if_workload
 from atoll.engine.model import FairSharing
 from atoll.kube import live
@@ -132,7 +133,7 @@ def live_what_if(job: KubeObject, args: argparse.Namespace) -> list[JobWhatIf]:
     cache, now, fs = read_cluster(args)
     meta = job.metadata.model_copy(update={"namespace": job.metadata.namespace or "default"})
     defaults = jf.Defaults(cache.has_default_queue, cache.has_default_priority_class)
-    job = defaults.apply(job.model_copy(update={"metadata": meta}))
+    job = pg.with_defaults(job.model_copy(update={"metadata": meta}), defaults)
     if not jf.queue_name(job):
         raise NotQueuedError(
             "it has no kueue.x-k8s.io/queue-name label and its namespace no LocalQueue "

@@ -649,7 +649,9 @@ def job_update_errors(
       suspended or not;
     - a `kueue.x-k8s.io/max-exec-time-seconds` change (kinds not in
       `MAX_EXEC_LABEL_UNCHECKED`): an invalid value, or any change (removal included) unless
-      the object is suspended both before (`was_suspended`) and after the update.
+      the object is suspended both before (`was_suspended`) and after the update;
+    - the removal of the `kueue.x-k8s.io/priority-class` label, suspended or not, and its
+      addition to an object that runs after the update.
     `suspended` and `was_suspended` default to `spec.suspend` of a Job or JobSet. Updates
     that change neither label pass (Kueue checks a Job's labels again on every update), so
     atoll can still stop a Job whose invalid label was set while the webhook was bypassed."""
@@ -672,7 +674,28 @@ def job_update_errors(
                 "namespace with default queue"
             )
     errors.extend(_max_exec_label_update_errors(old, new, suspended and was_suspended))
+    errors.extend(_priority_class_update_errors(old, new, suspended))
     return errors
+
+
+PRIORITY_CLASS_FIELD = f"metadata.labels[{keys.PRIORITY_CLASS_LABEL}]"
+
+
+def _priority_class_update_errors(old: KubeObject, new: KubeObject, suspended: bool) -> list[str]:
+    """Kueue's rules for the WorkloadPriorityClass label on UPDATE: it cannot be removed
+    (suspended or not) nor added to an object that runs after the update."""
+    before, after = ((o.metadata.labels or {}).get(keys.PRIORITY_CLASS_LABEL) for o in (old, new))
+    if not before and after and not suspended:
+        return [
+            f'{PRIORITY_CLASS_FIELD}: Invalid value: "{after}": WorkloadPriorityClass cannot be '
+            "added to a non-suspended workload"
+        ]
+    if before and not after:
+        return [
+            f'{PRIORITY_CLASS_FIELD}: Invalid value: "": WorkloadPriorityClass cannot be removed '
+            "from a workload"
+        ]
+    return []
 
 
 def _max_exec_label_update_errors(old: KubeObject, new: KubeObject, suspended: bool) -> list[str]:

@@ -224,6 +224,19 @@ def group_of(key: str, pods: Mapping[str, Pod]) -> PodGroup | None:
     return PodGroup(metadata=meta, pods=ordered, total=total, grouped=grouped)
 
 
+def with_defaults(obj: jf.K, defaults: jf.Defaults) -> jf.K:
+    """`obj` as the webhooks default it (`jf.Defaults.apply`); a pod group as the pod webhook
+    defaults each of its pods (the group's labels are its first pod's)."""
+    if not isinstance(obj, PodGroup):
+        return defaults.apply(obj)
+    pods = {p.name: defaults.apply(p) for p in obj.pods}
+    if all(pods[p.name] is p for p in obj.pods):
+        return obj
+    group = group_of(f"{obj.namespace or ''}/{obj.name}", pods)
+    assert group is not None  # it has pods
+    return group.model_copy(update={"total": obj.total})  # type: ignore[return-value]
+
+
 def with_pods(group: PodGroup, pods: Sequence[Pod]) -> PodGroup:
     """The group as its Workload counts it: only `pods` (by name)."""
     return group.model_copy(update={"pods": tuple(sorted(pods, key=lambda p: p.name))})

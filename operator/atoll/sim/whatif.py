@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from atoll.api.meta import KubeObject
+from atoll.control import podgroups as pg
 from atoll.engine import decisions as d
 from atoll.sim import workloads as sw
 from atoll.sim.gang import GangSimulator, Settings
@@ -134,7 +135,7 @@ def what_ifs(
     base = settings or Settings.of(scn.config)
     sim = GangSimulator(scn, replace(base, until=at))
     sim.run()
-    job = scenario_defaults(scn).apply(job)
+    job = pg.with_defaults(job, scenario_defaults(scn))
     added = [add_job(sim, gang, at) for gang in gangs_of(job)]
     out = []
     for key in added:
