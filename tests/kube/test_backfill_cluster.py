@@ -156,7 +156,12 @@ def test_backfill_starts_the_gang_at_its_reserved_time_while_small_jobs_fill_the
     assert seen["gang_reserved"] is not None, f"the gang never started: {seen['message']!r}"
     assert seen["starts"], "the reservation's start was never exported"
     # the long Jobs' ends are guaranteed: every step states the same start until then
-    (stated,) = set(seen["starts"])
+    distinct = sorted(set(seen["starts"]))
+    assert len(distinct) == 1, (
+        f"the stated start moved: {distinct} (gang created at {seen['gang_created']}, the long "
+        f"Jobs reserved at {seen['long_reserved']})"
+    )
+    stated = distinct[0]
     grace = parse_duration(GRACE)
     assert None not in seen["long_reserved"], seen
     long_end = max(seen["long_reserved"]) + LONG_LIMIT
