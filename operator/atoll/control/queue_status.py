@@ -31,6 +31,7 @@ from atoll.engine import model as m
 from atoll.engine.fairsharing import dominant_share
 from atoll.engine.model import Admission, ClusterQueueName
 from atoll.engine.overlay import UsageOverlay
+from atoll.state import admissionchecks
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
 from atoll.state.convert import quantity
@@ -65,7 +66,7 @@ def _add(usage: Usage, flavor: str, resource: str, amount: int) -> None:
 def _checked(cache: Cache, adm: m.Admission) -> bool:
     """Whether an admission decided and not written yet waits for admission checks (then it
     is only a reservation)."""
-    flavors = {str(f) for ps in adm.pod_sets for _, f in ps.flavors}
+    flavors = admissionchecks.flavors_of(adm.pod_sets)
     return bool(cache.admission_checks_for(str(adm.cluster_queue), flavors))
 
 

@@ -233,12 +233,15 @@ class Scheduler:
         cq = wl.status.admission.cluster_queue if wl.status.admission else ""
         log.info("workload admitted", workload=wls.wl_key(wl), cluster_queue=cq, checks="Ready")
         report_checks_passed(self.metrics, wl, self.clock())
+        await self._admitted_event(wl, max(0.0, self.clock() - since))
+
+    async def _admitted_event(self, wl: Workload, since_reserved: float) -> None:
+        cq = wl.status.admission.cluster_queue if wl.status.admission else ""
         await self.emit(
             workload_ref(wl),
             "Normal",
             "Admitted",
-            f"Admitted by ClusterQueue {cq}, wait time since reservation was "
-            f"{max(0.0, self.clock() - since):.0f}s",
+            f"Admitted by ClusterQueue {cq}, wait time since reservation was {since_reserved:.0f}s",
         )
 
     async def run_once(self) -> CycleResult:
@@ -312,7 +315,7 @@ class Scheduler:
         key = str(dec.workload)
         wl = self.cache.workloads.get(key)
         topology = assignments(self.cache.inventory.held().get(key))
-        flavors = {str(f) for ps in dec.pod_sets for _, f in ps.flavors}
+        flavors = admissionchecks.flavors_of(dec.pod_sets)
         checks = self.cache.admission_checks_for(str(dec.cluster_queue), flavors)
         # "nothing to write" takes the decision back: confirmed on the server's version
         admit = lc.admit(dec, now, topology, checks)
@@ -340,12 +343,7 @@ class Scheduler:
             f"Quota reserved in ClusterQueue {cq}, wait time since queued was {waited}s",
         )
         if admitted:
-            await self.emit(
-                ref,
-                "Normal",
-                "Admitted",
-                f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
-            )
+            await self._admitted_event(written, 0.0)
 
     def _path(self, cq: str) -> str:
         return lc.cohort_path(self.cache.cluster_queues, self.cache.cohorts, cq)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from atoll.api.admissioncheck import AdmissionCheck, CheckState
 from atoll.api.clusterqueue import ClusterQueue
@@ -82,6 +83,12 @@ def for_flavors(cq: ClusterQueue, flavors: Iterable[str]) -> tuple[str, ...]:
             }
         )
     )
+
+
+def flavors_of(pod_sets: Iterable[Any]) -> set[str]:
+    """The flavors an engine admission (decision or assumed) assigns: its pod sets'
+    `(resource, flavor)` pairs."""
+    return {str(f) for ps in pod_sets for _, f in ps.flavors}
 
 
 def is_active(check: AdmissionCheck) -> bool:
