@@ -19,6 +19,7 @@ from atoll.api.meta import Condition
 from atoll.api.workload import Workload
 from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload, warned, warned_check
 from atoll.kube.writers import merge_patch
+from atoll.state.afs import Settings, Tracker
 from atoll.state.cache import Cache
 from tests.api.builders import pod_set, pod_template, workload
 from tests.kube.mergepatch import apply_merge_patch
@@ -249,8 +250,24 @@ def test_jobs_of_one_manifest_share_their_pod_spec_and_parse_as_a_full_parse() -
 
 
 def test_a_clusterqueue_asking_for_admission_fair_sharing_is_warned_about_once() -> None:
-    """atoll does not run Admission Fair Sharing: the operator says so when such a
-    ClusterQueue is first seen (listed or watched), not on every later event."""
+    """Without the Configuration's `admissionFairSharing`, an admission scope has no effect:
+    the operator says so when such a ClusterQueue is first seen (listed or watched), not on
+    every later event; with it, nothing is said."""
+    configured = Cache(afs=Tracker(Settings()))
+    with structlog.testing.capture_logs() as quiet:
+        warned(configured)(
+            ClusterQueue.from_dict(
+                {
+                    "metadata": {"name": "fair"},
+                    "spec": {
+                        "namespaceSelector": {},
+                        "resourceGroups": [],
+                        "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
+                    },
+                }
+            )
+        )
+    assert quiet == []
     cache = Cache()
     store = warned(cache)
     spec = {"namespaceSelector": {}, "resourceGroups": []}
@@ -262,7 +279,7 @@ def test_a_clusterqueue_asking_for_admission_fair_sharing_is_warned_about_once()
     assert [(e["event"], e["cluster_queue"]) for e in logs] == [
         ("clusterqueue feature not run", "fair")
     ]
-    assert "ordered by priority and creation time only" in logs[0]["reason"]
+    assert "the Configuration has no admissionFairSharing" in logs[0]["reason"]
     assert set(cache.cluster_queues) == {"plain", "fair"}
 
 

@@ -211,18 +211,28 @@ def test_unknown_kinds_are_a_warning_naming_the_document() -> None:
 
 def test_what_the_simulator_does_not_run_on_a_clusterqueue_is_a_warning() -> None:
     """Admission checks are taken as passed at once (the ClusterQueue admits as without
-    them); Admission Fair Sharing is not run: the queue orders by priority and time."""
+    them); an admission scope without the Configuration's `admissionFairSharing` has no
+    effect (as in Kueue): the queue orders by priority and time. With it, no warning."""
     cq = cluster_queue(
         admissionChecksStrategy={"admissionChecks": [{"name": "prov"}]},
         admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
     )
     scn = b.scenario(nodes(1, 2), flavor(), cq)
     assert scn.warnings == [
-        "test: document 3 (ClusterQueue cq): Admission Fair Sharing (admissionScope "
-        "UsageBasedAdmissionFairSharing) is not run by atoll: its Workloads are ordered by "
-        "priority and creation time only",
         "test: document 3 (ClusterQueue cq): the simulator runs no admission checks (prov): "
         "taken as passed at once",
+        "ClusterQueue cq: admissionScope UsageBasedAdmissionFairSharing has no effect: the "
+        "Configuration has no admissionFairSharing (or the AdmissionFairSharing gate is off), "
+        "so its Workloads are ordered by priority and creation time, as Kueue does then",
     ]
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "admissionFairSharing": {"usageHalfLifeTime": "10m"},
+    }
+    configured = b.scenario(nodes(1, 2), flavor(), cq, config)
+    assert not any("admissionScope" in w for w in configured.warnings)
+    gated = {**config, "featureGates": {"AdmissionFairSharing": False}}
+    assert any("admissionScope" in w for w in b.scenario(nodes(1, 2), flavor(), cq, gated).warnings)
     (queue,) = scn.cluster_queues
     assert queue.spec.admission_checks_strategy is None

@@ -461,13 +461,18 @@ class ClusterQueue(KubeObject):
     """The observed state."""
 
 
-def not_run(cq: ClusterQueue) -> str | None:
-    """What the ClusterQueue asks for that atoll does not run, as a warning; None if
-    nothing."""
+def not_run(cq: ClusterQueue, *, admission_fair_sharing: bool) -> str | None:
+    """What the ClusterQueue asks for that will not apply, as a warning; None if nothing.
+    `admission_fair_sharing`: whether the Configuration turns Admission Fair Sharing on."""
     scope = cq.spec.admission_scope
-    if scope is not None and scope.admission_mode is AdmissionMode.USAGE_BASED:
+    if (
+        scope is not None
+        and scope.admission_mode is AdmissionMode.USAGE_BASED
+        and not admission_fair_sharing
+    ):
         return (
-            "Admission Fair Sharing (admissionScope UsageBasedAdmissionFairSharing) is not run "
-            "by atoll: its Workloads are ordered by priority and creation time only"
+            "admissionScope UsageBasedAdmissionFairSharing has no effect: the Configuration "
+            "has no admissionFairSharing (or the AdmissionFairSharing gate is off), so its "
+            "Workloads are ordered by priority and creation time, as Kueue does then"
         )
     return None

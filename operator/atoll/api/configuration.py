@@ -6,10 +6,11 @@ configuration file can be given to atoll as it is:
 
 - Fields atoll models keep Kueue's names, defaults and meaning: `namespace`,
   `manageJobsWithoutQueueName`, `managedJobsNamespaceSelector`, `internalCertManagement`,
-  `waitForPodsReady`, `clientConnection`, `integrations`, `fairSharing`, `resources`
+  `waitForPodsReady`, `clientConnection`, `integrations`, `fairSharing`,
+  `admissionFairSharing`, `resources`
   (`excludeResourcePrefixes`, `deviceClassMappings`), `featureGates`, `webhook`,
   `leaderElection`, `metrics`, `health`.
-- Fields atoll does not model (for instance `multiKueue`, `admissionFairSharing`,
+- Fields atoll does not model (for instance `multiKueue`,
   `resources.transformations`, or anything a newer Kueue adds) are ignored, and their paths are
   listed in `Configuration.ignored_fields` so that the operator can say so in its start-up log.
 - A field whose value is invalid is an error, reported as `<field path>: <rule>` (see
@@ -98,6 +99,10 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 DISABLE_WAIT_FOR_PODS_READY_GATE: Final = "DisableWaitForPodsReady"
 LONG_REQUEUE_INTERVAL_GATE: Final = "SchedulerLongRequeueInterval"
 """Kueue's alpha gate: requeue inadmissible workloads in batches of 10 s instead of 1 s."""
+ADMISSION_FAIR_SHARING_GATE: Final = "AdmissionFairSharing"
+"""Kueue's gate (beta and on since v0.15): with `admissionFairSharing` configured, a
+ClusterQueue with `admissionScope: UsageBasedAdmissionFairSharing` orders its Workloads by
+their LocalQueues' recent usage."""
 PRIORITY_CLASS_DEFAULTING_GATE: Final = "WorkloadPriorityClassDefaulting"
 """Kueue's gate (alpha in v0.18, beta and on in v0.20): a new object without a priority class
 gets the WorkloadPriorityClass `default` when it exists."""
@@ -428,6 +433,41 @@ class FairSharing(ApiModel):
         return value
 
 
+class AdmissionFairSharing(ApiModel):
+    """Admission Fair Sharing: how the LocalQueues' recent usage is measured. It orders the
+    Workloads of each ClusterQueue whose `admissionScope.admissionMode` is
+    `UsageBasedAdmissionFairSharing` (present means enabled, unless the `AdmissionFairSharing`
+    gate is off)."""
+
+    usage_half_life_time: Duration = 0.0
+    """Time for past usage to lose half its weight; `0s` (the default) forgets it at each
+    sample, so a LocalQueue's usage is only the penalties of its latest admissions."""
+    usage_sampling_interval: Duration = 300.0
+    """How often each LocalQueue's usage is sampled and written to its status (default 5m;
+    zero also means 5m)."""
+    resource_weights: dict[str, float] = Field(default_factory=dict)
+    """Weight of each resource in the usage (a resource not listed weighs 1; 0 leaves it
+    out)."""
+
+    @field_validator("usage_half_life_time")
+    @classmethod
+    def _check_half_life(cls, value: float) -> float:
+        return _non_negative(value)
+
+    @field_validator("usage_sampling_interval")
+    @classmethod
+    def _default_zero_interval(cls, value: float) -> float:
+        return _non_negative(value) or 300.0
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        negative = sorted(name for name, weight in value.items() if weight < 0)
+        if negative:
+            raise ValueError(f"must be non-negative (resource {', '.join(negative)})")
+        return value
+
+
 class DeviceClassMapping(ApiModel):
     """Charges the DRA devices of some DeviceClasses to one quota resource."""
 
@@ -714,11 +754,14 @@ class Configuration(ApiModel):
     """Managed job kinds."""
     fair_sharing: FairSharing | None = None
     """Fair sharing across cohorts; absent means off."""
+    admission_fair_sharing: AdmissionFairSharing | None = None
+    """Admission Fair Sharing (ordering by LocalQueue usage); absent means off."""
     resources: Resources = Field(default_factory=Resources)
     """Quota resource handling (excluded prefixes, DRA device class mappings)."""
     feature_gates: dict[str, bool] = Field(default_factory=dict)
     """Kueue feature gates; atoll reads `DisableWaitForPodsReady`,
-    `SchedulerLongRequeueInterval` and `WorkloadPriorityClassDefaulting`."""
+    `SchedulerLongRequeueInterval`, `WorkloadPriorityClassDefaulting` and
+    `AdmissionFairSharing`."""
     webhook: ControllerWebhook = Field(default_factory=ControllerWebhook)
     """Admission webhook server."""
     leader_election: LeaderElection = Field(default_factory=LeaderElection)
@@ -783,6 +826,14 @@ class Configuration(ApiModel):
         `default` when it exists (Kueue's `WorkloadPriorityClassDefaulting` gate: off by
         default up to Kueue v0.19, as here; Kueue v0.20 turns it on)."""
         return self.feature_gates.get(PRIORITY_CLASS_DEFAULTING_GATE, False)
+
+    @property
+    def admission_fair_sharing_enabled(self) -> bool:
+        """Whether Admission Fair Sharing applies: `admissionFairSharing` is present and the
+        `AdmissionFairSharing` gate is not turned off (it is on by default, as in Kueue)."""
+        return self.admission_fair_sharing is not None and self.feature_gates.get(
+            ADMISSION_FAIR_SHARING_GATE, True
+        )
 
     @property
     def fair_sharing_enabled(self) -> bool:
@@ -1051,6 +1102,7 @@ __all__ = [
     "API_VERSION",
     "ENV_PREFIX",
     "KIND",
+    "AdmissionFairSharing",
     "AtollSettings",
     "ClientConnection",
     "Configuration",

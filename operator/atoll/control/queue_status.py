@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -18,6 +18,8 @@ import structlog
 from atoll.api.clusterqueue import ClusterQueue, ClusterQueueStatus, FlavorUsage, ResourceUsage
 from atoll.api.localqueue import (
     LocalQueue,
+    LocalQueueAdmissionFairSharingStatus,
+    LocalQueueFairSharingStatus,
     LocalQueueFlavorUsage,
     LocalQueueResourceUsage,
     LocalQueueStatus,
@@ -189,8 +191,14 @@ def cluster_queue_status(
 
 
 def local_queue_status(
-    lq: LocalQueue, t: Tally, cq_known: bool, now: dt.datetime
+    lq: LocalQueue,
+    t: Tally,
+    cq_known: bool,
+    now: dt.datetime,
+    afs: tuple[Mapping[str, int], float] | None = None,
 ) -> LocalQueueStatus:
+    """`afs`: the queue's last Admission Fair Sharing sample (milli-units by resource, its
+    time), written as `fairSharing.admissionFairSharingStatus`."""
     if cq_known:
         cond = _active(
             lq.status.conditions, True, "Ready", "Can submit new workloads to localQueue", now
@@ -211,7 +219,24 @@ def local_queue_status(
             "admitted_workloads": t.admitted,
             "flavors_reservation": _lq_usage(t.reserved),
             "flavors_usage": _lq_usage(t.in_use),
+            "fair_sharing": _afs_status(lq, afs),
         }
+    )
+
+
+def _afs_status(
+    lq: LocalQueue, afs: tuple[Mapping[str, int], float] | None
+) -> LocalQueueFairSharingStatus | None:
+    if afs is None:
+        return lq.status.fair_sharing
+    consumed, at = afs
+    share = lq.status.fair_sharing.weighted_share if lq.status.fair_sharing else 0
+    return LocalQueueFairSharingStatus(
+        weighted_share=share,
+        admission_fair_sharing_status=LocalQueueAdmissionFairSharingStatus(
+            consumed_resources={r: Quantity.from_milli(v) for r, v in sorted(consumed.items())},
+            last_update=dt.datetime.fromtimestamp(at, dt.UTC).replace(microsecond=0),
+        ),
     )
 
 
@@ -337,7 +362,7 @@ class QueueStatusReporter:
                 written += 1
         for key, lq in list(self.cache.local_queues.items()):
             known = (lq.spec.cluster_queue or "") in self.cache.cluster_queues
-            lq_status = local_queue_status(lq, lqs[key], known, now)
+            lq_status = local_queue_status(lq, lqs[key], known, now, self.cache.afs_status(key))
             if m is not None:
                 self._export_local_queue(m, lq.model_copy(update={"status": lq_status}), lqs[key])
             if lq_status != lq.status:

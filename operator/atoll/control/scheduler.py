@@ -83,6 +83,9 @@ class Scheduler:
     newer decision for a Workload replaces one not written yet, and its admission drops it;
     one deferred `PENDING_DEFER_MAX` seconds is written without waiting. None: written in
     the cycle, as Kueue does."""
+    samples_taken: Callable[[], None] | None = None
+    """Called after a step that sampled the LocalQueues' usage (Admission Fair Sharing): their
+    statuses are to be written."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     cycles: int = 0
     _decision: Decider | None = None
@@ -250,6 +253,10 @@ class Scheduler:
         started = time.perf_counter()
         decisions = self.decide()
         self.cycles += 1
+        if (tracker := self.cache.afs) is not None and tracker.sampled:
+            tracker.sampled = False
+            if self.samples_taken is not None:
+                self.samples_taken()
         result = CycleResult(decisions=decisions, heads=self._decider().heads)
         decided = time.perf_counter() - started
         now = self._now()

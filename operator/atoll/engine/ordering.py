@@ -1,24 +1,25 @@
 """Queue order inside a ClusterQueue, and the order heads are processed in one cycle.
 
-Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: the sticky preemptor of a
-BestEffortFIFO queue, then priority, then queue-order timestamp, then UID; StrictFIFO vs
-BestEffortFIFO requeueing) and pkg/scheduler/scheduler.go
-(`makeClassicalIterator`: sticky preemptors first, as with Kueue's PrioritizePreemptorWorkloads
-gate, then workloads that don't borrow, then priority, then FIFO).
+Mirrors Kueue's pkg/cache/queue/cluster_queue.go (heap order: under Admission Fair Sharing the
+LocalQueue's usage, then the sticky preemptor of a BestEffortFIFO queue, then priority, then
+queue-order timestamp, then UID; StrictFIFO vs BestEffortFIFO requeueing) and
+pkg/scheduler/scheduler.go (`makeClassicalIterator`: sticky preemptors first, as with Kueue's
+PrioritizePreemptorWorkloads gate, then workloads that don't borrow, then priority, then FIFO).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from atoll.engine.decisions import Requeue
 from atoll.engine.model import ClusterQueueName, QueueingStrategy, Workload, WorkloadKey
 
 
-def queue_key(w: Workload) -> tuple[bool, int, float, str, str]:
-    """Heap order inside one ClusterQueue: a sticky preemptor first, then higher priority,
-    then older, then UID."""
-    return (not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
+def queue_key(w: Workload, usage: float = 0.0) -> tuple[float, bool, int, float, str, str]:
+    """Heap order inside one ClusterQueue: under Admission Fair Sharing the lower usage of
+    the workload's LocalQueue first (`usage`, 0 otherwise), then a sticky preemptor, then
+    higher priority, then older, then UID."""
+    return (usage, not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
 
 
 def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> Hashable:
@@ -58,15 +59,17 @@ def cycle_key(borrow_level: int, w: Workload) -> tuple[bool, int, int, float, st
 def select_heads(
     pending: Mapping[ClusterQueueName, Iterable[Workload]],
     parked: frozenset[WorkloadKey] = frozenset(),
+    usage: Callable[[Workload], float] | None = None,
 ) -> list[Workload]:
     """The head of every ClusterQueue: its first workload in queue order that isn't parked
     as inadmissible. (A StrictFIFO queue never parks a workload for lack of quota, so its
-    head blocks the ones behind it; a BestEffortFIFO queue parks it and moves on.)"""
+    head blocks the ones behind it; a BestEffortFIFO queue parks it and moves on.)
+    `usage`: each workload's LocalQueue usage under Admission Fair Sharing."""
     heads = []
     for name in sorted(pending):
         candidates = [w for w in pending[name] if w.key not in parked]
         if candidates:
-            heads.append(min(candidates, key=queue_key))
+            heads.append(min(candidates, key=lambda w: queue_key(w, usage(w) if usage else 0.0)))
     return heads
 
 

@@ -484,12 +484,13 @@ def _queue_kinds(watches: Watches, w: Wiring) -> None:
 
 def warned(c: Any) -> Callable[[ClusterQueue], None]:
     """`c.set_cluster_queue`, logging a warning when a new or changed ClusterQueue asks for
-    something atoll does not run (`clusterqueue.not_run`)."""
+    something that will not apply (`clusterqueue.not_run`)."""
 
     def store(cq: ClusterQueue) -> None:
         old = c.cluster_queues.get(cq.name)
-        why = not_run(cq)
-        if why is not None and (old is None or not_run(old) is None):
+        afs = c.afs is not None
+        why = not_run(cq, admission_fair_sharing=afs)
+        if why is not None and (old is None or not_run(old, admission_fair_sharing=afs) is None):
             log.warning("clusterqueue feature not run", cluster_queue=cq.name, reason=why)
         c.set_cluster_queue(cq)
 

@@ -45,6 +45,7 @@ from atoll.kube.leader import LeaderElector, LeaseSettings
 from atoll.kube.ratelimit import TokenBucket
 from atoll.kube.watch import Watches
 from atoll.kube.writers import KubeWriter
+from atoll.state import afs
 from atoll.state.cache import Cache, requeue_period
 from atoll.state.devicequota import class_resources
 
@@ -103,6 +104,7 @@ def new_cache(cfg: Configuration) -> Cache:
             batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
         ),
         priority_class_defaulting=cfg.priority_class_defaulting,
+        afs=afs.tracker_for(cfg),
     )
 
 
@@ -137,6 +139,7 @@ class Operator:
             on_request=self.metrics.api_request,
         )
         self.cache = new_cache(cfg)
+        self._queues_dirty = asyncio.Event()
         self.scheduler = Scheduler(
             cache=self.cache,
             store=self.writer,
@@ -144,6 +147,7 @@ class Operator:
             fair_sharing=fair_sharing(cfg),
             metrics=self.metrics,
             defer_pending=self.writer.wait_spare,
+            samples_taken=self._queues_dirty.set,
         )
         enabled = integrations.enabled(cfg.integrations.frameworks, self.writer, cache=self.cache)
         self.jobs = JobController(
@@ -189,7 +193,6 @@ class Operator:
             self.metrics,
             fair_sharing=cfg.fair_sharing is not None,
         )
-        self._queues_dirty = asyncio.Event()
         self.synced = asyncio.Event()
         self.webhook_checked = asyncio.Event()
         self.leading = False

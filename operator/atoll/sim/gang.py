@@ -35,7 +35,7 @@ from atoll.sim.nodes import GPU, NodePool
 from atoll.sim.pods import Gang, Part, domain_text, request, signature, sim_pod
 from atoll.sim.results import JobRecord, JobState, Mode, NodeTimeline, SimResult, Timeline
 from atoll.sim.scenario import Scenario, SimJob
-from atoll.state import convert
+from atoll.state import afs, convert
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache, requeue_period
@@ -132,7 +132,7 @@ def fill_cache(scn: Scenario) -> Cache:
     period = requeue_period(
         batched=cfg.atoll.batched_requeue, long_interval=cfg.long_requeue_interval
     )
-    cache = Cache(requeue_period=period)
+    cache = Cache(requeue_period=period, afs=afs.tracker_for(cfg))
     for f in scn.flavors:
         cache.set_flavor(f)
     for co in scn.cohorts:

@@ -218,9 +218,6 @@ def _add(scn: Scenario, obj: KubeObject, where: str, defaults: jf.Defaults) -> N
         case ResourceFlavor():
             scn.flavors.append(obj)
         case ClusterQueue():
-            why = not_run(obj)
-            if why is not None:
-                scn.warnings.append(f"{where}: {why}")
             checks = obj.spec.admission_checks_strategy
             if checks is not None:
                 names = ", ".join(r.name for r in checks.admission_checks)
@@ -494,6 +491,10 @@ def from_documents(
         _add_raw(scn, raw, where, base, expand, defaults=defaults)
     _add_pod_groups(scn)
     _duplicates(scn, source or name)
+    for cq in scn.cluster_queues:  # the Configuration may come after them
+        why = not_run(cq, admission_fair_sharing=scn.config.admission_fair_sharing_enabled)
+        if why is not None:
+            scn.warnings.append(f"ClusterQueue {cq.name}: {why}")
     for ns in {j.job.namespace or "default" for j in scn.jobs} | {
         q.namespace or "default" for q in scn.local_queues
     }:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from atoll.api.admissioncheck import AdmissionCheck
-from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.clusterqueue import AdmissionMode, ClusterQueue
 from atoll.api.cohort import Cohort
 from atoll.api.core import Job, Pod, PriorityClass
 from atoll.api.jobset import JobSet
@@ -46,6 +46,7 @@ from atoll.engine.snapshot import (
 )
 from atoll.state import admissionchecks, convert, devicequota
 from atoll.state import workloads as wls
+from atoll.state.afs import Tracker, admission_amounts
 from atoll.state.inventory import ClusterInventory
 from atoll.state.queues import PendingQueues, QueueKey
 from atoll.state.topologyassignment import placement_from_status
@@ -156,6 +157,10 @@ class Cache:
     those with check states, and those holding quota but not admitted."""
     priority_class_defaulting: bool = False
     """Kueue's `WorkloadPriorityClassDefaulting` gate (`has_default_priority_class`)."""
+    afs: Tracker | None = None
+    """The LocalQueues' usage under Admission Fair Sharing (None: the Configuration has no
+    `admissionFairSharing`): it orders the queues of ClusterQueues whose admission scope
+    asks for it (`queue_order`)."""
     requeue_period: float = 0.0
     """Seconds from a change that may make parked workloads admissible (`bump`) to their
     requeue; 0 (the default) requeues them at the next step, REQUEUE_BATCH_PERIOD is
@@ -220,6 +225,11 @@ class Cache:
     _e_cluster_queues: dict[str, m.ClusterQueue] = field(default_factory=dict)
     _e_cohorts: dict[str, m.Cohort] = field(default_factory=dict)
     _e_local_queues: dict[str, m.LocalQueue] = field(default_factory=dict)
+    _lq_waiting: dict[str, dict[str, None]] = field(default_factory=dict)
+    """Under Admission Fair Sharing: LocalQueue → the waiting Workloads that name it (their
+    queue order moves with its usage)."""
+    _lq_of: dict[str, str] = field(default_factory=dict)
+    """Under Admission Fair Sharing: waiting Workload → the LocalQueue in `_lq_waiting`."""
 
     def fork(self) -> Cache:
         """A copy whose tables (and the inventory's ledger, the queues, the lacks) can be
@@ -234,6 +244,9 @@ class Cache:
         copy.queues = self.queues.fork()
         copy.lacks = {scope: dict(records) for scope, records in self.lacks.items()}
         copy.freed = {scope: dict(amounts) for scope, amounts in self.freed.items()}
+        copy._lq_waiting = {lq: dict(keys) for lq, keys in self._lq_waiting.items()}
+        if self.afs is not None:
+            copy.afs = self.afs.fork()
         return copy
 
     # -- queue objects (each change may make parked workloads admissible) -----------------
@@ -378,7 +391,85 @@ class Cache:
 
     def _order(self, key: str) -> tuple[object, ...]:
         ew = self.engine_workload(key)
-        return queue_key(ew) if ew is not None else (True, 0, math.inf, "", key)
+        return self.queue_order(ew) if ew is not None else (math.inf, True, 0, math.inf, "", key)
+
+    # -- Admission Fair Sharing -----------------------------------------------------------
+    def uses_afs(self, cluster_queue: str | None) -> bool:
+        """Whether `cluster_queue` orders its workloads by LocalQueue usage: Admission Fair
+        Sharing is configured and its `admissionScope` asks for it."""
+        if self.afs is None or cluster_queue is None:
+            return False
+        cq = self.cluster_queues.get(cluster_queue)
+        scope = cq.spec.admission_scope if cq is not None else None
+        return scope is not None and scope.admission_mode is AdmissionMode.USAGE_BASED
+
+    def lq_usage(self, lq: str) -> float:
+        """The usage that orders LocalQueue `lq`'s workloads (`namespace/name`)."""
+        if self.afs is None:
+            return 0.0
+        obj = self.local_queues.get(lq)
+        fs = obj.spec.fair_sharing if obj is not None else None
+        weight = 1.0 if fs is None or fs.weight is None else fs.weight.milli / 1000
+        return self.afs.usage(lq, weight)
+
+    def queue_order(self, ew: m.Workload) -> QueueKey:
+        """`ew`'s key in its ClusterQueue's order (`engine.ordering.queue_key`, with its
+        LocalQueue's usage where Admission Fair Sharing applies)."""
+        if self.afs is not None:
+            lq = self._e_local_queues.get(ew.local_queue)
+            if lq is not None and self.uses_afs(lq.cluster_queue):
+                return queue_key(ew, self.lq_usage(lq.key))
+        return queue_key(ew)
+
+    def _afs_step(self, now: float) -> None:
+        """Sample the LocalQueues that are due, and move the workloads of each LocalQueue
+        whose usage changed to their new place in the queue."""
+        tracker = self.afs
+        if tracker is None:
+            return
+        tracker.due((k for k, lq in self.local_queues.items() if lq.spec.cluster_queue), now)
+        for lq in tracker.take_changed():
+            for key in self._lq_waiting.get(lq, ()):
+                self.queues.touch(key)
+
+    def _afs_index(self, key: str, wl: Workload | None) -> None:
+        """Keep the tracker's view of `key`: what it holds while admitted, its penalty, and
+        which LocalQueue it waits in."""
+        tracker = self.afs
+        if tracker is None:
+            return
+        lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl and wl.spec.queue_name else None
+        waiting = lq if wl is not None and key in self._waiting else None
+        before = self._lq_of.get(key)
+        if before != waiting:
+            if before is not None:
+                members = self._lq_waiting[before]
+                members.pop(key, None)
+                if not members:
+                    del self._lq_waiting[before]
+                del self._lq_of[key]
+            if waiting is not None:
+                self._lq_waiting.setdefault(waiting, {})[key] = None
+                self._lq_of[key] = waiting
+        if wl is None:
+            tracker.set_admitted(key, None, None)
+            tracker.drop(key)
+            return
+        admitted = lq is not None and wls.is_admitted(wl) and not wls.is_finished(wl)
+        admission = convert.admission(wl) if admitted else None
+        tracker.set_admitted(key, lq, admission_amounts(admission) if admission else None)
+        if key in tracker.charged:
+            if admitted:
+                cond = wls.condition(wl, wls.ADMITTED)
+                at = cond.last_transition_time.timestamp() if cond is not None else 0.0
+                tracker.settle(key, at)
+            elif not wls.has_quota(wl) and key not in self.assumed:
+                tracker.drop(key)
+
+    def afs_status(self, lq: str) -> tuple[dict[str, int], float] | None:
+        """The last sample of LocalQueue `lq` (milli-units by resource, its time), for its
+        status; None without Admission Fair Sharing or before its first sample."""
+        return None if self.afs is None else self.afs.written.get(lq)
 
     @property
     def epoch(self) -> int:
@@ -470,6 +561,12 @@ class Cache:
         key = wls.key_of(obj.namespace, obj.name)
         old = self.local_queues.get(key)
         self.local_queues[key] = obj
+        if self.afs is not None and old is None:
+            fs = obj.status.fair_sharing if obj.status is not None else None
+            if fs is not None and fs.admission_fair_sharing_status is not None:
+                st = fs.admission_fair_sharing_status
+                consumed = {r: q.milli for r, q in st.consumed_resources.items()}
+                self.afs.seed(key, consumed, st.last_update.timestamp())
         if old is None or old.spec != obj.spec:
             self._e_local_queues[key] = convert.local_queue(obj)
             self._queues_changed()
@@ -505,6 +602,8 @@ class Cache:
         }
         for table in tables[kind]:
             table.pop(key, None)
+        if kind == "lq" and self.afs is not None:
+            self.afs.forget(key)
         if kind == "ac":
             self._checks_changed(key)
             return
@@ -522,6 +621,8 @@ class Cache:
         self.workloads[key] = wl
         self._index(key, wl)
         self._index_owners(key, old, wl)
+        if self.afs is not None:
+            self._afs_index(key, wl)
         if _awaits_checks(wl):
             self.checked.add(key)
         else:
@@ -588,6 +689,8 @@ class Cache:
         self._index_owners(key, old, None)
         self._holding.pop(key, None)
         self._waiting.pop(key, None)
+        if self.afs is not None:
+            self._afs_index(key, None)
         self._forget_engine_form(key)
         self._admissions.pop(key, None)
         assumed = self.assumed.pop(key, None)
@@ -740,6 +843,11 @@ class Cache:
 
     # -- the ledger -----------------------------------------------------------------------
     def assume(self, key: str, admission: m.Admission) -> None:
+        if self.afs is not None and self.uses_afs(admission.cluster_queue):
+            wl = self.workloads.get(key)
+            if wl is not None and wl.spec.queue_name:
+                lq = wls.key_of(wl.namespace, wl.spec.queue_name)
+                self.afs.charge(key, lq, admission_amounts(admission))
         self.assumed[key] = admission
         self.parked.pop(key, None)
         self._drop_lack(key)
@@ -770,6 +878,8 @@ class Cache:
         """A status write failed: drop the assumption so the quota is free again."""
         self.queues.touch(key)
         assumed = self.assumed.pop(key, None)
+        if self.afs is not None:
+            self.afs.drop(key)
         if assumed is not None:
             self._release(key, None, assumed)
         self.inventory.release(key)
@@ -874,6 +984,8 @@ class Cache:
         ]
         if (at := self.next_wake(now)) is not None:
             times.append(at)
+        if self.afs is not None and (at := self.afs.next_due()) is not None:
+            times.append(max(now, at))  # the LocalQueues' usage samples
         return min(times) if times else None
 
     def next_wake(self, now: float) -> float | None:
@@ -936,6 +1048,7 @@ class Cache:
         """(queue, workload) of the first unparked workload of every queue at `now`, by
         queue name: what `select_heads(pending_by_queue(now), parked_keys())` gives, from
         queues kept up to date instead of grouped and sorted again."""
+        self._afs_step(now)  # first: the usage orders the wake-ups too
         self.requeue_due(now)
         q = self.queues
         if q.version != self._queues_version:
@@ -979,7 +1092,8 @@ class Cache:
             is m.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
         )
         by_end = e_cq is not None and e_cq.backfill is not None
-        return group, queue_key(ew), scheduling_class(ew, by_time=by_time, by_end=by_end)
+        qkey = self.queue_order(ew) if self.afs is not None else queue_key(ew)
+        return group, qkey, scheduling_class(ew, by_time=by_time, by_end=by_end)
 
     def queue_park_all(self, group: str) -> None:
         """Park every workload now in queue `group` (as `park` on each of them)."""

@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
-QueueKey = tuple[bool, int, float, str, str]
+QueueKey = tuple[float, bool, int, float, str, str]
 Parked = MutableMapping[str, tuple[str | None, int]]
 """Workloads parked on their own: workload → (its queue, that queue's epoch) when parked."""
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from atoll.engine import decisions as d
 from atoll.engine.inventory import Placement
-from atoll.engine.ordering import queue_key
 from atoll.state.cache import UNKNOWN_QUEUE_PREFIX
 from atoll.state.decide import Decider
 
@@ -62,7 +61,7 @@ def ask(decider: Decider, key: str, now: float) -> Answer:
     cache = decider.cache
     pending = cache.pending_by_queue(now)
     group = next((cq for cq, ws in pending.items() if any(w.key == key for w in ws)), None)
-    queue = sorted(pending.get(group, ()) if group is not None else (), key=queue_key)
+    queue = sorted(pending.get(group, ()) if group is not None else (), key=cache.queue_order)
     mine = next((i for i, w in enumerate(queue) if w.key == key), None)
     parked = cache.parked_keys()
     decision, placement = _step(decider.fork(), key, now)

@@ -1,0 +1,73 @@
+"""Admission Fair Sharing on the sandbox: with the Configuration's `admissionFairSharing`, a
+ClusterQueue whose `admissionScope` asks for it admits the Job of the LocalQueue that used
+less first, even when another LocalQueue's Job is older, and each LocalQueue's status shows
+its sampled usage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    create,
+    get_json,
+    is_true,
+    replacing_operator,
+    workload_of,
+)
+
+pytestmark = pytest.mark.cluster
+AFS = {"usageHalfLifeTime": "10m", "usageSamplingInterval": "2s"}
+
+
+def _admitted(cluster: KubeCluster, ns: str, job: str) -> bool:
+    return is_true(workload_of(cluster, ns, job), "Admitted")
+
+
+def _amount(text: str) -> float:
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def _afs_status(cluster: KubeCluster, ns: str, lq: str) -> dict[str, Any]:
+    status = get_json(cluster, "get", "localqueue", lq, "-n", ns).get("status") or {}
+    return (status.get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
+
+
+def test_the_localqueue_that_used_less_is_admitted_first(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    rf, cq = f"rf-{ns}", f"cq-{ns}"
+    queue = b.cluster_queue(cq, rf, gpus=2)
+    queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    setting = f"admissionFairSharing={json.dumps(AFS)}"
+    with replacing_operator(cluster, operator, tmp_path, "--set", setting):
+        apply(cluster, b.flavor(rf), queue, b.local_queue("a", ns, cq), b.local_queue("b", ns, cq))
+        create(cluster, b.job("a-1", ns, queue="a", pods=2, run="12s"))
+        cluster.wait_for("a-1 admitted", lambda: _admitted(cluster, ns, "a-1"))
+        # a-2 is older than b-1, and both wait for a-1's GPUs
+        create(cluster, b.job("a-2", ns, queue="a", pods=2, run="600s"))
+        cluster.wait_for("a-2 has a Workload", lambda: workload_of(cluster, ns, "a-2") is not None)
+        create(cluster, b.job("b-1", ns, queue="b", pods=2, run="600s"))
+        cluster.wait_for(
+            "LocalQueue a's usage sampled with a-1's GPUs",
+            lambda: (
+                _amount(_afs_status(cluster, ns, "a").get("consumedResources", {}).get(b.GPU, "0"))
+                > 0
+            ),
+            timeout=60,
+        )
+        assert _afs_status(cluster, ns, "a")["lastUpdate"]
+        cluster.wait_for(
+            "b-1 admitted after a-1", lambda: _admitted(cluster, ns, "b-1"), timeout=90
+        )
+        assert not _admitted(cluster, ns, "a-2")
+        b_status = _afs_status(cluster, ns, "b")
+        assert "lastUpdate" in b_status
