@@ -112,7 +112,9 @@ class FakeCluster:
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None:
         self.events.append(("ClusterQueue", name, "status"))
 
-    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
+    async def write_local_queue_status(
+        self, key: str, status: LocalQueueStatus, before: LocalQueueStatus | None = None
+    ) -> None:
         self.events.append(("LocalQueue", key, "status"))
 
     async def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:

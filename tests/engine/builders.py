@@ -27,6 +27,7 @@ from atoll.engine.model import (
     FungibilityPreference,
     LabelSelector,
     LocalQueue,
+    LocalQueueKey,
     PodSet,
     PodSetAssignment,
     PodSetName,
@@ -228,6 +229,7 @@ def snapshot(
     running: Iterable[AdmittedWorkload] = (),
     fair: FairSharing | None = None,
     local_queues: Iterable[LocalQueue] | None = None,
+    lq_usage: dict[str, float] | None = None,
 ) -> Snapshot:
     cqs = list(cluster_queues)
     if flavors is None:
@@ -242,6 +244,7 @@ def snapshot(
         local_queues=local_queues,
         admitted=running,
         fair_sharing=fair,
+        lq_usage={LocalQueueKey(k): v for k, v in (lq_usage or {}).items()},
     )
 
 

@@ -71,3 +71,46 @@ def test_the_localqueue_that_used_less_is_admitted_first(
         assert not _admitted(cluster, ns, "a-2")
         b_status = _afs_status(cluster, ns, "b")
         assert "lastUpdate" in b_status
+
+
+def test_a_resource_the_usage_no_longer_has_leaves_the_localqueue_status(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    """The status is written as a merge patch: a resource whose usage decayed to nothing
+    must be removed from `consumedResources` (a merge patch keeps the keys it does not
+    name), and the usage read back after a restart must not bring it back."""
+    ns = namespace
+    rf, cq = f"rf-{ns}", f"cq-{ns}"
+    queue = b.cluster_queue(cq, rf, gpus=2)
+    queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    apply(cluster, b.flavor(rf), queue, b.local_queue("a", ns, cq))
+    old = {
+        "weightedShare": 0,
+        "admissionFairSharingStatus": {
+            "consumedResources": {"example.com/old": "5"},
+            "lastUpdate": "2026-01-01T00:00:00Z",
+        },
+    }
+    cluster.kubectl(
+        "patch",
+        "localqueue",
+        "a",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"fairSharing": old}}),
+    )
+    setting = f"admissionFairSharing={json.dumps(AFS)}"
+    with replacing_operator(cluster, operator, tmp_path, "--set", setting):
+        cluster.wait_for(
+            "a sample of LocalQueue a written",
+            lambda: (
+                _afs_status(cluster, ns, "a").get("lastUpdate", "2026-01-01T00:00:00Z")
+                != "2026-01-01T00:00:00Z"
+            ),
+            timeout=60,
+        )
+        status = _afs_status(cluster, ns, "a")
+        assert "example.com/old" not in status.get("consumedResources", {}), status

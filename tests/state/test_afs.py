@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from atoll.api.localqueue import LocalQueue
 from atoll.api.resourceflavor import ResourceFlavor
 from atoll.api.workload import Workload
+from atoll.control.explain import explain
 from atoll.control.queue_status import Tally, local_queue_status
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import SimResult
@@ -20,7 +21,7 @@ from atoll.state import afs
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import Cache
-from atoll.state.decide import admission_of
+from atoll.state.decide import Decider, admission_of
 from tests.control.builders import cluster_queue as cq_builder
 from tests.control.builders import gpu_admit, workload_for
 from tests.control.builders import job as cj
@@ -297,3 +298,110 @@ def test_the_penalty_settles_into_the_usage_when_the_workload_is_admitted() -> N
     # the next sample, a minute on, moves the usage towards the 2 GPUs it holds
     cache.queue_heads(NOW + MIN)
     assert penalty["nvidia.com/gpu"] < cache.afs.consumed["ns/lq-a"]["nvidia.com/gpu"] < 2000
+
+
+def test_the_snapshot_carries_the_usages_and_changes_with_them() -> None:
+    """Preemption orders a ClusterQueue's candidates by their LocalQueue's usage: the
+    snapshot has it, and a new usage (a penalty, a sample) makes a new snapshot."""
+    cache = _afs_cache()
+    wl = _pending(cache, "w", "lq-a", "2026-11-01T00:00:00Z")
+    _head(cache)
+    first = cache.snapshot()
+    assert dict(first.lq_usage) == {"ns/lq-a": 0.0, "ns/lq-b": 0.0}
+    assert cache.snapshot() is first
+    key = wls.wl_key(wl)
+    cache.assume(key, admission_of(gpu_admit(key, gpus=2, flavor="rf")))
+    second = cache.snapshot()
+    assert second.lq_usage["ns/lq-a"] == cache.lq_usage("ns/lq-a") > 0
+    assert second.lq_usage["ns/lq-b"] == 0.0
+    assert Cache().snapshot().lq_usage == {}  # without Admission Fair Sharing
+
+
+def test_explain_shows_the_usage_and_the_order_it_gives() -> None:
+    """`lq-a` used 8 GPUs: its older Workload is second, behind `lq-b`'s, and explain says
+    why."""
+    written = dt.datetime.fromtimestamp(NOW, dt.UTC).isoformat().replace("+00:00", "Z")
+    status = {
+        "fairSharing": {
+            "weightedShare": 0,
+            "admissionFairSharingStatus": {
+                "consumedResources": {"nvidia.com/gpu": "8"},
+                "lastUpdate": written,
+            },
+        }
+    }
+    cache = _afs_cache(a=status)
+    old = _pending(cache, "old", "lq-a", "2026-11-01T00:00:00Z")
+    new = _pending(cache, "new", "lq-b", "2026-11-02T00:00:00Z")
+    ex = explain(cache, wls.wl_key(old), NOW)
+    assert (ex.position, ex.ahead) == (2, (wls.wl_key(new),))
+    assert ex.queue_usage == 8.0
+    assert "Admission Fair Sharing, LocalQueue usage 8" in ex.describe()
+    assert ex.to_json()["localQueueUsage"] == 8.0
+    assert explain(cache, wls.wl_key(new), NOW).queue_usage == 0.0
+
+
+def test_a_half_life_of_zero_orders_nothing() -> None:
+    """Kueue's default `usageHalfLifeTime` of 0: no penalty, and every sample (the first
+    one too) resets the usage, so the queue keeps priority and age order."""
+    t = tracker(half_life=0.0, sampling=MIN)
+    t.set_admitted("ns/w", "ns/a", {"cpu": 4000})
+    t.due(["ns/a"], 0.0)
+    t.charge("ns/w2", "ns/a", {"cpu": 4000})
+    assert t.amounts("ns/a") == {}
+    assert t.usage("ns/a", 1.0) == 0.0
+
+
+def test_a_localqueue_of_weight_zero_goes_first_unused_and_last_used() -> None:
+    cache = _afs_cache()
+    raw = {
+        "metadata": {"name": "lq-a", "namespace": "ns"},
+        "spec": {"clusterQueue": "cq", "fairSharing": {"weight": "0"}},
+    }
+    cache.set_local_queue(LocalQueue.from_dict(raw))
+    zero = _pending(cache, "zero", "lq-a", "2026-11-02T00:00:00Z")
+    one = _pending(cache, "one", "lq-b", "2026-11-01T00:00:00Z")
+    assert _head(cache) == wls.wl_key(zero)  # unused: before everything
+    assert cache.afs is not None
+    cache.afs.seed("ns/lq-a", {"cpu": 1}, NOW + 1)  # newer than its sample at NOW
+    assert cache.lq_usage("ns/lq-a") == math.inf
+    assert _head(cache) == wls.wl_key(one)
+
+
+def test_the_operators_timer_waits_for_the_next_sample_and_a_deleted_queue_is_forgotten() -> None:
+    cache = _afs_cache()
+    wl = _pending(cache, "w", "lq-a", "2026-11-01T00:00:00Z")
+    Decider(cache).decide(NOW)
+    assert cache.next_requeue(NOW) == NOW + MIN  # both LocalQueues sampled at NOW
+    key = wls.wl_key(wl)
+    cache.assume(key, admission_of(gpu_admit(key, gpus=2, flavor="rf")))
+    assert cache.afs is not None
+    assert cache.afs.charged
+    cache.delete("lq", "ns/lq-a")
+    assert "ns/lq-a" not in cache.afs.last_update
+    assert not cache.afs.charged
+    assert cache.lq_usage("ns/lq-a") == 0.0
+    Decider(cache).decide(NOW)  # the step the deletion asks for
+    assert cache.next_requeue(NOW) == NOW + MIN  # lq-b's
+    cache.delete_workload(key)
+    assert cache.afs.admitted == {}
+
+
+def test_the_simulator_samples_on_time_between_events() -> None:
+    """The operator's timer samples every interval; so does the simulator, between its
+    events: a Job that ran 100 s of a 60 s interval counts in the sample at 60 s."""
+    jobs = (
+        job("a-1", pods=4, arrival=0, duration="100s", queue="a"),
+        job("b-1", pods=4, arrival=200, duration="1m", queue="b"),
+    )
+    sim = GangSimulator(
+        _two_queues(*jobs, config=_config(usageHalfLifeTime="10m", usageSamplingInterval="1m")),
+        Settings(),
+    )
+    sim.run()
+    tracker_ = sim.cache.afs
+    assert tracker_ is not None
+    a = tracker_.consumed["default/a"]["nvidia.com/gpu"]
+    # sampled at 60 s with a-1's 4 GPUs admitted (437 milli-GPUs at 200 s), not only after
+    # it ended at 100 s: then only its entry penalty (267) would be left, decayed (212)
+    assert a > 4000 * afs.alpha(60, 600)

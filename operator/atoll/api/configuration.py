@@ -54,6 +54,7 @@ segments keep their camelCase (`ATOLL_CONFIG__waitForPodsReady__timeout=5s`); se
 from __future__ import annotations
 
 import json
+import math
 import re
 import types
 import typing
@@ -440,8 +441,9 @@ class AdmissionFairSharing(ApiModel):
     gate is off)."""
 
     usage_half_life_time: Duration = 0.0
-    """Time for past usage to lose half its weight; `0s` (the default) forgets it at each
-    sample, so a LocalQueue's usage is only the penalties of its latest admissions."""
+    """Time for past usage to lose half its weight. Set it: with `0s` (the default, as in
+    Kueue) every sample resets the usage to nothing and no penalty is charged, so Admission
+    Fair Sharing orders nothing."""
     usage_sampling_interval: Duration = 300.0
     """How often each LocalQueue's usage is sampled and written to its status (default 5m;
     zero also means 5m)."""
@@ -462,9 +464,9 @@ class AdmissionFairSharing(ApiModel):
     @field_validator("resource_weights")
     @classmethod
     def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
-        negative = sorted(name for name, weight in value.items() if weight < 0)
-        if negative:
-            raise ValueError(f"must be non-negative (resource {', '.join(negative)})")
+        wrong = sorted(n for n, w in value.items() if not (math.isfinite(w) and w >= 0))
+        if wrong:
+            raise ValueError(f"must be finite and non-negative (resource {', '.join(wrong)})")
         return value
 
 

@@ -89,6 +89,8 @@ class Explanation:
     now: float = 0.0
     reservation: Reservation | None = None
     """The quota reserved for it in a backfill ClusterQueue (`atoll.dev/backfill`)."""
+    queue_usage: float | None = None
+    """Its LocalQueue's usage when its ClusterQueue orders by it (Admission Fair Sharing)."""
 
     def describe(self) -> str:
         lines = [f"Workload {self.workload}" + (f" (Job {self.job})" if self.job else "")]
@@ -96,6 +98,11 @@ class Explanation:
         if self.local_queue:
             cq = self.cluster_queue or "(no such ClusterQueue)"
             lines.append(f"  queue: LocalQueue {self.local_queue} → ClusterQueue {cq}")
+        if self.queue_usage is not None:
+            lines.append(
+                f"  order: Admission Fair Sharing, LocalQueue usage {self.queue_usage:.4g} "
+                "(lower usage goes first, then priority and age)"
+            )
         if self.position is not None:
             lines.append(f"  position: {self.position} of {self.queue_length} pending")
         if self.ahead:
@@ -132,6 +139,7 @@ class Explanation:
             "position": self.position,
             "queueLength": self.queue_length,
             "ahead": list(self.ahead),
+            "localQueueUsage": self.queue_usage,
             "condition": {"reason": self.condition[0], "message": self.condition[1]}
             if self.condition
             else None,
@@ -625,6 +633,8 @@ def explain(
         else None
     )
     lq = wls.key_of(wl.namespace, wl.spec.queue_name) if wl.spec.queue_name else None
+    lq_obj = cache.local_queues.get(lq) if lq else None
+    fair = lq is not None and lq_obj is not None and cache.uses_afs(lq_obj.spec.cluster_queue)
     told = Explanation(
         workload=key,
         job=wls.owner_job_key(wl),
@@ -643,6 +653,7 @@ def explain(
         decision=None,
         is_head=False,
         now=now,
+        queue_usage=cache.lq_usage(lq) if fair and lq is not None else None,
     )
     if state != "Pending" or answer.position is None:
         return told

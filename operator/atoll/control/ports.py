@@ -160,7 +160,12 @@ class PodGroupStore(Protocol):
 class QueueStatusStore(Protocol):
     async def write_cluster_queue_status(self, name: str, status: ClusterQueueStatus) -> None: ...
 
-    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None: ...
+    async def write_local_queue_status(
+        self, key: str, status: LocalQueueStatus, before: LocalQueueStatus | None = None
+    ) -> None:
+        """Write `status`; `before`: the status it replaces (keys it no longer has are
+        removed, as in a map such as `admissionFairSharingStatus.consumedResources`)."""
+        ...
 
 
 class EventSink(Protocol):

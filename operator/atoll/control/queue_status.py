@@ -366,7 +366,7 @@ class QueueStatusReporter:
             if m is not None:
                 self._export_local_queue(m, lq.model_copy(update={"status": lq_status}), lqs[key])
             if lq_status != lq.status:
-                await self.store.write_local_queue_status(key, lq_status)
+                await self.store.write_local_queue_status(key, lq_status, lq.status)
                 written += 1
         if m is not None:
             self._export_shares(m)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from atoll.engine.model import AdmittedWorkload, ClusterQueueName, FlavorResource, WorkloadKey
 from atoll.engine.overlay import UsageOverlay
-from atoll.engine.snapshot import candidate_key
+from atoll.engine.snapshot import candidate_key, queue_candidate_key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,11 +33,14 @@ def _totals(
     workloads: tuple[AdmittedWorkload, ...],
     fr: FlavorResource,
     usage: Mapping[WorkloadKey, Mapping[FlavorResource, int]],
+    *,
+    by_usage: bool,
 ) -> Releasable:
+    """`by_usage`: `workloads` are in Admission Fair Sharing's order, not by priority."""
     evicted = largest = 0
     priorities: list[int] = []
     cumulative = [0]
-    for a in workloads:
+    for a in sorted(workloads, key=candidate_key) if by_usage else workloads:  # by priority
         used = usage[a.key][fr]
         largest = max(largest, used)
         if a.evicted:
@@ -56,14 +59,17 @@ def _totals(
 def using(
     ov: UsageOverlay, cq: ClusterQueueName
 ) -> Mapping[FlavorResource, tuple[AdmittedWorkload, ...]]:
-    """The queue's admitted workloads per flavor/resource they use, in candidate order."""
+    """The queue's admitted workloads per flavor/resource they use, in candidate order
+    (`queue_candidate_key`)."""
     key = ("using", cq)
     memo = ov.snapshot.cq_memo.get(cq, ov.memo)
     found = memo.get(key)
     if found is None:
         snap = ov.snapshot
+        lq_usage = snap.lq_usage
         workloads = sorted(
-            (snap.admitted[k] for k in snap.workloads_by_cq.get(cq, ())), key=candidate_key
+            (snap.admitted[k] for k in snap.workloads_by_cq.get(cq, ())),
+            key=(lambda a: queue_candidate_key(lq_usage, a)) if lq_usage else candidate_key,
         )
         per_fr: dict[FlavorResource, list[AdmittedWorkload]] = {}
         for a in workloads:
@@ -81,7 +87,11 @@ def totals(ov: UsageOverlay, cq: ClusterQueueName, fr: FlavorResource) -> Releas
     if found == ():
         workloads = using(ov, cq).get(fr)
         found = memo[key] = (
-            None if workloads is None else _totals(workloads, fr, ov.snapshot.workload_usage)
+            None
+            if workloads is None
+            else _totals(
+                workloads, fr, ov.snapshot.workload_usage, by_usage=bool(ov.snapshot.lq_usage)
+            )
         )
     assert found is None or isinstance(found, Releasable)
     return found

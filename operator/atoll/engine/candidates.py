@@ -39,7 +39,7 @@ from atoll.engine.model import (
     WorkloadKey,
 )
 from atoll.engine.overlay import UsageOverlay
-from atoll.engine.snapshot import candidate_key
+from atoll.engine.snapshot import candidate_key, queue_candidate_key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,12 +86,17 @@ def satisfies_policy(
     return policy is ReclaimWithinCohort.ANY
 
 
-def candidate_order(a: AdmittedWorkload, preemptor_cq: ClusterQueueName) -> tuple[object, ...]:
+def candidate_order(
+    a: AdmittedWorkload, preemptor_cq: ClusterQueueName, usage: float = 0.0
+) -> tuple[object, ...]:
     """Kueue's CandidatesOrdering: already evicted first, other ClusterQueues before the
-    preemptor's own, lower priority first, most recently admitted first."""
+    preemptor's own, (under Admission Fair Sharing, `usage`: the LocalQueue that used more,
+    compared within one ClusterQueue only), lower priority first, most recently admitted
+    first."""
     return (
         not a.evicted,
         a.cluster_queue == preemptor_cq,
+        -usage,
         a.workload.priority,
         -a.reserved_at,
         a.workload.uid,
@@ -132,7 +137,10 @@ def _using(ov: UsageOverlay, req: Request, cq: ClusterQueueName) -> Iterable[Adm
     lists = [per_fr[fr] for fr in req.need_preemption if fr in per_fr]
     if len(lists) <= 1:
         return lists[0] if lists else ()
-    return _unique(heapq.merge(*lists, key=candidate_key))
+    lq_usage = ov.snapshot.lq_usage
+    if not lq_usage:
+        return _unique(heapq.merge(*lists, key=candidate_key))
+    return _unique(heapq.merge(*lists, key=lambda a: queue_candidate_key(lq_usage, a)))
 
 
 def _unique(workloads: Iterable[AdmittedWorkload]) -> Iterator[AdmittedWorkload]:
@@ -159,8 +167,14 @@ def _from_source(ov: UsageOverlay, req: Request, src: Source) -> Iterator[Candid
     any_priority = req.cluster_queue.preemption.reclaim_within_cohort is ReclaimWithinCohort.ANY
     if src.group == 2:
         any_priority = False
+    by_priority = not ov.snapshot.lq_usage
     for a in _using(ov, req, src.cluster_queue):
-        if not a.evicted and not any_priority and a.workload.priority > req.workload.priority:
+        if (
+            by_priority
+            and not a.evicted
+            and not any_priority
+            and a.workload.priority > req.workload.priority
+        ):
             return  # sorted by priority: nobody further can satisfy a priority policy
         variant = classify(req, a, src.advantage)
         if variant is not Variant.NEVER:
@@ -233,9 +247,10 @@ def ordered(
         sources = [src for src in sources if src.group != 1]
     streams: list[tuple[Iterator[AdmittedWorkload], Source, bool]] = []
     heap: list[tuple[tuple[object, ...], int, AdmittedWorkload]] = []
+    by_priority = not ov.snapshot.lq_usage  # else a queue's list is by LocalQueue usage first
     for src in sources:
         stream = iter(_using(ov, req, src.cluster_queue))
-        streams.append((stream, src, _priority_bound(req, src)))
+        streams.append((stream, src, by_priority and _priority_bound(req, src)))
         _push(heap, streams, len(streams) - 1, req)
     heapq.heapify(heap)
     while heap:
@@ -384,7 +399,10 @@ def _flat_stream(
 ) -> Iterator[Candidate]:
     fr = next(iter(req.need_preemption))
     group = 0 if advantage else 1
-    bounded = req.cluster_queue.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY
+    bounded = (
+        req.cluster_queue.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY
+        and not ov.snapshot.lq_usage
+    )
     if (
         borrowing
         and group == 1

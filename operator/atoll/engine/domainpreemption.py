@@ -340,6 +340,8 @@ def allowed_victims(
         reason = _reason(snapshot, preemptor, cq, borrowing, a)
         if reason is not None:
             out.append(Allowed(admitted=a, reason=reason))
+    # by priority (`preempt_in_one_domain` takes the lowest first in each domain): Admission
+    # Fair Sharing's usage, which Kueue compares within one ClusterQueue only, is not used
     out.sort(key=lambda x: candidate_order(x.admitted, cq))
     return out
 

@@ -173,7 +173,8 @@ def _candidates(ov: UsageOverlay, req: Request) -> list[AdmittedWorkload]:
                 req.workload, a.workload, policy
             ):
                 found.append(a)
-    found.sort(key=lambda a: candidate_order(a, cq.name))
+    lq_usage = snap.lq_usage
+    found.sort(key=lambda a: candidate_order(a, cq.name, lq_usage.get(a.workload.local_queue, 0.0)))
     return found
 
 

@@ -68,6 +68,10 @@ class Snapshot:
     """Admitted workloads that are deactivated (`active: false`), sorted."""
     evicted: frozenset[WorkloadKey] = frozenset()
     """Admitted workloads marked `evicted`."""
+    lq_usage: Mapping[LocalQueueKey, float] = field(default_factory=dict)
+    """Admission Fair Sharing: the usage of each LocalQueue of a ClusterQueue ordered by it.
+    Among the preemption candidates of one such ClusterQueue, those of the LocalQueue that
+    used more go first (`queue_candidate_key`)."""
     cq_memo: Mapping[ClusterQueueName, dict[object, object]] = field(
         default_factory=dict, compare=False
     )
@@ -208,9 +212,18 @@ def _build_tree(
 
 
 def candidate_key(a: AdmittedWorkload) -> tuple[bool, int, float, str, str]:
-    """Kueue's CandidatesOrdering within one ClusterQueue: already evicted first, then lower
-    priority, then most recently admitted."""
+    """Kueue's CandidatesOrdering between ClusterQueues' candidates: already evicted first,
+    then lower priority, then most recently admitted."""
     return (not a.evicted, a.workload.priority, -a.reserved_at, a.workload.uid, a.key)
+
+
+def queue_candidate_key(
+    lq_usage: Mapping[LocalQueueKey, float], a: AdmittedWorkload
+) -> tuple[bool, float, int, float, str, str]:
+    """Kueue's CandidatesOrdering within one ClusterQueue: already evicted first, then (under
+    Admission Fair Sharing) the LocalQueue that used more, then `candidate_key`'s order."""
+    usage = lq_usage.get(a.workload.local_queue, 0.0) if lq_usage else 0.0
+    return (not a.evicted, -usage, a.workload.priority, -a.reserved_at, a.workload.uid, a.key)
 
 
 def admission_usage(admitted: AdmittedWorkload) -> dict[FlavorResource, int]:
@@ -358,6 +371,7 @@ def assemble(
     fair_sharing: FairSharing | None,
     over: Mapping[tuple[int, FlavorResource], tuple[int, ...]] | None = None,
     cq_memo: Mapping[ClusterQueueName, dict[object, object]] | None = None,
+    lq_usage: Mapping[LocalQueueKey, float] | None = None,
 ) -> Snapshot:
     """A snapshot of a structure and the admitted workloads charged to its tree (`usage`:
     per node, `workload_usage`: per workload, as `build_snapshot` computes them; `over`:
@@ -383,6 +397,7 @@ def assemble(
         deactivated=deactivated,
         evicted=evicted,
         cq_memo={cq: {} for cq in workloads_by_cq} if cq_memo is None else cq_memo,
+        lq_usage={} if lq_usage is None else lq_usage,
     )
 
 
@@ -395,6 +410,7 @@ def build_snapshot(
     admitted: Iterable[AdmittedWorkload] = (),
     fair_sharing: FairSharing | None = None,
     usage_of: Mapping[WorkloadKey, Mapping[FlavorResource, int]] | None = None,
+    lq_usage: Mapping[LocalQueueKey, float] | None = None,
 ) -> Snapshot:
     """The engine's view of one instant. `usage_of` may give `admission_usage` of admitted
     workloads already computed (a memo of the caller's; it must agree with their admission)."""
@@ -415,4 +431,5 @@ def build_snapshot(
         deactivated=tuple(sorted(k for k, a in admitted_map.items() if not a.workload.active)),
         evicted=frozenset(k for k, a in admitted_map.items() if a.evicted),
         fair_sharing=fair_sharing,
+        lq_usage=lq_usage,
     )

@@ -972,15 +972,20 @@ class KubeWriter:
             content_type=MERGE,
         )
 
-    async def write_local_queue_status(self, key: str, status: LocalQueueStatus) -> None:
+    async def write_local_queue_status(
+        self, key: str, status: LocalQueueStatus, before: LocalQueueStatus | None = None
+    ) -> None:
         ns, name = _split(key)
         path = LOCAL_QUEUES.path(ns, name, "status")
+        new = status.to_dict()
+        # a merge patch keeps the map keys it does not name: remove those `status` dropped
+        body = new if before is None else merge_patch(before.to_dict(), new)
         await self._send(
             "patch",
             "localqueues/status",
             "PATCH",
             path,
-            {"status": status.to_dict()},
+            {"status": body},
             content_type=MERGE,
         )
 

@@ -22,6 +22,9 @@ class Kind(IntEnum):
     REQUEUE_PARKED = 6
     """The batched requeue of the parked (inadmissible) workloads is due
     (`state.cache.Cache.requeue_due`): the step runs then."""
+    SAMPLE_USAGE = 7
+    """A LocalQueue's usage sample is due (Admission Fair Sharing; the operator's timer,
+    `Cache.next_requeue`): the step takes it."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

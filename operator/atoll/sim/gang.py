@@ -204,6 +204,8 @@ class GangSimulator:
     _flavors: dict[str, m.ResourceFlavor] = field(default_factory=dict)
     _requeue_at: float | None = None
     """When the scheduled REQUEUE_PARKED event is due."""
+    _sample_at: float | None = None
+    """When the scheduled SAMPLE_USAGE event is due."""
     _drains: bool = False
     _topology: bool = False
     """A flavor has a topologyName: atoll places gangs on the inventory (as the operator
@@ -416,6 +418,9 @@ class GangSimulator:
         if kind is Kind.REQUEUE_PARKED:
             self._requeue_at = None
             return self.cache.any_parked()  # the step wakes them (`Cache.requeue_due`)
+        if kind is Kind.SAMPLE_USAGE:
+            self._sample_at = None
+            return True  # the step samples (`Cache.sample_usage`)
         run = self._runs[key]
         if gen != run.gen or (kind is Kind.TIMEOUT and run.running):
             return False  # the gang was evicted, readmitted or finished since, or runs
@@ -502,6 +507,7 @@ class GangSimulator:
         # XOR of the hashes of the workloads admitted or evicted in this instant: equal
         # values mean the same workloads hold quota (Zobrist hashing, O(1) per decision)
         holding = 0
+        self.cache.sample_usage(now)  # as the live step does, also with nothing pending
         while self._drains or self._expired or any(self._pending.values()):
             decisions = self.decider.decide(now)
             self.cycles += 1
@@ -538,6 +544,23 @@ class GangSimulator:
         if self._requeue_at != due:
             self._requeue_at = due
             self.clock.at(due, Kind.REQUEUE_PARKED, "")
+
+    def _sample_usage(self, t: float) -> None:
+        """An event for the next LocalQueue usage sample (Admission Fair Sharing), as the
+        operator's timer, while any workload waits or runs: the usage then follows what is
+        admitted between the other events too."""
+        tracker = self.cache.afs
+        if tracker is None or not self.cache.busy:
+            return
+        at = tracker.next_due()
+        if at is None or at <= sw.EPOCH + t:
+            return
+        due = round(at - sw.EPOCH, 6)
+        if sw.EPOCH + due < at:
+            due = at - sw.EPOCH  # the step at `due` must see the sample due
+        if self._sample_at != due:
+            self._sample_at = due
+            self.clock.at(due, Kind.SAMPLE_USAGE, "")
 
     def _sample(self, t: float) -> None:
         values = {f"usage/{cq}": v for cq, v in self._usage.items()}
@@ -577,6 +600,7 @@ class GangSimulator:
             end = nxt
             self._settle(nxt)
             self._requeue_parked(nxt)
+            self._sample_usage(nxt)
             self._sample(nxt)
             if self.progress is not None:
                 self.progress(self._finished, len(self._all), nxt)

@@ -18,17 +18,26 @@ controller's sampling:
   dropped if the Workload loses its quota before that.
 - The *usage* that orders a queue is `Σ weight(r) · (consumed + penalties)(r) / LocalQueue
   weight`, in base units (cores, bytes, devices), a resource not in `resourceWeights`
-  weighing 1. Lower usage goes first, before priority.
+  weighing 1. Lower usage goes first, before priority. Among the preemption candidates of
+  one such ClusterQueue, those of the LocalQueue that used more are tried first
+  (`engine.snapshot.queue_candidate_key`).
 
 Differences from Kueue v0.17, on purpose:
 
 - A penalty leaves the LocalQueue when its Workload is admitted, whatever the path: Kueue
   moves it only on a direct Pending → Admitted update, so that one taken after admission
   checks stays for good.
-- After a restart, a LocalQueue's usage is read back from its status (Kueue starts again from
+- After a restart, and on a replica that takes over the lead, the usage goes on from the
+  LocalQueue's status when it is newer than what the process knows (Kueue starts again from
   the usage admitted at that moment).
-- Samples are taken by the scheduling step (`Tracker.due`), at its clock: with nothing
-  changing in between, a late sample gives the same value as several on time.
+- Among the preemption candidates of a topology domain, the usage is not used (they are
+  taken by priority, lowest first, in each domain).
+- Samples are taken by the scheduling step (`Cache.sample_usage`), at its clock, when a
+  LocalQueue's last one is an interval old (the operator's timer and the simulator's events
+  wake it then). Kueue also samples a LocalQueue at each of its Workloads' events once it
+  has been charged a penalty.
+- A ClusterQueue whose `admissionScope` changes is ordered by the new one at once (Kueue keeps
+  the order it was created with until it restarts).
 """
 
 from __future__ import annotations
@@ -114,11 +123,16 @@ def admission_amounts(admission: m.Admission) -> Amounts:
 
 def scalar(amounts: Mapping[str, int], weights: Mapping[str, float], lq_weight: float) -> float:
     """Kueue's CalcFSUsageFromResources divided by the LocalQueue's weight (a weight of 0
-    puts an unused LocalQueue first and a used one last, as Go's float ordering does)."""
-    total = sum(weights.get(r, 1.0) * v / 1000 for r, v in sorted(amounts.items()))
+    puts an unused LocalQueue first and a used one last, as Go's float ordering, where NaN
+    comes before every number, does)."""
+    total = sum(weights.get(r, 1.0) * v / 1000 for r, v in sorted(amounts.items()) if v)
     if lq_weight > 0:
-        return total / lq_weight
-    return math.inf if total > 0 else -math.inf
+        total /= lq_weight
+    elif total > 0:
+        return math.inf
+    else:
+        return -math.inf
+    return -math.inf if math.isnan(total) else total
 
 
 @dataclass(slots=True)
@@ -142,6 +156,10 @@ class Tracker:
     """LocalQueue → the (consumed, time) of its last sample: what its status shows."""
     sampled: bool = False
     """A sample was taken since the owner last cleared this (the statuses to write)."""
+    version: int = 0
+    """Bumped by every change of a LocalQueue's usage."""
+    _oldest: float | None = None
+    """min(`last_update`), None when to be worked out again."""
 
     def fork(self) -> Tracker:
         return Tracker(
@@ -155,6 +173,7 @@ class Tracker:
             changed=set(self.changed),
             written=dict(self.written),
             sampled=self.sampled,
+            version=self.version,
         )
 
     # -- what admitted Workloads hold ----------------------------------------------------
@@ -191,14 +210,14 @@ class Tracker:
             return
         self.charged[key] = (lq, penalty)
         self._add(self.penalties, lq, penalty, 1)
-        self.changed.add(lq)
+        self._changed(lq)
 
     def drop(self, key: str) -> None:
         """`key` lost its quota before it was admitted: its penalty goes."""
         charged = self.charged.pop(key, None)
         if charged is not None:
             self._add(self.penalties, charged[0], charged[1], -1)
-            self.changed.add(charged[0])
+            self._changed(charged[0])
 
     def settle(self, key: str, at: float) -> None:
         """`key` was admitted at `at`: its LocalQueue's usage decays up to then, and its
@@ -211,24 +230,30 @@ class Tracker:
         if lq in self.last_update:
             self._advance(lq, max(at, self.last_update[lq]))
             self.consumed[lq] = merged(self.consumed[lq], penalty)
-        self.changed.add(lq)
+        self._changed(lq)
 
     # -- samples -------------------------------------------------------------------------
     def seed(self, lq: str, consumed: Amounts, at: float) -> None:
-        """Usage read back from a LocalQueue's status (after a restart), unless known."""
-        if lq not in self.last_update:
+        """Usage read back from a LocalQueue's status, when newer than what is known: after
+        a restart, and on a replica that does not lead (the leader's samples), so that it
+        goes on from them when it takes over. This process's own statuses are never newer
+        (their time is truncated to the second)."""
+        last = self.last_update.get(lq)
+        if last is None or at > last:
             self.consumed[lq] = consumed
             self.last_update[lq] = at
+            self._oldest = None
             self.written[lq] = (consumed, at)
-            self.changed.add(lq)
+            self._changed(lq)
 
     def forget(self, lq: str) -> None:
         """The LocalQueue was deleted."""
         for table in (self.consumed, self.last_update, self.penalties, self.written):
             table.pop(lq, None)
+        self._oldest = None
         for key in [k for k, (q, _) in self.charged.items() if q == lq]:
             del self.charged[key]
-        self.changed.add(lq)
+        self._changed(lq)
 
     def _advance(self, lq: str, now: float) -> None:
         elapsed = now - self.last_update[lq]
@@ -239,6 +264,7 @@ class Tracker:
             value = decayed(self.consumed[lq], admitted, elapsed, self.settings.half_life)
         self.consumed[lq] = {r: v for r, v in value.items() if v} if value else {}
         self.last_update[lq] = now
+        self._oldest = None
 
     def due(self, local_queues: Iterable[str], now: float) -> None:
         """Sample every LocalQueue of `local_queues` whose last sample is a sampling interval
@@ -246,22 +272,34 @@ class Tracker:
         interval = self.settings.sampling
         for lq in local_queues:
             last = self.last_update.get(lq)
+            before = self.consumed.get(lq)
             if last is None:
-                self.consumed[lq] = dict(self.admitted.get(lq, {}))
+                # Kueue's first reconcile starts from what is admitted, and a half-life of 0
+                # resets that at once
+                forgets = self.settings.half_life <= 0
+                self.consumed[lq] = {} if forgets else dict(self.admitted.get(lq, {}))
                 self.last_update[lq] = now
+                self._oldest = None
             elif now - last >= interval:
                 self._advance(lq, now)
             else:
                 continue
             self.written[lq] = (self.consumed[lq], now)
-            self.changed.add(lq)
             self.sampled = True
+            if self.consumed[lq] != before:
+                self._changed(lq)
 
     def next_due(self) -> float | None:
         """When the oldest sample is due again."""
         if not self.last_update:
             return None
-        return min(self.last_update.values()) + self.settings.sampling
+        if self._oldest is None:
+            self._oldest = min(self.last_update.values())
+        return self._oldest + self.settings.sampling
+
+    def _changed(self, lq: str) -> None:
+        self.changed.add(lq)
+        self.version += 1
 
     def take_changed(self) -> set[str]:
         changed, self.changed = self.changed, set()

@@ -14,6 +14,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from atoll.api.admissioncheck import AdmissionCheck
@@ -53,6 +54,8 @@ from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
 """Pending groups for workloads whose LocalQueue (or its ClusterQueue) is unknown."""
+NO_USAGE: Mapping[m.LocalQueueKey, float] = MappingProxyType({})
+"""The LocalQueue usages without Admission Fair Sharing (one object: compared by identity)."""
 EVERY_QUEUE = "*"
 """The requeue scope of a change that may let any parked workload in (`Cache.bump`)."""
 Lack = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
@@ -230,6 +233,12 @@ class Cache:
     queue order moves with its usage)."""
     _lq_of: dict[str, str] = field(default_factory=dict)
     """Under Admission Fair Sharing: waiting Workload → the LocalQueue in `_lq_waiting`."""
+    _afs_new: bool = True
+    """A LocalQueue never sampled may exist (`_afs_step` then looks at all of them)."""
+    _usage_memo: tuple[tuple[int, int], dict[str, float]] = ((-1, -1), {})
+    """((tracker version, `_queues_version`), LocalQueue → `lq_usage`)."""
+    _lq_usage_memo: tuple[tuple[int, int], Mapping[m.LocalQueueKey, float]] | None = None
+    """((tracker version, `_queues_version`), `_lq_usages()` then); replaced, never edited."""
 
     def fork(self) -> Cache:
         """A copy whose tables (and the inventory's ledger, the queues, the lacks) can be
@@ -404,13 +413,22 @@ class Cache:
         return scope is not None and scope.admission_mode is AdmissionMode.USAGE_BASED
 
     def lq_usage(self, lq: str) -> float:
-        """The usage that orders LocalQueue `lq`'s workloads (`namespace/name`)."""
-        if self.afs is None:
+        """The usage that orders LocalQueue `lq`'s workloads (`namespace/name`); worked out
+        once per change of the usages or of the queue objects."""
+        tracker = self.afs
+        if tracker is None:
             return 0.0
-        obj = self.local_queues.get(lq)
-        fs = obj.spec.fair_sharing if obj is not None else None
-        weight = 1.0 if fs is None or fs.weight is None else fs.weight.milli / 1000
-        return self.afs.usage(lq, weight)
+        stamp = (tracker.version, self._queues_version)
+        memo = self._usage_memo
+        if memo[0] != stamp:
+            memo = self._usage_memo = (stamp, {})
+        usage = memo[1].get(lq)
+        if usage is None:
+            obj = self.local_queues.get(lq)
+            fs = obj.spec.fair_sharing if obj is not None else None
+            weight = 1.0 if fs is None or fs.weight is None else fs.weight.milli / 1000
+            usage = memo[1][lq] = tracker.usage(lq, weight)
+        return usage
 
     def queue_order(self, ew: m.Workload) -> QueueKey:
         """`ew`'s key in its ClusterQueue's order (`engine.ordering.queue_key`, with its
@@ -421,16 +439,34 @@ class Cache:
                 return queue_key(ew, self.lq_usage(lq.key))
         return queue_key(ew)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a Workload waits or holds quota."""
+        return bool(self._waiting or self._holding)
+
+    def sample_usage(self, now: float) -> None:
+        """Take the LocalQueue usage samples due at `now` (Admission Fair Sharing), before a
+        step reads the snapshot and the queues."""
+        self._afs_step(now)
+
     def _afs_step(self, now: float) -> None:
         """Sample the LocalQueues that are due, and move the workloads of each LocalQueue
         whose usage changed to their new place in the queue."""
         tracker = self.afs
         if tracker is None:
             return
-        tracker.due((k for k, lq in self.local_queues.items() if lq.spec.cluster_queue), now)
-        for lq in tracker.take_changed():
-            for key in self._lq_waiting.get(lq, ()):
-                self.queues.touch(key)
+        nxt = tracker.next_due()
+        if self._afs_new or nxt is None or nxt <= now:
+            self._afs_new = False
+            tracker.due((k for k, lq in self.local_queues.items() if lq.spec.cluster_queue), now)
+        if not tracker.changed:
+            return
+        for lq in sorted(tracker.take_changed()):
+            e_lq = self._e_local_queues.get(lq)
+            waiting = self._lq_waiting.get(lq)
+            if e_lq is not None and waiting and self.uses_afs(e_lq.cluster_queue):
+                # its workloads move together (their order among themselves stays)
+                self.queues.rekey(e_lq.cluster_queue, waiting, self.lq_usage(lq))
 
     def _afs_index(self, key: str, wl: Workload | None) -> None:
         """Keep the tracker's view of `key`: what it holds while admitted, its penalty, and
@@ -463,7 +499,7 @@ class Cache:
                 cond = wls.condition(wl, wls.ADMITTED)
                 at = cond.last_transition_time.timestamp() if cond is not None else 0.0
                 tracker.settle(key, at)
-            elif not wls.has_quota(wl) and key not in self.assumed:
+            elif (not wls.has_quota(wl) or wls.is_finished(wl)) and key not in self.assumed:
                 tracker.drop(key)
 
     def afs_status(self, lq: str) -> tuple[dict[str, int], float] | None:
@@ -561,7 +597,9 @@ class Cache:
         key = wls.key_of(obj.namespace, obj.name)
         old = self.local_queues.get(key)
         self.local_queues[key] = obj
-        if self.afs is not None and old is None:
+        if old is None:
+            self._afs_new = True
+        if self.afs is not None and obj.spec.cluster_queue:  # those `_afs_step` samples
             fs = obj.status.fair_sharing if obj.status is not None else None
             if fs is not None and fs.admission_fair_sharing_status is not None:
                 st = fs.admission_fair_sharing_status
@@ -1136,7 +1174,25 @@ class Cache:
             ledger.rebase(structure.tree)
         for key in sorted(dirty):  # the same history in every process (no hash order)
             ledger.update(m.WorkloadKey(key), self._admitted_now(key, ledger))
-        return ledger.publish(structure, fair_sharing)
+        return ledger.publish(structure, fair_sharing, self._lq_usages())
+
+    def _lq_usages(self) -> Mapping[m.LocalQueueKey, float]:
+        """The usage of every LocalQueue of a ClusterQueue ordered by it (Admission Fair
+        Sharing), the same mapping while nothing it reads changed."""
+        tracker = self.afs
+        if tracker is None:
+            return NO_USAGE
+        stamp = (tracker.version, self._queues_version)
+        if self._lq_usage_memo is None or self._lq_usage_memo[0] != stamp:
+            usages = {
+                m.LocalQueueKey(key): self.lq_usage(key)
+                for key, lq in self._e_local_queues.items()
+                if self.uses_afs(lq.cluster_queue)
+            }
+            old = self._lq_usage_memo[1] if self._lq_usage_memo is not None else None
+            # the same mapping when equal: the snapshot (and what a step learnt from it) stays
+            self._lq_usage_memo = (stamp, old if old == usages else usages)
+        return self._lq_usage_memo[1]
 
     def _admitted_now(self, key: str, ledger: _Ledger) -> m.AdmittedWorkload | None:
         """The engine form of `key` as an admitted workload, None if it holds no quota; the
@@ -1177,6 +1233,7 @@ class _Ledger:
         "_evicted",
         "_evicting",
         "_last",
+        "_lq_usage",
         "_memos",
         "_negative",
         "_over",
@@ -1200,6 +1257,8 @@ class _Ledger:
         """Keys of each queue's workloads, sorted."""
         self._changed: set[m.ClusterQueueName] = set()
         """ClusterQueues whose workloads changed since the last snapshot."""
+        self._lq_usage: Mapping[m.LocalQueueKey, float] = NO_USAGE
+        """The LocalQueue usages of the last snapshot (Admission Fair Sharing)."""
         self._deactivated: set[m.WorkloadKey] = set()
         self._evicted: set[m.WorkloadKey] = set()
         self._negative = 0
@@ -1335,13 +1394,29 @@ class _Ledger:
                     self._over.pop(k, None)
                     self._over_of.pop(k, None)
 
-    def publish(self, structure: Structure, fair_sharing: m.FairSharing | None) -> Snapshot:
+    def publish(
+        self,
+        structure: Structure,
+        fair_sharing: m.FairSharing | None,
+        lq_usage: Mapping[m.LocalQueueKey, float] = NO_USAGE,
+    ) -> Snapshot:
         if self._stale:
             self.rebase(self.tree)
         if self._last is not None:
             built_from, last = self._last
-            if built_from is structure and last.fair_sharing == fair_sharing:
+            if (
+                built_from is structure
+                and last.fair_sharing == fair_sharing
+                and self._lq_usage is lq_usage
+            ):
                 return last  # nothing changed since
+        if lq_usage is not self._lq_usage:
+            # the candidate order of their ClusterQueues changed (`queue_candidate_key`)
+            old = self._lq_usage
+            for lq in {*old, *lq_usage}:
+                if old.get(lq) != lq_usage.get(lq) and lq in structure.local_queues:
+                    self._changed.add(structure.local_queues[lq].cluster_queue)
+            self._lq_usage = lq_usage
         self._publish_usage()
         if self._changed:
             by_cq, memos = dict(self._sorted), dict(self._memos)
@@ -1365,6 +1440,7 @@ class _Ledger:
             fair_sharing=fair_sharing,
             over=self._over,
             cq_memo=self._memos,
+            lq_usage=lq_usage,
         )
         self._last = (structure, snapshot)
         return snapshot

@@ -128,6 +128,7 @@ class Decider:
         if not commit:
             return self.fork().decide(now)
         cache = self.cache
+        cache.sample_usage(now)  # first: the snapshot carries the LocalQueues' usage
         snapshot = cache.snapshot(self.fair_sharing)
         if snapshot is not self._failed_on:
             self._failed, self._failed_on, self._placed_on = {}, snapshot, {}

@@ -203,6 +203,28 @@ class PendingQueues:
             del q.classes[cls]
         q.fresh.discard(key)
 
+    def rekey(self, group: str, keys: Iterable[str], first: float) -> None:
+        """Give the members `keys` of queue `group` the leading key part `first` (Admission
+        Fair Sharing's LocalQueue usage): they keep their order among themselves and move
+        together, in one pass over the queue rather than a removal and insertion each."""
+        q = self.groups.get(group)
+        if q is None:
+            return
+        moved = {k for k in keys if k in q.entry}
+        if not moved:
+            return
+        rest: list[tuple[QueueKey, str]] = []
+        mine: list[tuple[QueueKey, str]] = []
+        for qkey, key in q.order:
+            if key in moved:
+                new = (first, *qkey[1:])
+                q.entry[key] = new
+                mine.append((new, key))
+            else:
+                rest.append((qkey, key))
+        q.order = list(heapq.merge(rest, mine))
+        q.cursor = 0
+
     # -- parking --------------------------------------------------------------------------
     def _covered(self, q: _Queue, group: str, key: str) -> bool:
         m = q.marker
