@@ -18,7 +18,7 @@ from atoll.api.core import Job, PodSpec, PodTemplateSpec
 from atoll.api.meta import Condition
 from atoll.api.workload import Workload
 from atoll.kube.handlers import Shared, _parse_sharing, _parse_workload, warned, warned_check
-from atoll.kube.writers import merge_patch
+from atoll.kube.writers import merge_patch, with_deletions
 from atoll.state.afs import Settings, Tracker
 from atoll.state.cache import Cache
 from tests.api.builders import pod_set, pod_template, workload
@@ -205,6 +205,21 @@ documents = st.dictionaries(st.sampled_from("abcde"), json_values, max_size=4)
 @given(documents, documents)
 def test_the_merge_patch_turns_the_old_status_into_the_new(old: Any, new: Any) -> None:
     assert apply_merge_patch(old, merge_patch(old, new)) == new
+
+
+@given(documents, documents, documents)
+def test_a_patch_with_deletions_sets_the_new_whole_and_removes_what_it_dropped(
+    old: Any, new: Any, server: Any
+) -> None:
+    """The LocalQueue status writer's patch: from the status it replaces, or from a server
+    copy that lacks or adds keys (a parsed status holds defaults the server never stored),
+    the server ends up with every key of `new`, and none that `new` dropped from `old`."""
+    assert apply_merge_patch(old, with_deletions(old, new)) == new
+    result = apply_merge_patch(server, with_deletions(old, new))
+    for k, v in new.items():
+        if not isinstance(v, dict):
+            assert result[k] == v
+    assert all(k not in result for k in old if k not in new)
 
 
 def test_the_merge_patch_carries_only_what_changed() -> None:

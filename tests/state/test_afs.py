@@ -405,3 +405,33 @@ def test_the_simulator_samples_on_time_between_events() -> None:
     # sampled at 60 s with a-1's 4 GPUs admitted (437 milli-GPUs at 200 s), not only after
     # it ended at 100 s: then only its entry penalty (267) would be left, decayed (212)
     assert a > 4000 * afs.alpha(60, 600)
+
+
+def test_the_simulation_ends_with_a_job_that_never_fits() -> None:
+    """Samples are events only while something holds quota: a Job larger than the quota
+    waits for good without keeping the simulation going."""
+    jobs = (
+        job("a-1", pods=2, arrival=0, duration="1m", queue="a"),
+        job("b-1", pods=5, arrival=0, duration="1m", queue="b"),
+    )
+    result = _run(_two_queues(*jobs, config=_config(usageHalfLifeTime="10m")))
+    assert _admitted(result) == ["a-1"]
+    assert result.end == _run(_two_queues(*jobs)).end == 61.0  # the requeue after a-1
+
+
+def test_a_configuration_without_an_ordered_clusterqueue_changes_nothing() -> None:
+    """`admissionFairSharing` configured, but no ClusterQueue asks for it: the simulation is
+    the same as without it (the samples are taken, and are no events)."""
+    docs: list[object] = [
+        nodes(2, 4),
+        flavor(),
+        cluster_queue(gpus=4),
+        local_queue("a"),
+        local_queue("b"),
+        job("a-1", pods=4, arrival=0, duration="20m", queue="a"),
+        job("a-2", pods=4, arrival=60, duration="1m", queue="a"),
+        job("b-1", pods=4, arrival=120, duration="1m", queue="b"),
+    ]
+    plain = _run(scenario(*docs))  # type: ignore[arg-type]
+    configured = _run(scenario(*docs, _config(usageHalfLifeTime="10m")))  # type: ignore[arg-type]
+    assert configured.to_json() == plain.to_json()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +140,11 @@ class Explanation:
             "position": self.position,
             "queueLength": self.queue_length,
             "ahead": list(self.ahead),
-            "localQueueUsage": self.queue_usage,
+            "localQueueUsage": (
+                self.queue_usage
+                if self.queue_usage is None or math.isfinite(self.queue_usage)
+                else str(self.queue_usage)  # "inf" / "-inf" (a LocalQueue of weight 0)
+            ),
             "condition": {"reason": self.condition[0], "message": self.condition[1]}
             if self.condition
             else None,
@@ -609,6 +614,14 @@ def _assumptions(later: bool, reserved: Reservation | None, now: float) -> str:
     return f"its reservation starts {reserving.when(reserved.start, now)} ({sure}); {note}"
 
 
+def _usage_at(cache: Cache, lq: str, now: float) -> float:
+    """LocalQueue `lq`'s usage as the step at `now` orders by it (samples due then taken, on
+    a copy)."""
+    probe = cache.fork()
+    probe.sample_usage(now)
+    return probe.lq_usage(lq)
+
+
 # -- all of it ---------------------------------------------------------------------------
 def explain(
     cache: Cache,
@@ -653,7 +666,7 @@ def explain(
         decision=None,
         is_head=False,
         now=now,
-        queue_usage=cache.lq_usage(lq) if fair and lq is not None else None,
+        queue_usage=_usage_at(cache, lq, now) if fair and lq is not None else None,
     )
     if state != "Pending" or answer.position is None:
         return told

@@ -110,6 +110,20 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return patch
 
 
+def with_deletions(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` whole, with None for each map key `old` has and `new` lacks (at any depth): a
+    merge patch that sets everything `new` says, whatever the server holds, and removes
+    what `new` dropped since `old` (such as a resource leaving
+    `admissionFairSharingStatus.consumedResources`)."""
+    out = dict(new)
+    for k, v in old.items():
+        if k not in new:
+            out[k] = None
+        elif isinstance(v, Mapping) and isinstance(new[k], Mapping):
+            out[k] = with_deletions(v, new[k])
+    return out
+
+
 def _newer_or_same(seen: str | None, known: str | None) -> bool:
     if not seen or not known or not seen.isdigit() or not known.isdigit():
         return True
@@ -979,7 +993,7 @@ class KubeWriter:
         path = LOCAL_QUEUES.path(ns, name, "status")
         new = status.to_dict()
         # a merge patch keeps the map keys it does not name: remove those `status` dropped
-        body = new if before is None else merge_patch(before.to_dict(), new)
+        body = new if before is None else with_deletions(before.to_dict(), new)
         await self._send(
             "patch",
             "localqueues/status",

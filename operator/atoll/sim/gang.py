@@ -420,7 +420,9 @@ class GangSimulator:
             return self.cache.any_parked()  # the step wakes them (`Cache.requeue_due`)
         if kind is Kind.SAMPLE_USAGE:
             self._sample_at = None
-            return True  # the step samples (`Cache.sample_usage`)
+            due = self.cache.afs.next_due() if self.cache.afs is not None else None
+            # the step samples it; with nothing admitted, the next step's sample is as good
+            return due is not None and due <= sw.EPOCH + t and self.cache.holds_quota
         run = self._runs[key]
         if gen != run.gen or (kind is Kind.TIMEOUT and run.running):
             return False  # the gang was evicted, readmitted or finished since, or runs
@@ -547,10 +549,11 @@ class GangSimulator:
 
     def _sample_usage(self, t: float) -> None:
         """An event for the next LocalQueue usage sample (Admission Fair Sharing), as the
-        operator's timer, while any workload waits or runs: the usage then follows what is
-        admitted between the other events too."""
+        operator's timer, while a ClusterQueue is ordered by the usage and a workload holds
+        quota: the usage then follows what is admitted between the other events too. (With
+        nothing admitted it only decays, which a later sample computes exactly.)"""
         tracker = self.cache.afs
-        if tracker is None or not self.cache.busy:
+        if tracker is None or not self.cache.holds_quota or not self.cache.orders_by_usage:
             return
         at = tracker.next_due()
         if at is None or at <= sw.EPOCH + t:

@@ -240,6 +240,8 @@ class Tracker:
         (their time is truncated to the second)."""
         last = self.last_update.get(lq)
         if last is None or at > last:
+            if self.settings.half_life <= 0:
+                consumed = {}  # its next sample resets it anyway
             self.consumed[lq] = consumed
             self.last_update[lq] = at
             self._oldest = None

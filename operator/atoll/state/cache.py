@@ -235,7 +235,9 @@ class Cache:
     """Under Admission Fair Sharing: waiting Workload → the LocalQueue in `_lq_waiting`."""
     _afs_new: bool = True
     """A LocalQueue never sampled may exist (`_afs_step` then looks at all of them)."""
-    _usage_memo: tuple[tuple[int, int], dict[str, float]] = ((-1, -1), {})
+    _usage_memo: tuple[tuple[int, int], dict[str, float]] = field(
+        default_factory=lambda: ((-1, -1), {})
+    )
     """((tracker version, `_queues_version`), LocalQueue → `lq_usage`)."""
     _lq_usage_memo: tuple[tuple[int, int], Mapping[m.LocalQueueKey, float]] | None = None
     """((tracker version, `_queues_version`), `_lq_usages()` then); replaced, never edited."""
@@ -254,6 +256,7 @@ class Cache:
         copy.lacks = {scope: dict(records) for scope, records in self.lacks.items()}
         copy.freed = {scope: dict(amounts) for scope, amounts in self.freed.items()}
         copy._lq_waiting = {lq: dict(keys) for lq, keys in self._lq_waiting.items()}
+        copy._usage_memo, copy._lq_usage_memo = ((-1, -1), {}), None
         if self.afs is not None:
             copy.afs = self.afs.fork()
         return copy
@@ -440,9 +443,14 @@ class Cache:
         return queue_key(ew)
 
     @property
-    def busy(self) -> bool:
-        """Whether a Workload waits or holds quota."""
-        return bool(self._waiting or self._holding)
+    def holds_quota(self) -> bool:
+        """Whether a Workload holds quota."""
+        return bool(self._holding or self.assumed)
+
+    @property
+    def orders_by_usage(self) -> bool:
+        """Whether a ClusterQueue is ordered by its LocalQueues' usage."""
+        return any(self.uses_afs(name) for name in self.cluster_queues)
 
     def sample_usage(self, now: float) -> None:
         """Take the LocalQueue usage samples due at `now` (Admission Fair Sharing), before a

@@ -222,6 +222,7 @@ class PendingQueues:
                 mine.append((new, key))
             else:
                 rest.append((qkey, key))
+        mine.sort()  # in order already when they shared their first part (linear then)
         q.order = list(heapq.merge(rest, mine))
         q.cursor = 0
 

@@ -59,6 +59,9 @@ def _step(decider: Decider, key: str, now: float) -> tuple[d.Decision | None, Pl
 def ask(decider: Decider, key: str, now: float) -> Answer:
     """The step's answer for the workload `key` at time `now` (nothing is changed)."""
     cache = decider.cache
+    if cache.afs is not None:  # the queue order at `now`, as the step samples it first
+        cache = decider.fork().cache
+        cache.sample_usage(now)
     pending = cache.pending_by_queue(now)
     group = next((cq for cq, ws in pending.items() if any(w.key == key for w in ws)), None)
     queue = sorted(pending.get(group, ()) if group is not None else (), key=cache.queue_order)
