@@ -6,6 +6,9 @@ its sampled usage."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +38,46 @@ def _amount(text: str) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
+def _explain(cluster: KubeCluster, *args: str) -> tuple[dict[str, Any], str]:
+    """`atoll explain ARGS --json`: its answer and its stderr."""
+    kubeconfig = str(cluster.kubeconfig)
+    out = subprocess.run(
+        [sys.executable, "-m", "atoll", "explain", *args, "--json", "--kubeconfig", kubeconfig],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return answer, out.stderr
+
+
 def _afs_status(cluster: KubeCluster, ns: str, lq: str) -> dict[str, Any]:
     status = get_json(cluster, "get", "localqueue", lq, "-n", ns).get("status") or {}
     return (status.get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
 
 
-def test_the_localqueue_that_used_less_is_admitted_first(
-    cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
-) -> None:
-    ns = namespace
-    rf, cq = f"rf-{ns}", f"cq-{ns}"
+@pytest.fixture
+def fair_queue(cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    """A ClusterQueue of 2 GPUs ordered by LocalQueue usage, deleted afterwards: every
+    later `atoll explain` without `admissionFairSharing` would warn about it."""
+    rf, cq = f"rf-{namespace}", f"cq-{namespace}"
     queue = b.cluster_queue(cq, rf, gpus=2)
     queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    apply(cluster, b.flavor(rf), queue)
+    yield cq
+    cluster.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+    cluster.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+
+
+def test_the_localqueue_that_used_less_is_admitted_first(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, fair_queue: str, tmp_path: Path
+) -> None:
+    ns, cq = namespace, fair_queue
     setting = f"admissionFairSharing={json.dumps(AFS)}"
     with replacing_operator(cluster, operator, tmp_path, "--set", setting):
-        apply(cluster, b.flavor(rf), queue, b.local_queue("a", ns, cq), b.local_queue("b", ns, cq))
+        apply(cluster, b.local_queue("a", ns, cq), b.local_queue("b", ns, cq))
         create(cluster, b.job("a-1", ns, queue="a", pods=2, run="12s"))
         cluster.wait_for("a-1 admitted", lambda: _admitted(cluster, ns, "a-1"))
         # a-2 is older than b-1, and both wait for a-1's GPUs
@@ -71,19 +99,24 @@ def test_the_localqueue_that_used_less_is_admitted_first(
         assert not _admitted(cluster, ns, "a-2")
         b_status = _afs_status(cluster, ns, "b")
         assert "lastUpdate" in b_status
+    # explain, with and without the operator's setting: its answer alone on stdout (the
+    # warning that the admission scope has no effect without it goes to stderr)
+    plain, warned = _explain(cluster, f"{ns}/a-2")
+    assert plain["localQueueUsage"] is None
+    assert "admissionScope UsageBasedAdmissionFairSharing has no effect" in warned
+    fair, _ = _explain(cluster, f"{ns}/a-2", "--set", setting)
+    assert fair["localQueueUsage"] > 0
+    assert fair["position"] == 1
 
 
 def test_a_resource_the_usage_no_longer_has_leaves_the_localqueue_status(
-    cluster: KubeCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, fair_queue: str, tmp_path: Path
 ) -> None:
     """The status is written as a merge patch: a resource whose usage decayed to nothing
     must be removed from `consumedResources` (a merge patch keeps the keys it does not
     name), and the usage read back after a restart must not bring it back."""
     ns = namespace
-    rf, cq = f"rf-{ns}", f"cq-{ns}"
-    queue = b.cluster_queue(cq, rf, gpus=2)
-    queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
-    apply(cluster, b.flavor(rf), queue, b.local_queue("a", ns, cq))
+    apply(cluster, b.local_queue("a", ns, fair_queue))
     old = {
         "weightedShare": 0,
         "admissionFairSharingStatus": {

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from atoll import __version__
 
@@ -63,6 +64,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _stderr_logger(*_: object) -> Any:
+    """A logger on the stderr of the moment (not the one at start: tests replace it)."""
+    return importlib.import_module("structlog").PrintLogger(file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
@@ -70,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    # Log lines (the watches' warnings that `explain` and `what-if` share with the operator)
+    # go to stderr: stdout is the command's answer, `--json` included. `atoll run` sets up
+    # its own logging. (structlog is imported here, after the command's module: `atoll run`'s
+    # keeps rich out of it.)
+    importlib.import_module("structlog").configure(logger_factory=_stderr_logger)
     result = args.func(args)
     return int(result or 0)
 
