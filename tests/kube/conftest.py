@@ -169,6 +169,21 @@ def replica(cluster: KubeCluster, tmp_path: Path, name: str) -> OperatorProcess:
     return OperatorProcess(cluster, tmp_path / f"{name}.log", "--identity", name)
 
 
+def atoll_json(cluster: KubeCluster, *args: str) -> tuple[dict[str, Any], str]:
+    """`atoll ARGS --json` against the sandbox: its answer (stdout, which must be that JSON
+    alone) and its stderr (log lines)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "atoll", *args, "--kubeconfig", str(cluster.kubeconfig), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return answer, out.stderr
+
+
 def get_json(cluster: KubeCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl(*args, "-o", "json").stdout)
 

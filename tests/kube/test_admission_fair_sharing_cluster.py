@@ -6,8 +6,6 @@ its sampled usage."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
     apply,
+    atoll_json,
     create,
     get_json,
     is_true,
@@ -40,17 +39,7 @@ def _amount(text: str) -> float:
 
 def _explain(cluster: KubeCluster, *args: str) -> tuple[dict[str, Any], str]:
     """`atoll explain ARGS --json`: its answer and its stderr."""
-    kubeconfig = str(cluster.kubeconfig)
-    out = subprocess.run(
-        [sys.executable, "-m", "atoll", "explain", *args, "--json", "--kubeconfig", kubeconfig],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return answer, out.stderr
+    return atoll_json(cluster, "explain", *args)
 
 
 def _afs_status(cluster: KubeCluster, ns: str, lq: str) -> dict[str, Any]:

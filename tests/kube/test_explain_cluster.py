@@ -16,23 +16,22 @@ import yaml
 
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, apply, condition, get_json, is_true, workload_of
+from tests.kube.conftest import (
+    OperatorProcess,
+    apply,
+    atoll_json,
+    condition,
+    get_json,
+    is_true,
+    workload_of,
+)
 
 pytestmark = pytest.mark.cluster
 RACK = b.RACK
 
 
 def _atoll(cluster: KubeCluster, *args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "atoll", *args, "--kubeconfig", str(cluster.kubeconfig), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return answer
+    return atoll_json(cluster, *args)[0]
 
 
 def _create(cluster: KubeCluster, obj: dict[str, Any]) -> None:

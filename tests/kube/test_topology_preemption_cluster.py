@@ -7,8 +7,6 @@ evicts (the same step, on a copy of the live state)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from tests.kube import builders as b
 from tests.kube.conftest import (
     OperatorProcess,
     apply,
+    atoll_json,
     condition,
     get_json,
     is_true,
@@ -73,17 +72,7 @@ def _pods_by_job(cluster: KubeCluster, ns: str) -> dict[str, list[str]]:
 def _what_if(cluster: KubeCluster, job: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     path = tmp_path / f"{job['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(job))
-    kube = str(cluster.kubeconfig)
-    out = subprocess.run(
-        [sys.executable, "-m", "atoll", "what-if", str(path), "--kubeconfig", kube, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout)
-    return answer
+    return atoll_json(cluster, "what-if", str(path))[0]
 
 
 def test_a_rack_required_gang_frees_exactly_one_rack(
