@@ -35,21 +35,27 @@ def _lqs(*pairs: tuple[str, str]) -> list[LocalQueue]:
     ]
 
 
-def test_within_a_cluster_queue_the_localqueue_that_used_more_is_preempted_first() -> None:
+def _one_queue(a: str, a_priority: int, b: str, usage: dict[str, float] | None) -> Snapshot:
+    """ClusterQueue `cq` of 10 CPUs (withinClusterQueue LowerPriority) running `a` (lq-a,
+    5 CPUs, `a_priority`) and `b` (lq-b, 5 CPUs, priority 1)."""
     cq = cluster_queue(
         "cq",
         group(quotas("f", cpu=10)),
         policy=preemption(within=WithinClusterQueue.LOWER_PRIORITY),
     )
     running = [
-        admitted(workload("a", "lq-a", priority=5, cpu=5), "cq"),
-        admitted(workload("b", "lq-b", priority=1, cpu=5), "cq"),
+        admitted(workload(a, "lq-a", priority=a_priority, cpu=5), "cq"),
+        admitted(workload(b, "lq-b", priority=1, cpu=5), "cq"),
     ]
-    head = workload("p", "lq-b", priority=10, cpu=5)
     lqs = _lqs(("lq-a", "cq"), ("lq-b", "cq"))
-    fair = snapshot([cq], running=running, local_queues=lqs, lq_usage={f"{NS}/lq-a": 2.0})
+    return snapshot([cq], running=running, local_queues=lqs, lq_usage=usage)
+
+
+def test_within_a_cluster_queue_the_localqueue_that_used_more_is_preempted_first() -> None:
+    head = workload("p", "lq-b", priority=10, cpu=5)
+    fair = _one_queue("a", 5, "b", {f"{NS}/lq-a": 2.0})
     assert summary(by_workload(run_cycle(fair, [head]))["p"]) == "preempt:a"
-    plain = snapshot([cq], running=running, local_queues=lqs)
+    plain = _one_queue("a", 5, "b", None)
     assert summary(by_workload(run_cycle(plain, [head]))["p"]) == "preempt:b"
 
 
@@ -101,17 +107,7 @@ def test_a_higher_priority_workload_of_the_busier_localqueue_hides_no_eligible_o
     """The busier LocalQueue's Workload comes first in the candidate order but its priority
     is above the preemptor's: the search goes on to the next (a list by usage is not by
     priority, so no priority bound may end it)."""
-    cq = cluster_queue(
-        "cq",
-        group(quotas("f", cpu=10)),
-        policy=preemption(within=WithinClusterQueue.LOWER_PRIORITY),
-    )
-    running = [
-        admitted(workload("busy", "lq-a", priority=20, cpu=5), "cq"),
-        admitted(workload("idle", "lq-b", priority=1, cpu=5), "cq"),
-    ]
-    lqs = _lqs(("lq-a", "cq"), ("lq-b", "cq"))
-    snap = snapshot([cq], running=running, local_queues=lqs, lq_usage={f"{NS}/lq-a": 5.0})
+    snap = _one_queue("busy", 20, "idle", {f"{NS}/lq-a": 5.0})
     head = workload("p", "lq-b", priority=10, cpu=5)
     assert summary(by_workload(run_cycle(snap, [head]))["p"]) == "preempt:idle"
 

@@ -105,20 +105,14 @@ def decayed(
     return merged(scaled(old, 1 - a), scaled(admitted, a))
 
 
-def milli(usage: Mapping[m.FlavorResource, int] | Iterable[tuple[str, int]]) -> Amounts:
-    """Engine amounts (cpu in milli-units, the rest in units), summed over flavors, in
-    milli-units."""
-    items = usage.items() if isinstance(usage, Mapping) else usage
-    out: Amounts = {}
-    for key, amount in items:
-        r = key[1] if isinstance(key, tuple) else key
-        out[r] = out.get(r, 0) + (amount if is_milli(r) else amount * 1000)
-    return out
-
-
 def admission_amounts(admission: m.Admission) -> Amounts:
-    """What an admission holds, per resource over every flavor, in milli-units."""
-    return milli((r, v) for ps in admission.pod_sets for r, v in ps.resource_usage)
+    """What an admission holds, per resource over every flavor, in milli-units (the engine's
+    amounts are milli-units for cpu, units for the rest)."""
+    out: Amounts = {}
+    for ps in admission.pod_sets:
+        for r, amount in ps.resource_usage:
+            out[r] = out.get(r, 0) + (amount if is_milli(r) else amount * 1000)
+    return out
 
 
 def scalar(amounts: Mapping[str, int], weights: Mapping[str, float], lq_weight: float) -> float:

@@ -234,7 +234,7 @@ class Cache:
     _lq_of: dict[str, str] = field(default_factory=dict)
     """Under Admission Fair Sharing: waiting Workload → the LocalQueue in `_lq_waiting`."""
     _afs_new: bool = True
-    """A LocalQueue never sampled may exist (`_afs_step` then looks at all of them)."""
+    """A LocalQueue never sampled may exist (`sample_usage` then looks at all of them)."""
     _usage_memo: tuple[tuple[int, int], dict[str, float]] = field(
         default_factory=lambda: ((-1, -1), {})
     )
@@ -454,11 +454,7 @@ class Cache:
 
     def sample_usage(self, now: float) -> None:
         """Take the LocalQueue usage samples due at `now` (Admission Fair Sharing), before a
-        step reads the snapshot and the queues."""
-        self._afs_step(now)
-
-    def _afs_step(self, now: float) -> None:
-        """Sample the LocalQueues that are due, and move the workloads of each LocalQueue
+        step reads the snapshot and the queues, and move the workloads of each LocalQueue
         whose usage changed to their new place in the queue."""
         tracker = self.afs
         if tracker is None:
@@ -607,7 +603,7 @@ class Cache:
         self.local_queues[key] = obj
         if old is None:
             self._afs_new = True
-        if self.afs is not None and obj.spec.cluster_queue:  # those `_afs_step` samples
+        if self.afs is not None and obj.spec.cluster_queue:  # those `sample_usage` samples
             fs = obj.status.fair_sharing if obj.status is not None else None
             if fs is not None and fs.admission_fair_sharing_status is not None:
                 st = fs.admission_fair_sharing_status
@@ -1094,7 +1090,7 @@ class Cache:
         """(queue, workload) of the first unparked workload of every queue at `now`, by
         queue name: what `select_heads(pending_by_queue(now), parked_keys())` gives, from
         queues kept up to date instead of grouped and sorted again."""
-        self._afs_step(now)  # first: the usage orders the wake-ups too
+        self.sample_usage(now)  # first: the usage orders the wake-ups too
         self.requeue_due(now)
         q = self.queues
         if q.version != self._queues_version:
@@ -1138,8 +1134,7 @@ class Cache:
             is m.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
         )
         by_end = e_cq is not None and e_cq.backfill is not None
-        qkey = self.queue_order(ew) if self.afs is not None else queue_key(ew)
-        return group, qkey, scheduling_class(ew, by_time=by_time, by_end=by_end)
+        return group, self.queue_order(ew), scheduling_class(ew, by_time=by_time, by_end=by_end)
 
     def queue_park_all(self, group: str) -> None:
         """Park every workload now in queue `group` (as `park` on each of them)."""
