@@ -24,6 +24,7 @@ from hypothesis import settings
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
+from atoll.sandbox.crds import apply_crds
 from atoll.sandbox.shapes import device_classes, load_shape, nodes, resource_slices
 
 settings.register_profile("atoll", deadline=None)
@@ -70,11 +71,7 @@ class KubeCluster:
         """Apply `crds/` server-side once per session and wait until they are Established."""
         if self._crds_applied:
             return
-        files = sorted((REPO / "crds").glob("*.yaml"))
-        assert files, "crds/ is empty: run `make crds`"
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in files]
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
+        apply_crds(self.kubectl, REPO / "crds")
         self._crds_applied = True
 
     def add_shape(self, path: Path) -> list[str]:

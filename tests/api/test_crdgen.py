@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from atoll.api import crdgen
+from atoll.api import crdgen, v1beta1
 from atoll.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,9 +67,51 @@ def test_every_field_has_a_description(spec: crdgen.CrdSpec) -> None:
 
 
 @pytest.mark.parametrize("spec", crdgen.KINDS, ids=lambda s: s.kind)
-def test_only_v1beta2_is_served_and_stored(spec: crdgen.CrdSpec) -> None:
-    versions = crdgen.crd(spec)["spec"]["versions"]
-    assert [(v["name"], v["served"], v["storage"]) for v in versions] == [("v1beta2", True, True)]
+def test_v1beta2_is_stored_and_v1beta1_served_deprecated(spec: crdgen.CrdSpec) -> None:
+    crd = crdgen.crd(spec)
+    versions = crd["spec"]["versions"]
+    assert [(v["name"], v["served"], v["storage"]) for v in versions] == [
+        ("v1beta2", True, True),
+        ("v1beta1", True, False),
+    ]
+    assert "deprecated" not in versions[0]
+    assert versions[1]["deprecated"] is True
+    assert "v1beta2" in versions[1]["deprecationWarning"]
+    conversion = crd["spec"].get("conversion")
+    if spec.kind in ("ClusterQueue", "LocalQueue", "Workload"):
+        assert conversion == {
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "service": {
+                        "namespace": "atoll-system",
+                        "name": "atoll-webhook-service",
+                        "path": "/convert",
+                        "port": 443,
+                    }
+                },
+            },
+        }
+        assert crd["metadata"]["name"] in v1beta1.CONVERTED_CRDS
+    else:  # the same fields in both versions: the API server only rewrites apiVersion
+        assert conversion is None
+        assert crd["metadata"]["name"] not in v1beta1.CONVERTED_CRDS
+    for version in versions:
+        assert crdgen.structural_problems(version["schema"]["openAPIV3Schema"]) == []
+    # The settings alike in both versions but selectableFields, which the API server refuses
+    # on a CRD whose versions' schemas differ unless they differ too.
+    for key in ("subresources", "additionalPrinterColumns"):
+        if key in versions[0] and spec.kind != "ClusterQueue":
+            assert versions[1][key] == versions[0][key]
+    assert "selectableFields" not in versions[1]
+
+
+def test_v1beta1_cluster_queue_column_reads_spec_cohort() -> None:
+    versions = crdgen.crd(SPECS["ClusterQueue"])["spec"]["versions"]
+    paths = [[c["jsonPath"] for c in v["additionalPrinterColumns"]] for v in versions]
+    assert paths[0][0] == ".spec.cohortName"
+    assert paths[1] == [".spec.cohort", *paths[0][1:]]
 
 
 @pytest.mark.parametrize(

@@ -103,15 +103,19 @@ def _get(kube: KubeCluster, manifest: Manifest) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("spec", KINDS, ids=lambda s: s.plural)
-def test_crd_is_established_with_only_v1beta2(kube: KubeCluster, spec: Any) -> None:
+def test_crd_is_established_storing_v1beta2_and_serving_v1beta1(
+    kube: KubeCluster, spec: Any
+) -> None:
     done = kube.kubectl("get", "crd", spec.name, "-o", "json")
     crd = json.loads(done.stdout)
     established = [c for c in crd["status"]["conditions"] if c["type"] == "Established"]
     assert established
     assert established[0]["status"] == "True"
     assert [(v["name"], v["served"], v["storage"]) for v in crd["spec"]["versions"]] == [
-        ("v1beta2", True, True)
+        ("v1beta2", True, True),
+        ("v1beta1", True, False),
     ]
+    assert crd["status"]["storedVersions"] == ["v1beta2"]
 
 
 def test_short_names_are_kueues_and_wl_is_not_one(kube: KubeCluster) -> None:

@@ -164,6 +164,18 @@ def dgx_topology(ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return topo, rf
 
 
+def dgx_tas_queue(ns: str) -> list[dict[str, Any]]:
+    """`dgx_topology(ns)` with a ClusterQueue `cq-NS` of all 128 GPUs on its flavor and a
+    LocalQueue `q` in `ns`."""
+    topo, rf = dgx_topology(ns)
+    return [
+        topo,
+        rf,
+        cluster_queue(f"cq-{ns}", f"rf-{ns}", gpus=128),
+        local_queue("q", ns, f"cq-{ns}"),
+    ]
+
+
 def island_claim_template(ns: str, name: str = "pair", count: int = 2) -> dict[str, Any]:
     """A ResourceClaimTemplate for `count` GPUs of the sandbox's DeviceClass, all in one
     NVLink island (`matchAttribute` on the island attribute)."""

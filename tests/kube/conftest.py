@@ -11,12 +11,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client, config
 
 from atoll.sandbox.processes import free_port
 from tests.conftest import REPO, KubeCluster
@@ -265,3 +266,12 @@ def charged(wl: dict[str, Any], resource: str) -> int:
 def dgx(cluster: KubeCluster) -> list[str]:
     """The dgx-h100 shape's nodes (16 x 8 GPUs, racks of 4), added to the session cluster."""
     return cluster.add_shape(REPO / "examples" / "clusters" / "dgx-h100.yaml")
+
+
+@pytest.fixture
+async def api(cluster: KubeCluster) -> AsyncIterator[client.ApiClient]:
+    """An API client of the session cluster (what the operator's own requests go through)."""
+    conf = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=conf)
+    async with client.ApiClient(conf) as api:
+        yield api

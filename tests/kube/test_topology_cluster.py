@@ -20,14 +20,7 @@ RACK = b.RACK
 
 
 def _tas_queue(cluster: KubeCluster, ns: str) -> None:
-    topo, rf = b.dgx_topology(ns)
-    apply(
-        cluster,
-        topo,
-        rf,
-        b.cluster_queue(f"cq-{ns}", f"rf-{ns}", gpus=128),
-        b.local_queue("q", ns, f"cq-{ns}"),
-    )
+    apply(cluster, *b.dgx_tas_queue(ns))
 
 
 def test_rack_required_gang_lands_inside_one_rack(

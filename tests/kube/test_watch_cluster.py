@@ -11,20 +11,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from atoll.kube import watch as w
-from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-async def api(cluster: KubeCluster) -> AsyncIterator[client.ApiClient]:
-    conf = client.Configuration()
-    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=conf)
-    async with client.ApiClient(conf) as api:
-        yield api
 
 
 def _cm(namespace: str, name: str, value: str = "1") -> dict[str, Any]:

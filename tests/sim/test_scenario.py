@@ -120,16 +120,10 @@ QUOTA = "spec.resourceGroups[0].flavors[0].resources[2]"
     ("doc", "message"),
     [
         pytest.param(
-            {**_cq(cohort="team"), "apiVersion": "kueue.x-k8s.io/v1beta1"},
-            "document 1 (ClusterQueue cq): convert it to v1beta2: apiVersion: "
-            "kueue.x-k8s.io/v1beta1 → kueue.x-k8s.io/v1beta2; spec.cohort → spec.cohortName",
-            id="v1beta1-names-the-renamed-field",
-        ),
-        pytest.param(
-            {**flavor(), "apiVersion": "kueue.x-k8s.io/v1beta1"},
-            "document 1 (ResourceFlavor gpu): convert it to v1beta2: apiVersion: "
-            "kueue.x-k8s.io/v1beta1 → kueue.x-k8s.io/v1beta2; nothing else differs",
-            id="v1beta1-same-schema",
+            {**_cq(cohort="team", bogus=1), "apiVersion": "kueue.x-k8s.io/v1beta1"},
+            "document 1 (ClusterQueue cq) (read as kueue.x-k8s.io/v1beta2): invalid: "
+            "spec.bogus: unknown field",
+            id="v1beta1-checked-after-conversion",
         ),
         pytest.param(
             _cq(cohortname="team"),
@@ -179,6 +173,25 @@ def test_duplicate_names_are_rejected() -> None:
     sweep = job("a", **{"atoll.dev/repeat": "2"})
     with pytest.raises(ScenarioError, match="two Job objects named default/a-1"):
         six_gpus(sweep, job("a-1"))
+
+
+def test_a_v1beta1_scenario_is_read_as_the_api_server_serves_it() -> None:
+    """Kueue's v1beta1 queue objects simulate as their v1beta2 form (the same `convert` as
+    the operator's conversion webhook): the cohort, the admission check list and the
+    fungibility value Borrow become cohortName, a strategy and MayStopSearch."""
+    cq = {
+        **_cq(
+            cohort="team", admissionChecks=["prov"], flavorFungibility={"whenCanBorrow": "Borrow"}
+        ),
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+    }
+    rf = {**flavor(), "apiVersion": "kueue.x-k8s.io/v1beta1"}
+    scn = b.scenario(nodes(1, 2), rf, cq)
+    (queue,) = scn.cluster_queues
+    assert queue.spec.cohort_name == "team"
+    assert any("runs no admission checks (prov)" in w for w in scn.warnings)
+    assert queue.spec.flavor_fungibility.when_can_borrow == "MayStopSearch"
+    assert [f.name for f in scn.flavors] == ["gpu"]
 
 
 def test_a_document_that_is_not_a_mapping_is_named(tmp_path: Path) -> None:

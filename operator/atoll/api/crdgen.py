@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import yaml
 
+from atoll.api import v1beta1
 from atoll.api.admissioncheck import AdmissionCheck
 from atoll.api.clusterqueue import GROUP, VERSION, ClusterQueue
 from atoll.api.cohort import Cohort
@@ -268,20 +269,49 @@ def openapi_schema(model: type[KubeObject]) -> Schema:
     return schema
 
 
-def crd(spec: CrdSpec) -> dict[str, Any]:
-    """The CustomResourceDefinition of one kind."""
+CONVERSION_SERVICE: Final = {
+    "namespace": "atoll-system",
+    "name": "atoll-webhook-service",
+    "path": "/convert",
+    "port": 443,
+}
+"""Where the API server sends ConversionReviews (deploy/service.yaml); the operator fills in
+`caBundle` at start, and in the sandbox points it at its own URL (`atoll.kube.webhook`)."""
+
+
+def _version(spec: CrdSpec, name: str, schema: Schema) -> dict[str, Any]:
     version: dict[str, Any] = {
-        "name": VERSION,
+        "name": name,
         "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": openapi_schema(spec.model)},
+        "storage": name == VERSION,
+        "schema": {"openAPIV3Schema": schema},
     }
+    if name != VERSION:
+        version["deprecated"] = True
+        version["deprecationWarning"] = v1beta1.DEPRECATION_WARNING
     if spec.status:
         version["subresources"] = {"status": {}}
     if spec.columns:
-        version["additionalPrinterColumns"] = [c.to_dict() for c in spec.columns]
-    if spec.selectable_fields:
+        columns = [c.to_dict() for c in spec.columns]
+        if name != VERSION:
+            for column in columns:
+                column["jsonPath"] = column["jsonPath"].replace(".spec.cohortName", ".spec.cohort")
+        version["additionalPrinterColumns"] = columns
+    if spec.selectable_fields and name == VERSION:
+        # On v1beta2 only: the API server takes settings the same in every version as the
+        # CRD's own, and refuses selectableFields there when the schemas differ.
         version["selectableFields"] = [{"jsonPath": p} for p in spec.selectable_fields]
+    return version
+
+
+def crd(spec: CrdSpec) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind: v1beta2 stored, v1beta1 served (deprecated),
+    converted by atoll's webhook for the kinds whose fields differ (`atoll.api.v1beta1`)."""
+    schema = openapi_schema(spec.model)
+    versions = [
+        _version(spec, VERSION, schema),
+        _version(spec, "v1beta1", v1beta1.schema(spec.kind, schema)),
+    ]
     names: dict[str, Any] = {
         "kind": spec.kind,
         "listKind": f"{spec.kind}List",
@@ -290,6 +320,20 @@ def crd(spec: CrdSpec) -> dict[str, Any]:
     }
     if spec.short_names:
         names["shortNames"] = list(spec.short_names)
+    body: dict[str, Any] = {
+        "group": GROUP,
+        "names": names,
+        "scope": spec.scope,
+        "versions": versions,
+    }
+    if spec.kind in v1beta1.CONVERTED_KINDS:
+        body["conversion"] = {
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": dict(CONVERSION_SERVICE)},
+            },
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -297,7 +341,7 @@ def crd(spec: CrdSpec) -> dict[str, Any]:
             "name": spec.name,
             "annotations": {"atoll.dev/generated-by": "atoll crds"},
         },
-        "spec": {"group": GROUP, "names": names, "scope": spec.scope, "versions": [version]},
+        "spec": body,
     }
 
 

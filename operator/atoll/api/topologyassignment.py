@@ -6,6 +6,7 @@ compressed form: slices of domains, each level's values either shared or one per
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import ConfigDict, Field, StringConstraints
@@ -128,3 +129,78 @@ class TopologyAssignment(ApiModel):
         tuple[TopologyAssignmentSlice, ...], Field(max_length=1000, json_schema_extra=ATOMIC)
     ]
     """The domains and their pod counts."""
+
+
+def _common_prefix(values: Sequence[str]) -> str:
+    first = min(values)
+    last = max(values)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _common_suffix(values: Sequence[str]) -> str:
+    return _common_prefix([v[::-1] for v in values])[::-1]
+
+
+def _level_values(values: Sequence[str]) -> TopologyAssignmentSliceLevelValues:
+    if len(set(values)) == 1:
+        return TopologyAssignmentSliceLevelValues(universal=values[0])
+    prefix = _common_prefix(values)
+    rest = [v[len(prefix) :] for v in values]
+    suffix = _common_suffix(rest)
+    roots = tuple(r[: len(r) - len(suffix)] for r in rest)
+    return TopologyAssignmentSliceLevelValues(
+        individual=TopologyAssignmentSliceLevelIndividualValues(
+            prefix=prefix or None, suffix=suffix or None, roots=roots
+        )
+    )
+
+
+def compact(
+    levels: Sequence[str], domains: Sequence[tuple[Sequence[str], int]]
+) -> TopologyAssignment:
+    """The compressed form of `domains` (each: its value at every level, its pod count), as
+    Kueue's pkg/util/tas writes it: one slice of all domains; per level one `universal` value
+    when every domain shares it, else `individual` roots with their longest common prefix and
+    suffix taken out; pod counts `universal` when equal, else `individual`."""
+    counts = [n for _, n in domains]
+    per_level = tuple(_level_values([d[i] for d, _ in domains]) for i in range(len(levels)))
+    pod_counts = (
+        TopologyAssignmentSlicePodCounts(universal=counts[0])
+        if len(set(counts)) == 1
+        else TopologyAssignmentSlicePodCounts(individual=tuple(counts))
+    )
+    return TopologyAssignment(
+        levels=tuple(levels),
+        slices=(
+            TopologyAssignmentSlice(
+                domain_count=len(domains), values_per_level=per_level, pod_counts=pod_counts
+            ),
+        )
+        if domains
+        else (),
+    )
+
+
+def expand(assignment: TopologyAssignment) -> list[tuple[tuple[str, ...], int]]:
+    """The inverse of `compact`: each domain's value at every level and its pod count, in
+    order, from any slices of the compressed form."""
+    out: list[tuple[tuple[str, ...], int]] = []
+    for sl in assignment.slices:
+        n = sl.domain_count
+        columns: list[list[str]] = []
+        for lv in sl.values_per_level:
+            if lv.universal is not None:
+                columns.append([lv.universal] * n)
+            elif lv.individual is not None:
+                ind = lv.individual
+                columns.append([f"{ind.prefix or ''}{r}{ind.suffix or ''}" for r in ind.roots])
+            else:
+                columns.append([""] * n)
+        pc = sl.pod_counts
+        counts = [pc.universal] * n if pc.universal is not None else list(pc.individual or ())
+        for i in range(n):
+            out.append((tuple(col[i] for col in columns), counts[i] if i < len(counts) else 0))
+    return out

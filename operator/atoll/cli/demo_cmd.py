@@ -18,6 +18,7 @@ from rich.table import Table
 
 from atoll.sandbox import binaries
 from atoll.sandbox.cluster import Sandbox
+from atoll.sandbox.crds import apply_crds
 from atoll.sandbox.processes import StartError
 from atoll.sandbox.shapes import GPU_RESOURCE, ShapeError, load_shape
 
@@ -205,13 +206,11 @@ def _run(args: argparse.Namespace) -> int:
             binaries.build(log=err.print)
         sandbox = Sandbox(root=Path(args.dir) if args.dir else None)
         sandbox.up(shape, log=err.print)
-        crds = sorted(Path(args.crds).glob("*.yaml"))
-        if not crds:
-            raise StartError(f"no CRDs in {args.crds}: run `make crds`")
-        sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", args.crds)
-        names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in crds]
-        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        err.print(f"applied {len(crds)} CRDs from {args.crds}")
+        try:
+            names = apply_crds(sandbox.kubectl, Path(args.crds))
+        except FileNotFoundError as e:
+            raise StartError(str(e)) from None
+        err.print(f"applied {len(names)} CRDs from {args.crds}")
         sandbox.start_operator("--set", "namespace=kube-system", timeout=90)
         err.print("atoll operator ready")
         console.print(_nodes_table(sandbox))

@@ -1,4 +1,4 @@
-"""`atoll sandbox build|up|down|status|env`: the docker-free local control plane."""
+"""`atoll sandbox build|up|crds|down|status|env`: the docker-free local control plane."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from atoll.sandbox import binaries, integrations
 from atoll.sandbox.cluster import Sandbox
+from atoll.sandbox.crds import apply_crds
 from atoll.sandbox.processes import StartError, rss_mib
 from atoll.sandbox.shapes import ShapeError, load_shape
 
@@ -50,6 +51,20 @@ def _up(args: argparse.Namespace) -> int:
         _err(f"atoll sandbox up: {e}")
         return 1
     print(_env_lines(sandbox))
+    return 0
+
+
+def _crds(args: argparse.Namespace) -> int:
+    sandbox = _sandbox(args)
+    if sandbox.load_state() is None:
+        _err("atoll sandbox crds: the sandbox is not up (atoll sandbox up)")
+        return 1
+    try:
+        names = apply_crds(sandbox.kubectl, Path(args.folder))
+    except (FileNotFoundError, AssertionError, RuntimeError) as e:
+        _err(f"atoll sandbox crds: {e}")
+        return 1
+    _err(f"applied {len(names)} CRDs from {args.folder}")
     return 0
 
 
@@ -125,6 +140,13 @@ def register(sub: Any) -> None:
         "--with", dest="with_", metavar="NAMES", help=with_help + ": CRDs, controller, webhooks"
     )
     up.set_defaults(func=_up)
+    crds = verbs.add_parser(
+        "crds",
+        help="apply atoll's CRDs (again): like `kubectl apply --server-side -f crds/`, but "
+        "keeping the URL a sandbox operator gave the v1beta1 conversion webhook",
+    )
+    crds.add_argument("folder", nargs="?", default="crds", help="folder of CRDs (default crds)")
+    crds.set_defaults(func=_crds)
     verbs.add_parser("down", help="stop every sandbox process by pid, remove state").set_defaults(
         func=_down
     )

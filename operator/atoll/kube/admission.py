@@ -6,6 +6,10 @@ value, None removes it) or raises `Refused`. The server turns that merge patch i
 JSON patch (RFC 6902) the API server applies (`json_patch`), or a refusal into
 `allowed: false` with its status code and message. A webhook is served at `/<its id>`.
 
+The same server answers the API server's ConversionReviews (apiextensions.k8s.io/v1) at
+`/convert`: Kueue's v1beta1 objects to v1beta2 and back (`atoll.api.v1beta1.convert`). An
+object that cannot be converted fails the whole review with a message naming it and the field.
+
 A request the server cannot read is answered with an HTTP error, never with a review: a body
 over `MAX_REVIEW_BYTES` 413, a body that is not an AdmissionReview v1 400, a path that names
 no webhook 404 (with `failurePolicy: Fail` the API server then refuses the request).
@@ -26,6 +30,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from atoll.api import v1beta1
 from atoll.kube.rest import decode
 
 log = structlog.get_logger("atoll.webhook")
@@ -36,6 +41,8 @@ bodies up to 3 MiB and an UPDATE review carries the object twice (old and new), 
 leaves room for JSON escaping; aiohttp's default (1 MiB) answered 413 to labelled Jobs above
 ~1 MiB."""
 REVIEW_API_VERSION = "admission.k8s.io/v1"
+CONVERSION_API_VERSION = "apiextensions.k8s.io/v1"
+CONVERT_PATH = "/convert"
 
 Admit = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any]]
 """A webhook's function: (object, old object on UPDATE else None) → merge patch (empty: no
@@ -210,6 +217,55 @@ def respond(hook: Webhook, review: Review) -> dict[str, Any]:
     return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": answer}
 
 
+def convert_review(body: bytes) -> dict[str, Any]:
+    """The ConversionReview v1 answer to a request body: every object converted to the
+    desired version, or `Failed` with the first object that cannot be. `BadReviewError` when
+    the body is not a ConversionReview v1 request."""
+    try:
+        data = decode(body)
+    except ValueError as e:
+        raise BadReviewError(f"the body is not JSON: {e}") from None
+    if not isinstance(data, dict) or (data.get("apiVersion"), data.get("kind")) != (
+        CONVERSION_API_VERSION,
+        "ConversionReview",
+    ):
+        raise BadReviewError(f"expected apiVersion {CONVERSION_API_VERSION} kind ConversionReview")
+    request = data.get("request")
+    if not isinstance(request, dict):
+        raise BadReviewError("request: missing or not an object")
+    uid, desired, objects = (
+        request.get("uid"),
+        request.get("desiredAPIVersion"),
+        request.get("objects"),
+    )
+    if not isinstance(uid, str) or not uid:
+        raise BadReviewError("request.uid: missing or not a string")
+    if not isinstance(desired, str) or not isinstance(objects, list):
+        raise BadReviewError("request: needs desiredAPIVersion and a list of objects")
+    answer: dict[str, Any] = {"uid": uid}
+    converted = []
+    for i, obj in enumerate(objects):
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
+        try:
+            if not isinstance(obj, dict):
+                raise v1beta1.ConversionError("not an object")
+            converted.append(v1beta1.convert(obj, desired))
+        except v1beta1.ConversionError as e:
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            answer["result"] = {
+                "status": "Failed",
+                "message": f"cannot convert {kind or 'object'} {name or f'#{i}'} to {desired}: {e}",
+            }
+            log.warning("conversion failed", object=name, to=desired, error=str(e))
+            break
+    else:
+        answer["convertedObjects"] = converted
+        answer["result"] = {"status": "Success"}
+    return {"apiVersion": CONVERSION_API_VERSION, "kind": "ConversionReview", "response": answer}
+
+
 def server_context(cert: bytes, key: bytes) -> ssl.SSLContext:
     """A TLS server context for the PEM certificate (chain) and key (written to a private
     temporary folder only while `ssl` loads them)."""
@@ -248,7 +304,16 @@ class AdmissionServer:
                 raise web.HTTPBadRequest(text=f"not an AdmissionReview v1 request: {e}") from None
             return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
+        async def convert(request: web.Request) -> web.Response:
+            body = await request.read()
+            try:
+                answer = convert_review(body)
+            except BadReviewError as e:
+                raise web.HTTPBadRequest(text=f"not a ConversionReview v1 request: {e}") from None
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
         app = web.Application(client_max_size=MAX_REVIEW_BYTES)
+        app.router.add_post(CONVERT_PATH, convert)
         app.router.add_post("/{id}", serve)
         return app
 

@@ -388,6 +388,11 @@ class Operator:
                         seen = self._webhook_events
                         await webhook.own_url_configuration(self.api, name, hooks)
                         log.info("webhook configuration points here", name=name, url=server.url)
+                        await webhook.point_conversion(
+                            self.api,
+                            webhook.conversion_url(server.url, server.ca),
+                            take_from_live=False,
+                        )
                         if self._webhook_events == seen:
                             self._webhook_urls = None  # until the watch shows the write
                     else:
@@ -470,6 +475,14 @@ class Operator:
                 await runner.cleanup()
 
     async def _prepare_webhook(self) -> None:
+        """Before the listing: the webhook's certificate, the caBundle of its configuration
+        (service mode), and the CRDs' conversion webhook (`webhook.point_conversion`, done
+        before anything is watched since a CRD update closes the watches of its resource)."""
+        if self._url_server is not None:
+            server = self._url_server
+            await webhook.point_conversion(
+                self.api, webhook.conversion_url(server.url, server.ca), take_from_live=False
+            )
         if self.opts.webhook != "service":
             return
         cfg = self.opts.configuration
@@ -482,6 +495,11 @@ class Operator:
         )
         await webhook.patch_ca_bundle(
             self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
+        )
+        await webhook.point_conversion(
+            self.api,
+            webhook.conversion_service(self.opts.webhook_service, self._shared_cert.ca),
+            take_from_live=True,
         )
 
     def _group_pod(self, pod: Pod, deleted: bool) -> None:

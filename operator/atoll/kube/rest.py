@@ -114,6 +114,7 @@ NAMESPACES = Resource("", "v1", "namespaces")
 SECRETS = Resource("", "v1", "secrets")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 
 class Rest:

@@ -38,6 +38,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from atoll.api import v1beta1
 from atoll.api.core import Job, Pod
 from atoll.api.labels import (
     MANAGED_LABEL,
@@ -50,13 +51,14 @@ from atoll.control import jobframework as jf
 from atoll.control import podgroups
 from atoll.kube import retry
 from atoll.kube.admission import (
+    CONVERT_PATH,
     AdmissionServer,
     Refused,
     Webhook,
     server_context,
 )
 from atoll.kube.kinds import CUSTOM_KINDS, CustomKind
-from atoll.kube.rest import MUTATING_WEBHOOKS, SECRETS, Rest, decode
+from atoll.kube.rest import CRDS, MERGE, MUTATING_WEBHOOKS, SECRETS, Rest, decode
 
 log = structlog.get_logger("atoll.webhook")
 
@@ -510,3 +512,86 @@ async def patch_ca_bundle(api: client.ApiClient, configuration: str, ca: bytes) 
 def make_service_server(*, addr: str, port: int, cert: SharedCert) -> AdmissionServer:
     """For a cluster: the shared certificate (`shared_certificate`), served at addr:port."""
     return AdmissionServer(addr=addr, port=port, context=server_context(cert.cert, cert.key))
+
+
+def conversion_service(service: str, ca: bytes) -> dict[str, Any]:
+    """A conversion webhook's clientConfig for the Service `NAMESPACE/NAME` (port 443)."""
+    namespace, _, name = service.partition("/")
+    return {
+        "service": {"namespace": namespace, "name": name, "path": CONVERT_PATH, "port": 443},
+        "caBundle": base64.b64encode(ca).decode(),
+    }
+
+
+def conversion_url(url: str, ca: bytes) -> dict[str, Any]:
+    """A conversion webhook's clientConfig for a replica reached by URL (the sandbox)."""
+    return {"url": f"{url}{CONVERT_PATH}", "caBundle": base64.b64encode(ca).decode()}
+
+
+async def point_conversion(
+    api: client.ApiClient, client_config: Mapping[str, Any], *, take_from_live: bool
+) -> list[str]:
+    """Make the conversion webhook of each CRD of `v1beta1.CONVERTED_CRDS` call `client_config`, so
+    that the API server can serve Kueue's v1beta1 objects; the names of the CRDs changed.
+
+    A CRD that is not installed, or that does not serve v1beta1 (an older crds/), is left as it
+    is with a warning. With `take_from_live` False, a CRD whose webhook is another replica's
+    URL where something listens is left to it (the sandbox's replicas). Failures (no
+    permission, the API server gone) are warnings too: only v1beta1 requests depend on it,
+    so the operator runs on without. A CRD update closes the API server's watches of that
+    resource, so nothing is written when the CRD already says the same."""
+    rest = Rest(api)
+    changed: list[str] = []
+    for name in v1beta1.CONVERTED_CRDS:
+        path = CRDS.path(None, name)
+        try:
+            raw = decode(
+                await retry.call(lambda path=path: rest.request("GET", path), what=f"CRD {name}")  # type: ignore[misc]
+            )
+            spec = raw.get("spec") or {}
+            served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
+            if "v1beta1" not in served:
+                log.warning(
+                    "CRD does not serve kueue.x-k8s.io/v1beta1: re-apply atoll's crds/",
+                    crd=name,
+                )
+                continue
+            webhook_ = (spec.get("conversion") or {}).get("webhook") or {}
+            have = webhook_.get("clientConfig") or {}
+            if all(have.get(k) == v for k, v in client_config.items()) and not (
+                set(have) - set(client_config)
+            ):
+                continue
+            other = have.get("url")
+            if not take_from_live and other and await listening(str(other)):
+                continue
+            patch_config: dict[str, Any] = {"url": None, "service": None, **client_config}
+            body = {
+                "spec": {
+                    "conversion": {
+                        "strategy": "Webhook",
+                        "webhook": {
+                            "conversionReviewVersions": ["v1"],
+                            "clientConfig": patch_config,
+                        },
+                    }
+                }
+            }
+            await retry.call(
+                lambda path=path, body=body: rest.request("PATCH", path, body, content_type=MERGE),  # type: ignore[misc]
+                what=f"CRD {name}",
+            )
+            changed.append(name)
+        except ApiException as e:
+            if e.status == 404:
+                log.warning("CRD not installed: v1beta1 objects are not served", crd=name)
+                continue
+            log.warning(
+                "conversion webhook not configured: kueue.x-k8s.io/v1beta1 requests will fail",
+                crd=name,
+                status=e.status,
+                why=str(e.body or e.reason)[:400],
+            )
+    if changed:
+        log.info("conversion webhook configured", crds=changed)
+    return changed

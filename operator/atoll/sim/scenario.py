@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
+from atoll.api import v1beta1
 from atoll.api.clusterqueue import ClusterQueue, not_run
 from atoll.api.cohort import Cohort
 from atoll.api.configuration import Configuration
@@ -70,17 +71,6 @@ SCENARIO_ANNOTATIONS = {
 }
 SHAPE_KIND = ("atoll.dev/v1alpha1", "ClusterShape")
 CONFIG_KIND = ("config.kueue.x-k8s.io/v1beta2", "Configuration")
-KUEUE_V1BETA1 = "kueue.x-k8s.io/v1beta1"
-V1BETA1_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
-    "ClusterQueue": (
-        ("spec.cohort", "spec.cohortName"),
-        ("spec.admissionChecks", "spec.admissionChecksStrategy.admissionChecks[].name"),
-    ),
-}
-"""Fields of Kueue's v1beta1 kinds that v1beta2 names differently (Kueue's
-apis/kueue/v1beta1/*_conversion.go); the other kinds' specs are the same in both."""
-V1BETA1_VALUES = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}
-"""v1beta1's flavorFungibility values and their v1beta2 equivalent."""
 
 K = TypeVar("K", bound=KubeObject)
 ShapeExpander = Callable[[Mapping[str, Any], Path], list[dict[str, Any]]]
@@ -352,24 +342,6 @@ def _add_pod_groups(scn: Scenario) -> None:
     scn.pods.clear()
 
 
-def _v1beta1(raw: Mapping[str, Any], where: str) -> ScenarioError:
-    """What to change to turn a Kueue v1beta1 object into v1beta2."""
-    kind = str(raw.get("kind", ""))
-    spec = raw.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    changes = [f"apiVersion: {KUEUE_V1BETA1} → kueue.x-k8s.io/v1beta2"]
-    for old, new in V1BETA1_RENAMES.get(kind, ()):
-        if old.removeprefix("spec.") in spec:
-            changes.append(f"{old} → {new}")
-    fungibility = spec.get("flavorFungibility") or {}
-    for key, value in fungibility.items() if isinstance(fungibility, Mapping) else ():
-        if value in V1BETA1_VALUES:
-            changes.append(f"spec.flavorFungibility.{key}: {value} → {V1BETA1_VALUES[value]}")
-    if len(changes) == 1:
-        changes.append("nothing else differs for this object")
-    return ScenarioError(f"{where}: convert it to v1beta2: " + "; ".join(changes))
-
-
 def _invalid(where: str, problems: Iterable[Problem]) -> ScenarioError:
     return ScenarioError(f"{where}: invalid: " + "; ".join(str(p) for p in problems))
 
@@ -380,8 +352,15 @@ def parse_document(raw: Mapping[str, Any], where: str) -> KubeObject | None:
     a kind atoll has no model for. Raises ScenarioError naming `where` and the field."""
     api_version = str(raw.get("apiVersion", ""))
     kind = str(raw.get("kind", ""))
-    if api_version == KUEUE_V1BETA1:
-        raise _v1beta1(raw, where)
+    if api_version == v1beta1.V1BETA1:
+        # Read as the API server serves it: converted to v1beta2 (`atoll.api.v1beta1`), then
+        # checked; a problem names the v1beta2 field.
+        try:
+            raw = v1beta1.convert(raw, v1beta1.V1BETA2)
+        except v1beta1.ConversionError as e:
+            raise ScenarioError(f"{where}: cannot convert from {v1beta1.V1BETA1}: {e}") from None
+        api_version = v1beta1.V1BETA2
+        where = f"{where} (read as {v1beta1.V1BETA2})"
     model = MODELS.get((api_version, kind))
     if model is None:
         return None

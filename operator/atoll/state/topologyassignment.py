@@ -9,46 +9,11 @@ level of the Topology.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from atoll.api.topologyassignment import (
-    TopologyAssignment,
-    TopologyAssignmentSlice,
-    TopologyAssignmentSliceLevelIndividualValues,
-    TopologyAssignmentSliceLevelValues,
-    TopologyAssignmentSlicePodCounts,
-)
+from atoll.api.topologyassignment import TopologyAssignment, compact, expand
 from atoll.api.workload import Workload
 from atoll.engine.inventory import Placement, PodPlacement, PodSetPlacement
 from atoll.engine.topology import HOSTNAME_LABEL
 from atoll.state.convert import pod_requests
-
-
-def _common_prefix(values: Sequence[str]) -> str:
-    first = min(values)
-    last = max(values)
-    n = 0
-    while n < len(first) and first[n] == last[n]:
-        n += 1
-    return first[:n]
-
-
-def _common_suffix(values: Sequence[str]) -> str:
-    return _common_prefix([v[::-1] for v in values])[::-1]
-
-
-def _level_values(values: Sequence[str]) -> TopologyAssignmentSliceLevelValues:
-    if len(set(values)) == 1:
-        return TopologyAssignmentSliceLevelValues(universal=values[0])
-    prefix = _common_prefix(values)
-    rest = [v[len(prefix) :] for v in values]
-    suffix = _common_suffix(rest)
-    roots = tuple(r[: len(r) - len(suffix)] for r in rest)
-    return TopologyAssignmentSliceLevelValues(
-        individual=TopologyAssignmentSliceLevelIndividualValues(
-            prefix=prefix or None, suffix=suffix or None, roots=roots
-        )
-    )
 
 
 def topology_assignment(placement: PodSetPlacement) -> TopologyAssignment | None:
@@ -56,47 +21,18 @@ def topology_assignment(placement: PodSetPlacement) -> TopologyAssignment | None
     set placed without a topology."""
     if not placement.assignment_levels or not placement.assignment:
         return None
-    domains = [values for values, _ in placement.assignment]
-    counts = [n for _, n in placement.assignment]
-    per_level = tuple(
-        _level_values([d[i] for d in domains]) for i in range(len(placement.assignment_levels))
-    )
-    pod_counts = (
-        TopologyAssignmentSlicePodCounts(universal=counts[0])
-        if len(set(counts)) == 1
-        else TopologyAssignmentSlicePodCounts(individual=tuple(counts))
-    )
-    return TopologyAssignment(
-        levels=placement.assignment_levels,
-        slices=(
-            TopologyAssignmentSlice(
-                domain_count=len(domains), values_per_level=per_level, pod_counts=pod_counts
-            ),
-        ),
+    return compact(
+        placement.assignment_levels,
+        [(tuple(values), n) for values, n in placement.assignment],
     )
 
 
 def domains(assignment: TopologyAssignment) -> list[tuple[dict[str, str], int]]:
     """The inverse of `topology_assignment`: (node labels of the domain, pods) per domain,
     in order, from Kueue's compressed form (universal or prefix/roots/suffix values)."""
-    out: list[tuple[dict[str, str], int]] = []
-    for sl in assignment.slices:
-        n = sl.domain_count
-        columns: list[list[str]] = []
-        for lv in sl.values_per_level:
-            if lv.universal is not None:
-                columns.append([lv.universal] * n)
-            elif lv.individual is not None:
-                ind = lv.individual
-                columns.append([f"{ind.prefix or ''}{r}{ind.suffix or ''}" for r in ind.roots])
-            else:
-                columns.append([""] * n)
-        pc = sl.pod_counts
-        counts = [pc.universal] * n if pc.universal is not None else list(pc.individual or ())
-        for i in range(n):
-            labels = {level: col[i] for level, col in zip(assignment.levels, columns, strict=True)}
-            out.append((labels, counts[i] if i < len(counts) else 0))
-    return out
+    return [
+        (dict(zip(assignment.levels, values, strict=True)), n) for values, n in expand(assignment)
+    ]
 
 
 def placement_from_status(key: str, wl: Workload) -> Placement | None:

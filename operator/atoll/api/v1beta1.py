@@ -1,0 +1,394 @@
+"""Kueue's deprecated `kueue.x-k8s.io/v1beta1`: its schemas and its conversion to and from
+v1beta2, the version atoll stores and reads.
+
+Kueue still serves v1beta1 (deprecated since v0.16) beside its storage version v1beta2, so
+manifests and tools written for older Kueue releases keep working. atoll does the same: every
+CRD serves v1beta1, and the kinds whose fields differ (ClusterQueue, LocalQueue, Workload) are
+converted by atoll's webhook (`/convert`, `atoll.kube.admission`), which calls `convert`.
+The others (ResourceFlavor, Cohort, Topology, WorkloadPriorityClass, AdmissionCheck) have the
+same fields in both versions and need no webhook. `atoll simulate` reads v1beta1 objects
+through the same `convert`.
+
+The differences, as Kueue's apis/kueue/v1beta1/*_conversion.go defines them:
+
+- ClusterQueue: `spec.cohort` is v1beta2's `spec.cohortName`; v1beta1's list of names
+  `spec.admissionChecks` becomes `spec.admissionChecksStrategy.admissionChecks[].name` (and
+  replaces a strategy given beside it); `flavorFungibility`'s `Borrow` and `Preempt` are
+  `MayStopSearch`. v1beta1 has no `concurrentAdmissionPolicy`. Its deprecated
+  `status.pendingWorkloadsStatus` and `status.fairSharing.admissionFairSharingStatus` are
+  dropped.
+- LocalQueue: `status.flavorUsage` is v1beta2's `status.flavorsUsage`; the deprecated
+  `status.flavors` is dropped.
+- Workload: `spec.priorityClassSource` and `spec.priorityClassName` are v1beta2's
+  `spec.priorityClassRef` (group, kind, name); `status.accumulatedPastExexcutionTimeSeconds`
+  (sic) is `status.accumulatedPastExecutionTimeSeconds`; a podSet assignment's
+  `topologyAssignment` lists its domains (`domains[]: {values, count}`) where v1beta2
+  compresses them into slices; v1beta1 has no `preemptionGates` and no podSet
+  `topologyRequest.podsetSliceRequiredTopologyConstraints`, which are dropped going down.
+- AdmissionCheck: v1beta1's `spec.retryDelayMinutes` (deprecated, without effect) is accepted
+  and dropped.
+
+Going up and down again gives back the same object except where v1beta2 has no place for a
+field (the ones dropped above) or two v1beta1 forms mean the same (`admissionChecks` comes back
+as a strategy, `Borrow` as `MayStopSearch`), as with Kueue.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from atoll.api.clusterqueue import GROUP
+from atoll.api.topologyassignment import TopologyAssignment, compact, expand
+
+V1BETA1: Final = f"{GROUP}/v1beta1"
+V1BETA2: Final = f"{GROUP}/v1beta2"
+DEPRECATION_WARNING: Final = "kueue.x-k8s.io/v1beta1 is deprecated; use kueue.x-k8s.io/v1beta2"
+CONVERTED_PLURALS: Final = {
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "Workload": "workloads",
+}
+"""The kinds whose CRD converts through the webhook (and their plurals); the others only
+change apiVersion."""
+CONVERTED_KINDS: Final = frozenset(CONVERTED_PLURALS)
+CONVERTED_CRDS: Final = tuple(f"{p}.{GROUP}" for p in CONVERTED_PLURALS.values())
+
+WORKLOAD_PRIORITY_CLASS_SOURCE: Final = "kueue.x-k8s.io/workloadpriorityclass"
+POD_PRIORITY_CLASS_SOURCE: Final = "scheduling.k8s.io/priorityclass"
+_SOURCES: Final = {
+    WORKLOAD_PRIORITY_CLASS_SOURCE: (GROUP, "WorkloadPriorityClass"),
+    POD_PRIORITY_CLASS_SOURCE: ("scheduling.k8s.io", "PriorityClass"),
+}
+_ACCUMULATED: Final = "accumulatedPastExecutionTimeSeconds"
+_ACCUMULATED_V1BETA1: Final = "accumulatedPastExexcutionTimeSeconds"
+"""Kueue's v1beta1 spells it so."""
+_FUNGIBILITY: Final = {"whenCanBorrow": "Borrow", "whenCanPreempt": "Preempt"}
+"""v1beta1's extra value of each flavorFungibility field; v1beta2 says MayStopSearch."""
+
+Obj = dict[str, Any]
+Schema = dict[str, Any]
+
+
+class ConversionError(ValueError):
+    """An object that cannot be converted; the message names the field."""
+
+
+def _dict(obj: Mapping[str, Any], key: str) -> Obj | None:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else None
+
+
+def _rename(obj: Obj | None, old: str, new: str) -> None:
+    if obj is not None and old in obj:
+        value = obj.pop(old)
+        obj[new] = value
+
+
+# ----------------------------------------------------------------------------- up: v1beta2
+
+
+def _cluster_queue_up(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is not None:
+        cohort = spec.pop("cohort", None)
+        if cohort:
+            spec["cohortName"] = cohort
+        checks = spec.pop("admissionChecks", None)
+        if checks:
+            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+        fungibility = _dict(spec, "flavorFungibility")
+        for key, old in _FUNGIBILITY.items():
+            if fungibility is not None and fungibility.get(key) == old:
+                fungibility[key] = "MayStopSearch"
+    status = _dict(obj, "status")
+    if status is not None:
+        status.pop("pendingWorkloadsStatus", None)
+        fair = _dict(status, "fairSharing")
+        if fair is not None:
+            fair.pop("admissionFairSharingStatus", None)
+
+
+def _local_queue_up(obj: Obj) -> None:
+    status = _dict(obj, "status")
+    if status is not None:
+        status.pop("flavors", None)
+        _rename(status, "flavorUsage", "flavorsUsage")
+
+
+def _workload_up(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is not None:
+        source = spec.pop("priorityClassSource", None)
+        name = spec.pop("priorityClassName", None)
+        if source in _SOURCES and name:
+            group, kind = _SOURCES[source]
+            spec["priorityClassRef"] = {"group": group, "kind": kind, "name": name}
+    status = _dict(obj, "status")
+    if status is not None:
+        _rename(status, _ACCUMULATED_V1BETA1, _ACCUMULATED)
+        _topology_assignments(status, _compacted)
+
+
+def _topology_assignments(status: Obj, change: Callable[[Obj, str], Obj]) -> None:
+    """Replace each podSet assignment's topologyAssignment by `change(it, its path)`."""
+    admission = _dict(status, "admission")
+    found = admission.get("podSetAssignments") if admission is not None else None
+    for i, psa in enumerate(found if isinstance(found, list) else ()):
+        ta = _dict(psa, "topologyAssignment") if isinstance(psa, dict) else None
+        if ta is not None:
+            where = f"status.admission.podSetAssignments[{i}].topologyAssignment"
+            psa["topologyAssignment"] = change(ta, where)
+
+
+def _compacted(ta: Obj, where: str) -> Obj:
+    levels = ta.get("levels")
+    domains = ta.get("domains") or []
+    if not isinstance(levels, list) or not all(isinstance(v, str) for v in levels):
+        raise ConversionError(f"{where}.levels: must be a list of node labels")
+    if not isinstance(domains, list):
+        raise ConversionError(f"{where}.domains: must be a list")
+    pairs: list[tuple[tuple[str, ...], int]] = []
+    for j, d in enumerate(domains):
+        values = d.get("values") if isinstance(d, dict) else None
+        count = d.get("count") if isinstance(d, dict) else None
+        if not isinstance(values, list) or len(values) != len(levels):
+            raise ConversionError(
+                f"{where}.domains[{j}].values: must hold one value per level ({len(levels)})"
+            )
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConversionError(f"{where}.domains[{j}].count: must be a whole number above 0")
+        pairs.append((tuple(str(v) for v in values), count))
+    try:
+        return compact(levels, pairs).model_dump(by_alias=True, exclude_none=True, mode="json")
+    except ValidationError as e:
+        raise ConversionError(f"{where}: {e.errors()[0]['msg']}") from None
+
+
+# --------------------------------------------------------------------------- down: v1beta1
+
+
+def _cluster_queue_down(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is not None:
+        _rename(spec, "cohortName", "cohort")
+        spec.pop("concurrentAdmissionPolicy", None)
+
+
+def _local_queue_down(obj: Obj) -> None:
+    _rename(_dict(obj, "status"), "flavorsUsage", "flavorUsage")
+
+
+def _workload_down(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is not None:
+        spec.pop("preemptionGates", None)
+        ref = spec.pop("priorityClassRef", None)
+        if isinstance(ref, dict):
+            for source, (group, kind) in _SOURCES.items():
+                if (ref.get("group"), ref.get("kind")) == (group, kind):
+                    spec["priorityClassSource"] = source
+                    spec["priorityClassName"] = ref.get("name")
+        for ps in spec.get("podSets") or ():
+            request = _dict(ps, "topologyRequest") if isinstance(ps, dict) else None
+            if request is not None:
+                request.pop("podsetSliceRequiredTopologyConstraints", None)
+    status = _dict(obj, "status")
+    if status is not None:
+        status.pop("preemptionGates", None)
+        _rename(status, _ACCUMULATED, _ACCUMULATED_V1BETA1)
+        _topology_assignments(status, _expanded)
+
+
+def _expanded(ta: Obj, where: str) -> Obj:
+    try:
+        parsed = TopologyAssignment.model_validate(ta)
+    except ValidationError as e:
+        first = e.errors()[0]
+        at = ".".join(str(p) for p in first["loc"])
+        raise ConversionError(f"{where}.{at}: {first['msg']}") from None
+    return {
+        "levels": list(parsed.levels),
+        "domains": [{"values": list(values), "count": n} for values, n in expand(parsed)],
+    }
+
+
+def _admission_check_up(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is not None:
+        spec.pop("retryDelayMinutes", None)
+
+
+_UP: Final[dict[str, Callable[[Obj], None]]] = {
+    "ClusterQueue": _cluster_queue_up,
+    "LocalQueue": _local_queue_up,
+    "Workload": _workload_up,
+    "AdmissionCheck": _admission_check_up,
+}
+_DOWN: Final[dict[str, Callable[[Obj], None]]] = {
+    "ClusterQueue": _cluster_queue_down,
+    "LocalQueue": _local_queue_down,
+    "Workload": _workload_down,
+}
+
+
+def convert(obj: Mapping[str, Any], api_version: str) -> Obj:
+    """A copy of the Kueue object `obj` (v1beta1 or v1beta2) in `api_version`. Anything but
+    the fields named in the module's docstring is kept as it is, `metadata` included."""
+    have = obj.get("apiVersion")
+    if have not in (V1BETA1, V1BETA2):
+        raise ConversionError(f"apiVersion: {have!r} is neither {V1BETA1} nor {V1BETA2}")
+    if api_version not in (V1BETA1, V1BETA2):
+        raise ConversionError(f"cannot convert to {api_version!r}: only {V1BETA1} and {V1BETA2}")
+    out = copy.deepcopy(dict(obj))
+    if have != api_version:
+        step = (_UP if api_version == V1BETA2 else _DOWN).get(str(obj.get("kind")))
+        if step is not None:
+            step(out)
+        out["apiVersion"] = api_version
+    return out
+
+
+# ------------------------------------------------------------------------------- schemas
+
+
+def _props(node: Schema, *path: str) -> Schema:
+    for key in path:
+        node = node["properties"][key]
+    return node["properties"]  # type: ignore[no-any-return]
+
+
+def _cluster_queue_schema(schema: Schema) -> None:
+    spec = schema["properties"]["spec"]
+    props = spec["properties"]
+    props["cohort"] = props.pop("cohortName")
+    props.pop("concurrentAdmissionPolicy", None)
+    props["admissionChecks"] = {
+        "type": "array",
+        "description": "Names of the AdmissionChecks every Workload of this queue needs "
+        "(deprecated: use admissionChecksStrategy).",
+        "items": {"type": "string", "maxLength": 316},
+        "x-kubernetes-list-type": "set",
+    }
+    for rule in spec.get("x-kubernetes-validations", ()):
+        rule["rule"] = rule["rule"].replace("self.cohortName", "self.cohort")
+    fungibility = props["flavorFungibility"]["properties"]
+    for key, old in _FUNGIBILITY.items():
+        fungibility[key]["enum"] = [*fungibility[key]["enum"], old]
+
+
+def _local_queue_schema(schema: Schema) -> None:
+    status = _props(schema, "status")
+    status["flavorUsage"] = status.pop("flavorsUsage")
+
+
+_RESERVED = (
+    "has(oldSelf.status) && has(oldSelf.status.conditions) && "
+    "oldSelf.status.conditions.exists(c, c.type == 'QuotaReserved' && c.status == 'True')"
+)
+
+
+def _workload_schema(schema: Schema) -> None:
+    spec = schema["properties"]["spec"]
+    props = spec["properties"]
+    props.pop("priorityClassRef")
+    props.pop("preemptionGates", None)
+    props["priorityClassSource"] = {
+        "type": "string",
+        "default": "",
+        "enum": [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""],
+        "description": "Where priorityClassName is looked up: a WorkloadPriorityClass "
+        "or a pod PriorityClass; empty for none.",
+    }
+    props["priorityClassName"] = {
+        "type": "string",
+        "maxLength": 253,
+        "description": "Name of the priority class priorityClassSource names.",
+    }
+    spec["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(self.priorityClassName) || has(self.priority)",
+            "message": "priority must be set with priorityClassName",
+        }
+    ]
+    request = props["podSets"]["items"]["properties"]["topologyRequest"]["properties"]
+    request.pop("podsetSliceRequiredTopologyConstraints", None)
+    status = schema["properties"]["status"]["properties"]
+    status.pop("preemptionGates", None)
+    status[_ACCUMULATED_V1BETA1] = status.pop(_ACCUMULATED)
+    assignment = status["admission"]["properties"]["podSetAssignments"]["items"]["properties"]
+    levels = assignment["topologyAssignment"]["properties"]["levels"]
+    assignment["topologyAssignment"] = {
+        "type": "object",
+        "description": "The topology domains the podSet's pods are assigned to, one by one.",
+        "required": ["levels", "domains"],
+        "properties": {
+            "levels": levels,
+            "domains": {
+                "type": "array",
+                "x-kubernetes-list-type": "atomic",
+                "items": {
+                    "type": "object",
+                    "required": ["values", "count"],
+                    "properties": {
+                        "values": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": 16,
+                            "x-kubernetes-list-type": "atomic",
+                            "items": {"type": "string", "maxLength": 63},
+                        },
+                        "count": {"type": "integer", "format": "int32", "minimum": 1},
+                    },
+                },
+            },
+        },
+    }
+    rules = []
+    for rule in schema.get("x-kubernetes-validations", ()):
+        if "priorityClassRef" not in rule["rule"]:
+            rules.append(rule)
+    rules += [
+        {
+            "rule": f"({_RESERVED}) ? oldSelf.spec.priorityClassSource == "
+            "self.spec.priorityClassSource : true",
+            "message": "priorityClassSource cannot change while the Workload holds quota",
+        },
+        {
+            "rule": f"({_RESERVED} && self.spec.priorityClassSource != "
+            f"'{WORKLOAD_PRIORITY_CLASS_SOURCE}' && has(oldSelf.spec.priorityClassName) && "
+            "has(self.spec.priorityClassName)) ? oldSelf.spec.priorityClassName == "
+            "self.spec.priorityClassName : true",
+            "message": "priorityClassName of a pod priority class cannot change while the "
+            "Workload holds quota",
+        },
+    ]
+    schema["x-kubernetes-validations"] = rules
+
+
+def _admission_check_schema(schema: Schema) -> None:
+    _props(schema, "spec")["retryDelayMinutes"] = {
+        "type": "integer",
+        "format": "int64",
+        "description": "Deprecated and without effect; dropped in v1beta2.",
+    }
+
+
+_SCHEMAS: Final[dict[str, Callable[[Schema], None]]] = {
+    "ClusterQueue": _cluster_queue_schema,
+    "LocalQueue": _local_queue_schema,
+    "Workload": _workload_schema,
+    "AdmissionCheck": _admission_check_schema,
+}
+
+
+def schema(kind: str, v1beta2: Schema) -> Schema:
+    """The v1beta1 openAPIV3Schema of `kind`, from its v1beta2 one."""
+    out = copy.deepcopy(v1beta2)
+    change = _SCHEMAS.get(kind)
+    if change is not None:
+        change(out)
+    return out

@@ -1,0 +1,497 @@
+"""Kueue's v1beta1 and its conversion to and from v1beta2 (`atoll.api.v1beta1`): each field
+Kueue's apis/kueue/v1beta1/*_conversion.go converts, the topology assignment's two forms,
+what is kept (metadata, unknown fields), errors that name the field, round trips (hypothesis),
+the v1beta1 schemas, and the ConversionReview the webhook answers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given
+from hypothesis import strategies as st
+
+from atoll.api import crdgen, v1beta1
+from atoll.api.clusterqueue import ClusterQueue
+from atoll.api.localqueue import LocalQueue
+from atoll.api.workload import Workload
+from atoll.kube.admission import AdmissionServer, BadReviewError, convert_review
+from atoll.state.apivalidation import check_object
+
+UP, DOWN = v1beta1.V1BETA2, v1beta1.V1BETA1
+META = {"name": "x", "namespace": "ns", "uid": "u-1", "resourceVersion": "7", "labels": {"a": "b"}}
+
+
+def _obj(kind: str, api: str = DOWN, **parts: Any) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "metadata": copy.deepcopy(META), **parts}
+
+
+# ---------------------------------------------------------------------------- ClusterQueue
+
+
+def test_a_v1beta1_cluster_queue_goes_up_as_kueue_converts_it() -> None:
+    cq = _obj(
+        "ClusterQueue",
+        spec={
+            "cohort": "team",
+            "admissionChecks": ["prov", "mk"],
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "ignored"}]},
+            "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "Preempt"},
+            "queueingStrategy": "StrictFIFO",
+        },
+        status={
+            "pendingWorkloads": 3,
+            "pendingWorkloadsStatus": {"clusterQueuePendingWorkload": []},
+            "fairSharing": {"weightedShare": 5, "admissionFairSharingStatus": {}},
+        },
+    )
+    out = v1beta1.convert(cq, UP)
+    assert out == {
+        "apiVersion": UP,
+        "kind": "ClusterQueue",
+        "metadata": META,
+        "spec": {
+            "cohortName": "team",
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}, {"name": "mk"}]},
+            "flavorFungibility": {
+                "whenCanBorrow": "MayStopSearch",
+                "whenCanPreempt": "MayStopSearch",
+            },
+            "queueingStrategy": "StrictFIFO",
+        },
+        "status": {"pendingWorkloads": 3, "fairSharing": {"weightedShare": 5}},
+    }
+    assert cq["spec"]["cohort"] == "team"  # the input is not changed
+
+
+def test_a_cluster_queue_goes_down_with_spec_cohort() -> None:
+    cq = _obj(
+        "ClusterQueue",
+        api=UP,
+        spec={
+            "cohortName": "team",
+            "concurrentAdmissionPolicy": {"x": 1},
+            "flavorFungibility": {"whenCanBorrow": "TryNextFlavor"},
+        },
+    )
+    assert v1beta1.convert(cq, DOWN)["spec"] == {
+        "cohort": "team",
+        "flavorFungibility": {"whenCanBorrow": "TryNextFlavor"},
+    }
+
+
+def test_an_empty_v1beta1_cohort_or_check_list_sets_nothing() -> None:
+    cq = _obj("ClusterQueue", spec={"cohort": "", "admissionChecks": []})
+    assert v1beta1.convert(cq, UP)["spec"] == {}
+
+
+# ------------------------------------------------------------------------------ LocalQueue
+
+
+def test_a_local_queues_flavor_usage_is_renamed_both_ways() -> None:
+    usage = [{"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "total": "4"}]}]
+    lq = _obj(
+        "LocalQueue",
+        spec={"clusterQueue": "cq"},
+        status={"flavorUsage": usage, "flavors": [{"name": "gpu"}], "pendingWorkloads": 1},
+    )
+    up = v1beta1.convert(lq, UP)
+    assert up["status"] == {"flavorsUsage": usage, "pendingWorkloads": 1}
+    assert up["spec"] == {"clusterQueue": "cq"}
+    down = v1beta1.convert(up, DOWN)
+    assert down["status"] == {"flavorUsage": usage, "pendingWorkloads": 1}
+
+
+# -------------------------------------------------------------------------------- Workload
+
+
+@pytest.mark.parametrize(
+    ("source", "group", "kind"),
+    [
+        ("kueue.x-k8s.io/workloadpriorityclass", "kueue.x-k8s.io", "WorkloadPriorityClass"),
+        ("scheduling.k8s.io/priorityclass", "scheduling.k8s.io", "PriorityClass"),
+    ],
+)
+def test_a_workloads_priority_class_source_and_name_are_its_priority_class_ref(
+    source: str, group: str, kind: str
+) -> None:
+    wl = _obj(
+        "Workload",
+        spec={"priorityClassSource": source, "priorityClassName": "high", "priority": 9},
+    )
+    up = v1beta1.convert(wl, UP)
+    assert up["spec"] == {
+        "priorityClassRef": {"group": group, "kind": kind, "name": "high"},
+        "priority": 9,
+    }
+    assert v1beta1.convert(up, DOWN)["spec"] == wl["spec"]
+
+
+def test_a_priority_class_name_without_a_source_gives_no_ref() -> None:
+    """Kueue converts only the two known sources; the default "" names no class."""
+    wl = _obj("Workload", spec={"priorityClassSource": "", "priorityClassName": "high"})
+    assert v1beta1.convert(wl, UP)["spec"] == {}
+
+
+def test_v1beta1s_misspelt_execution_time_and_v1beta2_only_fields() -> None:
+    wl = _obj(
+        "Workload",
+        api=UP,
+        spec={
+            "preemptionGates": [{"name": "g"}],
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 2,
+                    "topologyRequest": {
+                        "required": "rack",
+                        "podsetSliceRequiredTopologyConstraints": [{"topology": "b", "size": 2}],
+                    },
+                }
+            ],
+        },
+        status={"accumulatedPastExecutionTimeSeconds": 42, "preemptionGates": []},
+    )
+    down = v1beta1.convert(wl, DOWN)
+    assert down["spec"] == {
+        "podSets": [{"name": "main", "count": 2, "topologyRequest": {"required": "rack"}}]
+    }
+    assert down["status"] == {"accumulatedPastExexcutionTimeSeconds": 42}
+    assert v1beta1.convert(down, UP)["status"] == {"accumulatedPastExecutionTimeSeconds": 42}
+
+
+HOSTS = "kubernetes.io/hostname"
+
+
+def _admitted(assignment: dict[str, Any], api: str) -> dict[str, Any]:
+    return _obj(
+        "Workload",
+        api=api,
+        status={
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {"name": "main", "count": 4, "topologyAssignment": assignment},
+                    {"name": "launcher", "count": 1},
+                ],
+            }
+        },
+    )
+
+
+def test_a_topology_assignment_lists_its_domains_in_v1beta1_and_compresses_them_in_v1beta2() -> (
+    None
+):
+    listed = {
+        "levels": ["rack", HOSTS],
+        "domains": [
+            {"values": ["r1", "node-1"], "count": 2},
+            {"values": ["r1", "node-2"], "count": 2},
+        ],
+    }
+    up = v1beta1.convert(_admitted(listed, DOWN), UP)
+    compressed = up["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert compressed == {
+        "levels": ["rack", HOSTS],
+        "slices": [
+            {
+                "domainCount": 2,
+                "valuesPerLevel": [
+                    {"universal": "r1"},
+                    {"individual": {"prefix": "node-", "roots": ["1", "2"]}},
+                ],
+                "podCounts": {"universal": 2},
+            }
+        ],
+    }
+    assert "topologyAssignment" not in up["status"]["admission"]["podSetAssignments"][1]
+    down = v1beta1.convert(up, DOWN)
+    assert down["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] == listed
+
+
+@pytest.mark.parametrize(
+    ("assignment", "names"),
+    [
+        (
+            {"levels": [HOSTS], "domains": [{"values": ["a", "b"], "count": 1}]},
+            "podSetAssignments[0].topologyAssignment.domains[0].values: must hold one value "
+            "per level (1)",
+        ),
+        (
+            {"levels": [HOSTS], "domains": [{"values": ["a"], "count": 0}]},
+            "podSetAssignments[0].topologyAssignment.domains[0].count: must be a whole number "
+            "above 0",
+        ),
+        (
+            {"levels": "rack", "domains": []},
+            "podSetAssignments[0].topologyAssignment.levels: must be a list of node labels",
+        ),
+    ],
+)
+def test_a_topology_assignment_that_cannot_be_converted_names_the_field(
+    assignment: dict[str, Any], names: str
+) -> None:
+    with pytest.raises(v1beta1.ConversionError, match=r"^status\.admission\.") as err:
+        v1beta1.convert(_admitted(assignment, DOWN), UP)
+    assert names in str(err.value)
+
+
+def test_an_invalid_v1beta2_assignment_going_down_names_the_field() -> None:
+    bad = {"levels": [HOSTS], "slices": [{"domainCount": 1, "valuesPerLevel": []}]}
+    with pytest.raises(v1beta1.ConversionError) as err:
+        v1beta1.convert(_admitted(bad, UP), DOWN)
+    assert str(err.value).startswith(
+        "status.admission.podSetAssignments[0].topologyAssignment.slices.0."
+    )
+
+
+VALUES = st.text(alphabet="ab-01", min_size=1, max_size=6)
+DOMAINS = st.integers(min_value=1, max_value=3).flatmap(
+    lambda levels: st.tuples(
+        st.just(levels),
+        st.lists(
+            st.tuples(st.lists(VALUES, min_size=levels, max_size=levels), st.integers(1, 9)),
+            min_size=1,
+            max_size=8,
+        ),
+    )
+)
+
+
+@given(DOMAINS)
+def test_domains_go_up_and_down_unchanged(shape: tuple[int, list[tuple[list[str], int]]]) -> None:
+    levels, domains = shape
+    listed = {
+        "levels": [f"level-{i}" for i in range(levels)],
+        "domains": [{"values": values, "count": n} for values, n in domains],
+    }
+    wl = _admitted(listed, DOWN)
+    up = v1beta1.convert(wl, UP)
+    assert v1beta1.convert(up, DOWN) == wl
+    assert v1beta1.convert(v1beta1.convert(up, DOWN), UP) == up
+
+
+# ------------------------------------------------------------------------ the other kinds
+
+
+@pytest.mark.parametrize(
+    "kind", ["ResourceFlavor", "Cohort", "Topology", "WorkloadPriorityClass", "Unknown"]
+)
+def test_the_kinds_alike_in_both_versions_change_only_api_version(kind: str) -> None:
+    obj = _obj(kind, spec={"cohort": "kept", "anything": [1, {"b": None}]}, value=3)
+    up = v1beta1.convert(obj, UP)
+    assert up == {**obj, "apiVersion": UP}
+    assert v1beta1.convert(up, DOWN) == obj
+
+
+def test_an_admission_checks_retry_delay_is_dropped_going_up() -> None:
+    ac = _obj("AdmissionCheck", spec={"controllerName": "c.io/x", "retryDelayMinutes": 15})
+    assert v1beta1.convert(ac, UP)["spec"] == {"controllerName": "c.io/x"}
+
+
+def test_the_same_version_is_a_copy_and_other_versions_are_refused() -> None:
+    cq = _obj("ClusterQueue", spec={"cohort": "team"})
+    same = v1beta1.convert(cq, DOWN)
+    assert same == cq
+    assert same is not cq
+    with pytest.raises(v1beta1.ConversionError, match=r"only kueue\.x-k8s\.io/v1beta1 and"):
+        v1beta1.convert(cq, "kueue.x-k8s.io/v1")
+    with pytest.raises(v1beta1.ConversionError, match=r"^apiVersion: 'v1' is neither"):
+        v1beta1.convert({**cq, "apiVersion": "v1"}, UP)
+
+
+# ------------------------------------------------------------ converted objects are valid
+
+
+@pytest.mark.parametrize(
+    ("model", "obj"),
+    [
+        (
+            ClusterQueue,
+            {
+                "spec": {
+                    "cohort": "team",
+                    "admissionChecks": ["prov"],
+                    "flavorFungibility": {"whenCanBorrow": "Borrow"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {
+                                    "name": "rf",
+                                    "resources": [
+                                        {"name": "cpu", "nominalQuota": 4, "borrowingLimit": 2}
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            },
+        ),
+        (LocalQueue, {"spec": {"clusterQueue": "cq"}}),
+        (
+            Workload,
+            {
+                "spec": {
+                    "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+                    "priorityClassName": "high",
+                    "priority": 100,
+                    "podSets": [{"name": "main", "count": 1, "template": {"spec": {}}}],
+                }
+            },
+        ),
+    ],
+)
+def test_a_valid_v1beta1_object_converts_to_a_valid_v1beta2_one(
+    model: type[Any], obj: dict[str, Any]
+) -> None:
+    meta = {"name": "x", "namespace": "ns"} if model is not ClusterQueue else {"name": "x"}
+    raw = {"apiVersion": DOWN, "kind": model.KIND, "metadata": meta, **obj}
+    parsed, problems = check_object(v1beta1.convert(raw, UP), model)
+    assert problems == []
+    assert parsed is not None
+
+
+# ---------------------------------------------------------------------------- the schemas
+
+
+def _schemas(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = next(s for s in crdgen.KINDS if s.kind == kind)
+    hub = crdgen.openapi_schema(spec.model)
+    return hub, v1beta1.schema(kind, hub)
+
+
+def test_the_v1beta1_cluster_queue_schema_has_kueues_v1beta1_fields() -> None:
+    hub, old = _schemas("ClusterQueue")
+    spec = old["properties"]["spec"]
+    assert "cohort" in spec["properties"]
+    assert "cohortName" not in spec["properties"]
+    assert "concurrentAdmissionPolicy" not in spec["properties"]
+    assert spec["properties"]["admissionChecks"]["items"]["type"] == "string"
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert not any("cohortName" in r for r in rules)
+    assert sum("has(self.cohort)" in r for r in rules) == 2
+    fungibility = spec["properties"]["flavorFungibility"]["properties"]
+    assert fungibility["whenCanBorrow"]["enum"] == ["MayStopSearch", "TryNextFlavor", "Borrow"]
+    assert fungibility["whenCanPreempt"]["enum"] == ["MayStopSearch", "TryNextFlavor", "Preempt"]
+    assert "cohortName" in hub["properties"]["spec"]["properties"]  # the hub is not changed
+
+
+def test_the_v1beta1_workload_schema_has_kueues_v1beta1_fields() -> None:
+    _, old = _schemas("Workload")
+    text = json.dumps(old)
+    assert "priorityClassRef" not in text
+    assert "preemptionGates" not in text
+    assert "podsetSliceRequiredTopologyConstraints" not in text
+    assert "accumulatedPastExecutionTimeSeconds" not in text
+    status = old["properties"]["status"]["properties"]
+    assert status["accumulatedPastExexcutionTimeSeconds"]["type"] == "integer"
+    assignment = status["admission"]["properties"]["podSetAssignments"]["items"]["properties"]
+    assert set(assignment["topologyAssignment"]["properties"]) == {"levels", "domains"}
+    spec = old["properties"]["spec"]["properties"]
+    assert spec["priorityClassSource"]["enum"] == [
+        "kueue.x-k8s.io/workloadpriorityclass",
+        "scheduling.k8s.io/priorityclass",
+        "",
+    ]
+    assert crdgen.structural_problems(old) == []
+
+
+def test_the_kinds_alike_in_both_versions_have_the_same_schema() -> None:
+    for kind in ("ResourceFlavor", "Cohort", "Topology", "WorkloadPriorityClass"):
+        hub, old = _schemas(kind)
+        assert old == hub
+
+
+def test_the_converted_crds_are_the_kinds_converted() -> None:
+    names = {s.name for s in crdgen.KINDS if s.kind in v1beta1.CONVERTED_KINDS}
+    assert set(v1beta1.CONVERTED_CRDS) == names
+
+
+# ------------------------------------------------------------ the webhook's ConversionReview
+
+
+def _review(objects: list[dict[str, Any]], desired: str) -> bytes:
+    body = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "r-1", "desiredAPIVersion": desired, "objects": objects},
+    }
+    return json.dumps(body).encode()
+
+
+def test_a_conversion_review_converts_every_object_in_order() -> None:
+    a = _obj("ClusterQueue", spec={"cohort": "a"})
+    b = _obj("ClusterQueue", spec={"cohort": "b"})
+    out = convert_review(_review([a, b], UP))
+    assert out["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert out["kind"] == "ConversionReview"
+    response = out["response"]
+    assert response["uid"] == "r-1"
+    assert response["result"] == {"status": "Success"}
+    assert [o["spec"] for o in response["convertedObjects"]] == [
+        {"cohortName": "a"},
+        {"cohortName": "b"},
+    ]
+
+
+def test_a_conversion_review_fails_whole_naming_the_object_and_field() -> None:
+    good = _obj("ClusterQueue", spec={"cohort": "a"})
+    bad = _admitted({"levels": [HOSTS], "domains": [{"values": [], "count": 1}]}, DOWN)
+    response = convert_review(_review([good, bad], UP))["response"]
+    assert "convertedObjects" not in response
+    assert response["result"]["status"] == "Failed"
+    assert response["result"]["message"] == (
+        "cannot convert Workload ns/x to kueue.x-k8s.io/v1beta2: status.admission."
+        "podSetAssignments[0].topologyAssignment.domains[0].values: must hold one value per "
+        "level (1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"{nope", "not JSON"),
+        (json.dumps({"apiVersion": "v1", "kind": "ConversionReview"}).encode(), "expected"),
+        (
+            json.dumps(
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}
+            ).encode(),
+            "request: missing",
+        ),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "ConversionReview",
+                    "request": {"uid": "u", "objects": {}},
+                }
+            ).encode(),
+            "desiredAPIVersion and a list",
+        ),
+    ],
+)
+def test_a_malformed_conversion_review_is_a_bad_request(body: bytes, names: str) -> None:
+    with pytest.raises(BadReviewError, match=names):
+        convert_review(body)
+
+
+async def test_the_webhook_server_answers_conversion_reviews_at_convert() -> None:
+    server = AdmissionServer(addr="127.0.0.1", port=0, context=None)
+    client = TestClient(TestServer(server.app([])))
+    await client.start_server()
+    try:
+        cq = _obj("ClusterQueue", api=UP, spec={"cohortName": "a"})
+        resp = await client.post("/convert", data=_review([cq], DOWN))
+        assert resp.status == 200
+        answer = await resp.json()
+        assert answer["response"]["convertedObjects"][0]["spec"] == {"cohort": "a"}
+        resp = await client.post("/convert", data=b"[]")
+        assert resp.status == 400
+        assert "not a ConversionReview v1 request" in await resp.text()
+    finally:
+        await client.close()

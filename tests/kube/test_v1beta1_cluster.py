@@ -1,0 +1,242 @@
+"""Kueue's deprecated v1beta1 on the sandbox: an admin's v1beta1 manifests apply unchanged
+(through atoll's conversion webhook for ClusterQueue, LocalQueue and Workload; by the API
+server alone for the kinds alike in both versions), a Job is admitted through them, and every
+object reads back in either version: v1beta1 readers get Kueue's v1beta1 fields (spec.cohort,
+priorityClassSource, flavorUsage, a topology assignment's listed domains)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from atoll.api import v1beta1
+from atoll.kube import webhook
+from atoll.sandbox.crds import apply_crds
+from tests.conftest import REPO, KubeCluster
+from tests.kube import builders as b
+from tests.kube.conftest import OperatorProcess, apply, create, get_json, is_true, workload_of
+
+pytestmark = pytest.mark.cluster
+
+V1 = "kueue.x-k8s.io/v1beta1"
+
+
+def _v1beta1_manifests(ns: str) -> str:
+    """What an admin of an older Kueue has: a flavor, a priority class, a ClusterQueue with
+    v1beta1's `cohort` and fungibility values, and a LocalQueue."""
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": f"rf-{ns}"}},
+        {
+            "apiVersion": V1,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"high-{ns}"},
+            "value": 1000,
+        },
+        {
+            "apiVersion": V1,
+            "kind": "ClusterQueue",
+            "metadata": {"name": f"cq-{ns}"},
+            "spec": {
+                "cohort": f"co-{ns}",
+                "namespaceSelector": {},
+                "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "Preempt"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", b.GPU],
+                        "flavors": [
+                            {
+                                "name": f"rf-{ns}",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 100},
+                                    {"name": b.GPU, "nominalQuota": 4},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": V1,
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": ns},
+            "spec": {"clusterQueue": f"cq-{ns}"},
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def _read(cluster: KubeCluster, plural: str, version: str, *args: str) -> dict[str, Any]:
+    got = get_json(cluster, "get", f"{plural}.{version}.kueue.x-k8s.io", *args)
+    assert isinstance(got, dict)
+    return got
+
+
+def test_v1beta1_queues_apply_unchanged_admit_a_job_and_read_back_in_both_versions(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    ns = namespace
+    cq = f"cq-{ns}"
+    try:
+        done = cluster.kubectl("apply", "-f", "-", input=_v1beta1_manifests(ns))
+        assert "kueue.x-k8s.io/v1beta1 is deprecated" in done.stderr
+
+        stored = _read(cluster, "clusterqueues", "v1beta2", cq)
+        assert stored["apiVersion"] == v1beta1.V1BETA2
+        assert stored["spec"]["cohortName"] == f"co-{ns}"
+        assert "cohort" not in stored["spec"]
+        assert stored["spec"]["flavorFungibility"] == {
+            "whenCanBorrow": "MayStopSearch",
+            "whenCanPreempt": "MayStopSearch",
+        }
+        old = _read(cluster, "clusterqueues", "v1beta1", cq)
+        assert old["apiVersion"] == V1
+        assert old["spec"]["cohort"] == f"co-{ns}"
+        assert "cohortName" not in old["spec"]
+        table = cluster.kubectl("get", "clusterqueues.v1beta1.kueue.x-k8s.io", cq).stdout
+        assert table.split("\n")[1].split()[:2] == [cq, f"co-{ns}"]
+
+        job = b.job("j", ns, queue="q", pods=2, run="600s", priority=f"high-{ns}")
+        create(cluster, job)
+        cluster.wait_for("j admitted", lambda: is_true(workload_of(cluster, ns, "j"), "Admitted"))
+        wl = workload_of(cluster, ns, "j")
+        assert wl is not None
+        assert wl["spec"]["priorityClassRef"] == {
+            "group": "kueue.x-k8s.io",
+            "kind": "WorkloadPriorityClass",
+            "name": f"high-{ns}",
+        }
+        name = wl["metadata"]["name"]
+        old_wl = _read(cluster, "workloads", "v1beta1", name, "-n", ns)
+        assert old_wl["spec"]["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
+        assert old_wl["spec"]["priorityClassName"] == f"high-{ns}"
+        assert old_wl["spec"]["priority"] == 1000
+        assert "priorityClassRef" not in old_wl["spec"]
+        assert old_wl["status"]["admission"]["clusterQueue"] == cq
+        assert old_wl["metadata"]["uid"] == wl["metadata"]["uid"]
+
+        def flavor_usage() -> list[dict[str, Any]]:
+            status = _read(cluster, "localqueues", "v1beta1", "q", "-n", ns).get("status") or {}
+            assert "flavorsUsage" not in status
+            return list(status.get("flavorUsage") or [])
+
+        cluster.wait_for(
+            "the v1beta1 LocalQueue shows its flavorUsage",
+            lambda: any(
+                r["name"] == b.GPU and r["total"] == "2"
+                for f in flavor_usage()
+                for r in f.get("resources") or ()
+            ),
+        )
+
+        # The admin edits and re-applies the v1beta1 manifest: the change goes through.
+        edited = _v1beta1_manifests(ns).replace("nominalQuota: 4", "nominalQuota: 6")
+        assert edited != _v1beta1_manifests(ns)
+        cluster.kubectl("apply", "-f", "-", input=edited)
+        quota = _read(cluster, "clusterqueues", "v1beta2", cq)["spec"]["resourceGroups"][0]
+        assert quota["flavors"][0]["resources"][1] == {"name": b.GPU, "nominalQuota": 6}
+    finally:
+        cluster.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        cluster.kubectl("delete", "resourceflavor", f"rf-{ns}", "--wait=false", check=False)
+        cluster.kubectl("delete", "workloadpriorityclass", f"high-{ns}", check=False)
+
+
+def test_a_topology_assignment_reads_as_listed_domains_in_v1beta1(
+    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
+) -> None:
+    ns = namespace
+    apply(cluster, *b.dgx_tas_queue(ns))
+    try:
+        create(cluster, b.job("ring", ns, queue="q", pods=12, run="20s", required_topology=b.RACK))
+        cluster.wait_for(
+            "ring admitted", lambda: is_true(workload_of(cluster, ns, "ring"), "Admitted")
+        )
+        wl = workload_of(cluster, ns, "ring")
+        assert wl is not None
+        compressed = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+        assert "slices" in compressed
+        old = _read(cluster, "workloads", "v1beta1", wl["metadata"]["name"], "-n", ns)
+        listed = old["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+        assert set(listed) == {"levels", "domains"}
+        assert listed["levels"] == compressed["levels"]
+        assert sum(d["count"] for d in listed["domains"]) == 12
+        nodes = [d["values"][-1] for d in listed["domains"]]
+        assert len(set(nodes)) == len(nodes)
+        assert set(nodes) <= set(dgx)
+        # And back: the listed form converts to exactly what atoll wrote.
+        assert v1beta1.convert(old, v1beta1.V1BETA2)["status"]["admission"] == json.loads(
+            json.dumps(wl["status"]["admission"])
+        )
+    finally:
+        cluster.kubectl("delete", "clusterqueue", f"cq-{ns}", "--wait=false", check=False)
+
+
+def test_the_conversion_webhook_points_at_the_operator_and_survives_reapplying_crds(
+    cluster: KubeCluster, operator: OperatorProcess
+) -> None:
+    """The sandbox's operator points each converting CRD at its own URL with its CA;
+    applying crds/ again (`atoll sandbox crds`, the tests' and the demo's way) keeps that URL,
+    where a plain `kubectl apply --server-side -f crds/` would ask for a Service as well."""
+    for name in v1beta1.CONVERTED_CRDS:
+        crd = get_json(cluster, "get", "crd", name)
+        config = crd["spec"]["conversion"]["webhook"]["clientConfig"]
+        assert config["url"].startswith("https://127.0.0.1:")
+        assert config["url"].endswith("/convert")
+        assert config["caBundle"]
+        assert "service" not in config
+    before = {
+        n: get_json(cluster, "get", "crd", n)["spec"]["conversion"] for n in v1beta1.CONVERTED_CRDS
+    }
+    apply_crds(cluster.kubectl, REPO / "crds")
+    after = {
+        n: get_json(cluster, "get", "crd", n)["spec"]["conversion"] for n in v1beta1.CONVERTED_CRDS
+    }
+    assert after == before
+    assert _read(cluster, "clusterqueues", "v1beta1")["apiVersion"] == "v1"
+
+
+def _conversion_configs(cluster: KubeCluster) -> dict[str, dict[str, Any]]:
+    return {
+        n: get_json(cluster, "get", "crd", n)["spec"]["conversion"]["webhook"]["clientConfig"]
+        for n in v1beta1.CONVERTED_CRDS
+    }
+
+
+async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
+    cluster: KubeCluster, operator: OperatorProcess, api: client.ApiClient
+) -> None:
+    """What a replica in a cluster writes (the Service of deploy/ and its CA), what a sandbox
+    replica writes (its URL), each replacing the other; nothing is written when the CRDs
+    already say it, and a sandbox replica leaves a URL where another replica listens."""
+    before = _conversion_configs(cluster)
+    (session,) = {json.dumps(c, sort_keys=True) for c in before.values()}
+    ca = base64.b64decode(json.loads(session)["caBundle"])  # the API server wants a real one
+    service = webhook.conversion_service("atoll-system/atoll-webhook-service", ca)
+    try:
+        other = webhook.conversion_url("https://127.0.0.1:1", ca)
+        assert await webhook.point_conversion(api, other, take_from_live=False) == []
+        assert _conversion_configs(cluster) == before
+
+        changed = await webhook.point_conversion(api, service, take_from_live=True)
+        assert changed == list(v1beta1.CONVERTED_CRDS)
+        for config in _conversion_configs(cluster).values():
+            assert config == {
+                "service": {
+                    "namespace": "atoll-system",
+                    "name": "atoll-webhook-service",
+                    "path": "/convert",
+                    "port": 443,
+                },
+                "caBundle": base64.b64encode(ca).decode(),
+            }
+        assert await webhook.point_conversion(api, service, take_from_live=True) == []
+    finally:
+        restored = await webhook.point_conversion(api, json.loads(session), take_from_live=True)
+    assert restored == list(v1beta1.CONVERTED_CRDS)
+    assert _conversion_configs(cluster) == before
+    assert _read(cluster, "clusterqueues", "v1beta1")["apiVersion"] == "v1"
