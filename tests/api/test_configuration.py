@@ -273,6 +273,80 @@ def test_zero_timeout_means_the_default_thirty_minutes() -> None:
     assert config.wait_for_pods_ready.timeout == 1800
 
 
+V1BETA1 = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration"}
+
+
+def test_a_v1beta1_file_without_the_two_features_has_them_off_as_kueue_v0_17_reads_it() -> None:
+    """v1beta1 defaults waitForPodsReady and fair sharing to off; Kueue v0.17 converts that
+    to no block in v1beta2, which it runs without them. atoll runs waitForPodsReady unless its
+    gate says otherwise, so the v1beta1 file is read with the gate set."""
+    config = configuration_from_mapping(dict(V1BETA1))
+    assert config.api_version == "config.kueue.x-k8s.io/v1beta2"
+    assert not config.wait_for_pods_ready_enabled
+    assert config.feature_gates == {"DisableWaitForPodsReady": True}
+    assert config.fair_sharing is None
+    off = configuration_from_mapping(
+        {**V1BETA1, "waitForPodsReady": {"enable": False}, "fairSharing": {"enable": False}}
+    )
+    assert not off.wait_for_pods_ready_enabled
+    assert off.fair_sharing is None
+    assert off.ignored_fields == ()
+
+
+def test_a_v1beta1_file_that_enables_them_gets_v1beta1s_defaults() -> None:
+    config = configuration_from_mapping(
+        {
+            **V1BETA1,
+            "waitForPodsReady": {"enable": True, "requeuingStrategy": {"backoffLimitCount": 3}},
+            "fairSharing": {"enable": True},
+            "featureGates": {"TopologyAwareScheduling": True},
+        }
+    )
+    assert config.wait_for_pods_ready_enabled
+    ready = config.wait_for_pods_ready
+    assert (ready.timeout, ready.recovery_timeout, ready.block_admission) == (300, 300, True)
+    assert ready.requeuing_strategy.backoff_limit_count == 3
+    assert config.feature_gates == {"TopologyAwareScheduling": True}
+    assert config.fair_sharing is not None
+    assert [s.value for s in config.fair_sharing.preemption_strategies] == [
+        "LessThanOrEqualToFinalShare",
+        "LessThanInitialShare",
+    ]
+    given = configuration_from_mapping(
+        {
+            **V1BETA1,
+            "waitForPodsReady": {"enable": True, "timeout": "10m", "blockAdmission": False},
+            "fairSharing": {"enable": True, "preemptionStrategies": ["LessThanInitialShare"]},
+        }
+    )
+    assert (given.wait_for_pods_ready.timeout, given.wait_for_pods_ready.block_admission) == (
+        600,
+        False,
+    )
+    assert given.fair_sharing is not None
+    assert [s.value for s in given.fair_sharing.preemption_strategies] == ["LessThanInitialShare"]
+
+
+def test_a_v1beta1_file_names_what_v1beta2_dropped_and_checks_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "apiVersion: config.kueue.x-k8s.io/v1beta1\n"
+        "kind: Configuration\n"
+        "namespace: kueue-system\n"
+        "manageJobsWithoutQueueName: true\n"
+        "queueVisibility: {updateIntervalSeconds: 5}\n"
+        "integrations:\n"
+        "  frameworks: [batch/job]\n"
+        "  podOptions: {namespaceSelector: {}}\n"
+    )
+    config = load_configuration(path)
+    assert config.manage_jobs_without_queue_name
+    assert config.ignored_fields == ("integrations.podOptions", "queueVisibility")
+    with pytest.raises(ConfigurationError) as caught:
+        configuration_from_mapping({**V1BETA1, "waitForPodsReady": {"enable": True, "timeout": 5}})
+    assert "waitForPodsReady.timeout" in str(caught.value)
+
+
 def test_v1beta1_style_enable_true_is_accepted_and_changes_nothing() -> None:
     config = configuration_from_mapping({"waitForPodsReady": {"enable": True, "timeout": "1m"}})
 
@@ -474,10 +548,11 @@ def test_wait_for_pods_ready_is_turned_off_only_by_the_feature_gate() -> None:
             id="bad-boolean",
         ),
         pytest.param(
-            {"apiVersion": "config.kueue.x-k8s.io/v1beta1"},
+            {"apiVersion": "config.kueue.x-k8s.io/v1alpha1"},
             "apiVersion",
-            "v1beta1 is not supported",
-            id="v1beta1",
+            "v1alpha1 is not supported; write the file as config.kueue.x-k8s.io/v1beta2 or "
+            "config.kueue.x-k8s.io/v1beta1",
+            id="v1alpha1",
         ),
         pytest.param(
             {"kind": "ClusterQueue"},

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
-from atoll.api.configuration import Configuration
+from atoll.api.configuration import Configuration, configuration_from_mapping
 from atoll.cli.main import build_parser
-from atoll.cli.run_cmd import webhook_mode, webhook_service
+from atoll.cli.run_cmd import log_ignored, webhook_mode, webhook_service
 
 
 @pytest.mark.parametrize(
@@ -38,3 +39,25 @@ def test_webhook_service_defaults_to_the_configured_one() -> None:
     assert webhook_service(build_parser().parse_args(["run"]), cfg) == "atoll-system/hook"
     args = build_parser().parse_args(["run", "--webhook-service", "ns/svc"])
     assert webhook_service(args, cfg) == "ns/svc"
+
+
+def test_the_fields_atoll_does_not_use_are_named_at_start() -> None:
+    cfg = configuration_from_mapping(
+        {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+            "queueVisibility": {"updateIntervalSeconds": 5},
+            "multiKueue": {"gcInterval": "1m"},
+        }
+    )
+    with capture_logs() as logs:
+        log_ignored(cfg)
+    assert logs == [
+        {
+            "event": "configuration fields atoll does not use, ignored",
+            "fields": ["multiKueue", "queueVisibility"],
+            "log_level": "warning",
+        }
+    ]
+    with capture_logs() as logs:
+        log_ignored(configuration_from_mapping({}))
+    assert logs == []

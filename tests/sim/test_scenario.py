@@ -194,6 +194,18 @@ def test_a_v1beta1_scenario_is_read_as_the_api_server_serves_it() -> None:
     assert [f.name for f in scn.flavors] == ["gpu"]
 
 
+def test_a_v1beta1_configuration_in_a_scenario_is_read_as_the_operator_reads_it() -> None:
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "fairSharing": {"enable": True},
+    }
+    scn = b.scenario(nodes(1, 2), flavor(), cluster_queue(), config)
+    assert scn.config is not None
+    assert scn.config.fair_sharing is not None
+    assert not scn.config.wait_for_pods_ready_enabled
+
+
 def test_a_document_that_is_not_a_mapping_is_named(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("- a\n- b\n")

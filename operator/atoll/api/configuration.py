@@ -16,6 +16,15 @@ configuration file can be given to atoll as it is:
 - A field whose value is invalid is an error, reported as `<field path>: <rule>` (see
   `ConfigurationError`). Several errors are reported together.
 
+A `config.kueue.x-k8s.io/v1beta1` file (Kueue up to v0.14 wrote only that) is read as Kueue
+v0.17 reads it (`config_from_v1beta1`, after apis/config/v1beta1/configuration_conversion.go and
+defaults.go): `fairSharing` and `waitForPodsReady` apply only with `enable: true`, without
+`preemptionStrategies` fair sharing gets v1beta1's `[LessThanOrEqualToFinalShare,
+LessThanInitialShare]`, and an enabled `waitForPodsReady` gets v1beta1's defaults (timeout 5m,
+`blockAdmission: true`). `waitForPodsReady` off in v1beta1 (its default) stays off, as in Kueue
+v0.17: the file is read with `featureGates.DisableWaitForPodsReady: true` unless the file sets
+that gate itself. v1beta1's `queueVisibility` (gone from v1beta2) is ignored and named.
+
 Two v1beta2 rules that surprise people coming from v1beta1:
 
 - `waitForPodsReady` is ON by default (since Kueue 0.19) and has no `enable` field. Its timeout
@@ -89,6 +98,13 @@ from atoll.api.meta import (
 )
 
 API_VERSION: Final = "config.kueue.x-k8s.io/v1beta2"
+API_VERSION_V1BETA1: Final = "config.kueue.x-k8s.io/v1beta1"
+V1BETA1_PODS_READY_TIMEOUT: Final = "5m"
+"""v1beta1's default waitForPodsReady timeout (v1beta2's is 30m)."""
+V1BETA1_FAIR_SHARING_STRATEGIES: Final = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+"""v1beta1's default fairSharing.preemptionStrategies (v1beta2 requires them)."""
+V1BETA1_ONLY: Final = ("queueVisibility",)
+"""Top-level v1beta1 fields v1beta2 dropped; named among the ignored fields."""
 KIND: Final = "Configuration"
 ENV_PREFIX: Final = "ATOLL_CONFIG__"
 """Prefix of the environment variables that override configuration fields."""
@@ -719,10 +735,39 @@ def _check_api_version(value: object) -> object:
         and value != API_VERSION
     ):
         raise ValueError(
-            f"{value} is not supported; write the file as {API_VERSION} (in v1beta2 "
-            "waitForPodsReady and fairSharing have no `enable`: presence enables them)"
+            f"{value} is not supported; write the file as {API_VERSION} or {API_VERSION_V1BETA1}"
         )
     return value
+
+
+def config_from_v1beta1(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A `config.kueue.x-k8s.io/v1beta1` Configuration as v1beta2 (see the module's
+    docstring), and the v1beta1 fields it drops. Anything else is kept as written, and is
+    then checked as a v1beta2 field."""
+    out = {k: v for k, v in data.items() if k not in V1BETA1_ONLY}
+    dropped = [k for k in V1BETA1_ONLY if k in data]
+    out["apiVersion"] = API_VERSION
+    fair = data.get("fairSharing")
+    if isinstance(fair, Mapping) and fair.get("enable") is True:
+        enabled = {k: v for k, v in fair.items() if k != "enable"}
+        if not enabled.get("preemptionStrategies"):
+            enabled["preemptionStrategies"] = list(V1BETA1_FAIR_SHARING_STRATEGIES)
+        out["fairSharing"] = enabled
+    else:
+        out.pop("fairSharing", None)
+    ready = data.get("waitForPodsReady")
+    if isinstance(ready, Mapping) and ready.get("enable") is True:
+        enabled = {k: v for k, v in ready.items() if k != "enable"}
+        enabled.setdefault("timeout", V1BETA1_PODS_READY_TIMEOUT)
+        enabled.setdefault("blockAdmission", True)
+        out["waitForPodsReady"] = enabled
+    else:
+        out.pop("waitForPodsReady", None)
+        gates = data.get("featureGates")
+        gates = dict(gates) if isinstance(gates, Mapping) else {}
+        gates.setdefault(DISABLE_WAIT_FOR_PODS_READY_GATE, True)
+        out["featureGates"] = gates
+    return out, dropped
 
 
 class Configuration(ApiModel):
@@ -805,8 +850,11 @@ class Configuration(ApiModel):
             return handler(data)
         # `ignoredFields` is computed here, never read from the input.
         given = {k: v for k, v in data.items() if k not in ("ignoredFields", "ignored_fields")}
+        dropped: list[str] = []
+        if given.get("apiVersion") == API_VERSION_V1BETA1:
+            given, dropped = config_from_v1beta1(given)
         model = handler(given)
-        ignored = tuple(sorted(_unmodelled(cls, given, "")))
+        ignored = tuple(sorted({*_unmodelled(cls, given, ""), *dropped}))
         if ignored:
             model = model.model_copy(update={"ignored_fields": ignored})
         return model

@@ -23,7 +23,7 @@ from atoll.cli.errors import FAILED, complain
 from atoll.kube import connection
 from atoll.kube.connection import SERVICE_ACCOUNT_TOKEN as IN_CLUSTER_TOKEN
 from atoll.kube.connection import KubeconfigError, check_kubeconfig
-from atoll.kube.operator import RunOptions, configure_logging, run
+from atoll.kube.operator import RunOptions, configure_logging, log, run
 
 
 def _address(flag: str | None, configured: str, what: str) -> tuple[str, int]:
@@ -47,7 +47,9 @@ def configuration(args: argparse.Namespace) -> Configuration:
 
 def add_configuration_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="Kueue-format Configuration file (config.kueue.x-k8s.io/v1beta2)"
+        "--config",
+        help="Kueue-format Configuration file (config.kueue.x-k8s.io/v1beta2, or v1beta1 "
+        "read as Kueue reads it)",
     )
     parser.add_argument(
         "--set",
@@ -88,6 +90,16 @@ def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] |
     return None
 
 
+def log_ignored(cfg: Configuration) -> None:
+    """Name, once at start, the fields of the configuration file atoll does not use (Kueue's
+    fields it has no part for, and what Kueue's own v1beta2 dropped), so none is taken for
+    applied."""
+    if cfg.ignored_fields:
+        log.warning(
+            "configuration fields atoll does not use, ignored", fields=list(cfg.ignored_fields)
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         cfg = configuration(args)
@@ -96,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ConfigurationError, KubeconfigError) as e:
         return complain("run", e)
     configure_logging(cfg.atoll.log_format.value, cfg.atoll.log_level)
+    log_ignored(cfg)
     metrics = _address(args.metrics_bind_address, cfg.metrics.bind_address, "metrics")
     health = _address(args.health_bind_address, cfg.health.health_probe_bind_address, "health")
     webhook_addr, _, webhook_port = (args.webhook_bind_address or "").rpartition(":")

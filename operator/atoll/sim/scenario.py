@@ -70,7 +70,11 @@ SCENARIO_ANNOTATIONS = {
     REPEAT_EVERY: "arrival spacing of the copies, a Go duration (default 0s)",
 }
 SHAPE_KIND = ("atoll.dev/v1alpha1", "ClusterShape")
-CONFIG_KIND = ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+CONFIG_KINDS = (
+    ("config.kueue.x-k8s.io/v1beta2", "Configuration"),
+    ("config.kueue.x-k8s.io/v1beta1", "Configuration"),
+)
+"""A Kueue Configuration document, in either version (`atoll.api.configuration`)."""
 
 K = TypeVar("K", bound=KubeObject)
 ShapeExpander = Callable[[Mapping[str, Any], Path], list[dict[str, Any]]]
@@ -298,7 +302,7 @@ def _raw_defaults(docs: Iterable[object]) -> jf.Defaults:
                 queues.append(LocalQueue.model_validate(raw))
             elif raw.get("kind") == WorkloadPriorityClass.KIND:
                 classes.append(WorkloadPriorityClass.model_validate(raw))
-            elif (str(raw.get("apiVersion", "")), str(raw.get("kind", ""))) == CONFIG_KIND:
+            elif (str(raw.get("apiVersion", "")), str(raw.get("kind", ""))) in CONFIG_KINDS:
                 config = Configuration.model_validate(raw)
     return defaults_of(queues, classes, config)
 
@@ -397,7 +401,7 @@ def _add_raw(
         for node in expand(raw, base):
             scn.nodes.append(Node.model_validate(node))
         return
-    if kind == CONFIG_KIND:
+    if kind in CONFIG_KINDS:
         try:
             scn.config = Configuration.model_validate(raw)
         except ValidationError as e:
