@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from atoll.api import crdgen, v1beta1
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.localqueue import LocalQueue
+from atoll.api.topologyassignment import compact, expand
 from atoll.api.workload import Workload
 from atoll.kube.admission import AdmissionServer, BadReviewError, convert_review
 from atoll.state.apivalidation import check_object
@@ -166,7 +167,7 @@ def test_v1beta1s_misspelt_execution_time_and_v1beta2_only_fields() -> None:
 HOSTS = "kubernetes.io/hostname"
 
 
-def _admitted(assignment: dict[str, Any], api: str) -> dict[str, Any]:
+def _admitted(assignment: dict[str, Any], api: str, count: int = 4) -> dict[str, Any]:
     return _obj(
         "Workload",
         api=api,
@@ -174,7 +175,7 @@ def _admitted(assignment: dict[str, Any], api: str) -> dict[str, Any]:
             "admission": {
                 "clusterQueue": "cq",
                 "podSetAssignments": [
-                    {"name": "main", "count": 4, "topologyAssignment": assignment},
+                    {"name": "main", "count": count, "topologyAssignment": assignment},
                     {"name": "launcher", "count": 1},
                 ],
             }
@@ -268,7 +269,7 @@ def test_domains_go_up_and_down_unchanged(shape: tuple[int, list[tuple[list[str]
         "levels": [f"level-{i}" for i in range(levels)],
         "domains": [{"values": values, "count": n} for values, n in domains],
     }
-    wl = _admitted(listed, DOWN)
+    wl = _admitted(listed, DOWN, count=sum(n for _, n in domains))
     up = v1beta1.convert(wl, UP)
     assert v1beta1.convert(up, DOWN) == wl
     assert v1beta1.convert(v1beta1.convert(up, DOWN), UP) == up
@@ -495,3 +496,143 @@ async def test_the_webhook_server_answers_conversion_reviews_at_convert() -> Non
         assert "not a ConversionReview v1 request" in await resp.text()
     finally:
         await client.close()
+
+
+# ------------------------------------------------------------- malformed input, limits
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "spec",
+                    "status",
+                    "cohort",
+                    "cohortName",
+                    "admissionChecks",
+                    "flavorFungibility",
+                    "whenCanBorrow",
+                    "priorityClassSource",
+                    "priorityClassName",
+                    "priorityClassRef",
+                    "podSets",
+                    "topologyRequest",
+                    "admission",
+                    "podSetAssignments",
+                    "topologyAssignment",
+                    "levels",
+                    "domains",
+                    "slices",
+                    "values",
+                    "count",
+                    "flavorUsage",
+                    "flavorsUsage",
+                    "fairSharing",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(
+    st.sampled_from(["ClusterQueue", "LocalQueue", "Workload", "AdmissionCheck", "Cohort"]),
+    st.sampled_from([(DOWN, UP), (UP, DOWN)]),
+    st.dictionaries(st.sampled_from(["spec", "status"]), JSON, max_size=2),
+)
+def test_any_input_converts_or_fails_with_a_conversion_error(
+    kind: str, versions: tuple[str, str], parts: dict[str, Any]
+) -> None:
+    have, want = versions
+    obj = {"apiVersion": have, "kind": kind, "metadata": {"name": "x"}, **parts}
+    out: dict[str, Any] | str
+    try:
+        out = v1beta1.convert(obj, want)
+    except v1beta1.ConversionError as e:  # anything else fails the test
+        out = str(e)
+    if isinstance(out, str):
+        assert out  # a message, naming what is wrong
+    else:
+        assert out["apiVersion"] == want
+        assert out["metadata"] == {"name": "x"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (
+            _obj("ClusterQueue", spec={"admissionChecks": "prov"}),
+            "spec.admissionChecks: must be a list of names",
+        ),
+        (
+            _admitted({"levels": [HOSTS], "domains": [{"values": ["a"], "count": 1}] * 5}, DOWN),
+            "topologyAssignment.domains: more than 4 domains",
+        ),
+        (
+            _admitted(
+                {
+                    "levels": [HOSTS],
+                    "slices": [
+                        {
+                            "domainCount": 2**31 - 1,
+                            "valuesPerLevel": [{"universal": "n"}],
+                            "podCounts": {"universal": 1},
+                        }
+                    ],
+                },
+                UP,
+            ),
+            "topologyAssignment.slices: more than 4 domains",
+        ),
+        (
+            _admitted(
+                {
+                    "levels": [HOSTS],
+                    "slices": [
+                        {
+                            "domainCount": 3,
+                            "valuesPerLevel": [{"individual": {"roots": ["a", "b"]}}],
+                            "podCounts": {"universal": 1},
+                        }
+                    ],
+                },
+                UP,
+            ),
+            "slices[0].valuesPerLevel[0].individual.roots: must have domainCount entries",
+        ),
+    ],
+)
+def test_malformed_or_oversized_input_is_refused_naming_the_field(
+    obj: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(v1beta1.ConversionError) as err:
+        v1beta1.convert(obj, DOWN if obj["apiVersion"] == UP else UP)
+    assert message in str(err.value)
+
+
+def test_an_assignment_without_domains_has_no_slices() -> None:
+    up = v1beta1.convert(_admitted({"levels": [HOSTS], "domains": []}, DOWN), UP)
+    ta = up["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert ta == {"levels": [HOSTS], "slices": []}
+    down = v1beta1.convert(up, DOWN)
+    assert down["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] == {
+        "levels": [HOSTS],
+        "domains": [],
+    }
+
+
+def test_an_overlapping_prefix_and_suffix_keep_the_suffix_as_kueue_does() -> None:
+    """Kueue takes both from the whole values and shortens the prefix where they overlap:
+    ababa and aba share the prefix aba and the suffix aba, and become roots ab and ''."""
+    ta = compact([HOSTS], [(("ababa",), 1), (("aba",), 1)])
+    (level,) = ta.slices[0].values_per_level
+    assert level.individual is not None
+    assert (level.individual.prefix, level.individual.suffix) == (None, "aba")
+    assert level.individual.roots == ("ab", "")
+    assert expand(ta) == [(("ababa",), 1), (("aba",), 1)]

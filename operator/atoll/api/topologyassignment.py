@@ -147,10 +147,13 @@ def _common_suffix(values: Sequence[str]) -> str:
 def _level_values(values: Sequence[str]) -> TopologyAssignmentSliceLevelValues:
     if len(set(values)) == 1:
         return TopologyAssignmentSliceLevelValues(universal=values[0])
-    prefix = _common_prefix(values)
-    rest = [v[len(prefix) :] for v in values]
-    suffix = _common_suffix(rest)
-    roots = tuple(r[: len(r) - len(suffix)] for r in rest)
+    # As Kueue: the common prefix and suffix of the whole values, the prefix shortened where
+    # the two would overlap.
+    prefix, suffix = _common_prefix(values), _common_suffix(values)
+    shortest = min(len(v) for v in values)
+    if len(prefix) + len(suffix) > shortest:
+        prefix = prefix[: shortest - len(suffix)]
+    roots = tuple(v[len(prefix) : len(v) - len(suffix)] for v in values)
     return TopologyAssignmentSliceLevelValues(
         individual=TopologyAssignmentSliceLevelIndividualValues(
             prefix=prefix or None, suffix=suffix or None, roots=roots
@@ -165,6 +168,8 @@ def compact(
     Kueue's pkg/util/tas writes it: one slice of all domains; per level one `universal` value
     when every domain shares it, else `individual` roots with their longest common prefix and
     suffix taken out; pod counts `universal` when equal, else `individual`."""
+    if not domains:
+        return TopologyAssignment(levels=tuple(levels), slices=())
     counts = [n for _, n in domains]
     per_level = tuple(_level_values([d[i] for d, _ in domains]) for i in range(len(levels)))
     pod_counts = (
@@ -178,9 +183,7 @@ def compact(
             TopologyAssignmentSlice(
                 domain_count=len(domains), values_per_level=per_level, pod_counts=pod_counts
             ),
-        )
-        if domains
-        else (),
+        ),
     )
 
 

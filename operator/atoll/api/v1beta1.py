@@ -9,7 +9,10 @@ The others (ResourceFlavor, Cohort, Topology, WorkloadPriorityClass, AdmissionCh
 same fields in both versions and need no webhook. `atoll simulate` reads v1beta1 objects
 through the same `convert`.
 
-The differences, as Kueue's apis/kueue/v1beta1/*_conversion.go defines them:
+The differences, as Kueue's apis/kueue/v1beta1/*_conversion.go defines them (fields that
+only one version has and that Kueue drops are pruned by the API server for the kinds it
+converts alone: AdmissionCheck's `retryDelayMinutes`, a Cohort status's
+`admissionFairSharingStatus`):
 
 - ClusterQueue: `spec.cohort` is v1beta2's `spec.cohortName`; v1beta1's list of names
   `spec.admissionChecks` becomes `spec.admissionChecksStrategy.admissionChecks[].name` (and
@@ -30,7 +33,13 @@ The differences, as Kueue's apis/kueue/v1beta1/*_conversion.go defines them:
 
 Going up and down again gives back the same object except where v1beta2 has no place for a
 field (the ones dropped above) or two v1beta1 forms mean the same (`admissionChecks` comes back
-as a strategy, `Borrow` as `MayStopSearch`), as with Kueue.
+as a strategy, `Borrow` as `MayStopSearch`), as with Kueue. Going down and up again loses
+what v1beta1 has no place for: an object written back in v1beta1 (`kubectl edit` of a v1beta1
+read) loses a ClusterQueue's `concurrentAdmissionPolicy`, a Workload's `preemptionGates` and
+a pod set's `podsetSliceRequiredTopologyConstraints`, as with Kueue.
+
+`convert` raises only `ConversionError`, naming the field, whatever the input: the webhook
+answers with it, and `atoll simulate` prints it.
 """
 
 from __future__ import annotations
@@ -99,6 +108,8 @@ def _cluster_queue_up(obj: Obj) -> None:
             spec["cohortName"] = cohort
         checks = spec.pop("admissionChecks", None)
         if checks:
+            if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+                raise ConversionError("spec.admissionChecks: must be a list of names")
             spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
         fungibility = _dict(spec, "flavorFungibility")
         for key, old in _FUNGIBILITY.items():
@@ -124,7 +135,7 @@ def _workload_up(obj: Obj) -> None:
     if spec is not None:
         source = spec.pop("priorityClassSource", None)
         name = spec.pop("priorityClassName", None)
-        if source in _SOURCES and name:
+        if isinstance(source, str) and source in _SOURCES and name:
             group, kind = _SOURCES[source]
             spec["priorityClassRef"] = {"group": group, "kind": kind, "name": name}
     status = _dict(obj, "status")
@@ -133,24 +144,34 @@ def _workload_up(obj: Obj) -> None:
         _topology_assignments(status, _compacted)
 
 
-def _topology_assignments(status: Obj, change: Callable[[Obj, str], Obj]) -> None:
-    """Replace each podSet assignment's topologyAssignment by `change(it, its path)`."""
+MAX_DOMAINS: Final = 100_000
+"""The most domains one assignment may list (v1beta2's limit of per-domain values); more is
+refused before anything is expanded, so that a conversion stays small."""
+
+
+def _topology_assignments(status: Obj, change: Callable[[Obj, str, int], Obj]) -> None:
+    """Replace each podSet assignment's topologyAssignment by `change(it, its path, the most
+    domains it may have)`: one per pod of the assignment, at most `MAX_DOMAINS`."""
     admission = _dict(status, "admission")
     found = admission.get("podSetAssignments") if admission is not None else None
     for i, psa in enumerate(found if isinstance(found, list) else ()):
         ta = _dict(psa, "topologyAssignment") if isinstance(psa, dict) else None
         if ta is not None:
+            count = psa.get("count")
+            most = count if isinstance(count, int) and 0 <= count <= MAX_DOMAINS else MAX_DOMAINS
             where = f"status.admission.podSetAssignments[{i}].topologyAssignment"
-            psa["topologyAssignment"] = change(ta, where)
+            psa["topologyAssignment"] = change(ta, where, most)
 
 
-def _compacted(ta: Obj, where: str) -> Obj:
+def _compacted(ta: Obj, where: str, most: int) -> Obj:
     levels = ta.get("levels")
     domains = ta.get("domains") or []
     if not isinstance(levels, list) or not all(isinstance(v, str) for v in levels):
         raise ConversionError(f"{where}.levels: must be a list of node labels")
     if not isinstance(domains, list):
         raise ConversionError(f"{where}.domains: must be a list")
+    if len(domains) > most:
+        raise ConversionError(f"{where}.domains: more than {most} domains")
     pairs: list[tuple[tuple[str, ...], int]] = []
     for j, d in enumerate(domains):
         values = d.get("values") if isinstance(d, dict) else None
@@ -187,12 +208,13 @@ def _workload_down(obj: Obj) -> None:
     if spec is not None:
         spec.pop("preemptionGates", None)
         ref = spec.pop("priorityClassRef", None)
-        if isinstance(ref, dict):
+        if isinstance(ref, dict) and isinstance(ref.get("name"), str):
             for source, (group, kind) in _SOURCES.items():
                 if (ref.get("group"), ref.get("kind")) == (group, kind):
                     spec["priorityClassSource"] = source
-                    spec["priorityClassName"] = ref.get("name")
-        for ps in spec.get("podSets") or ():
+                    spec["priorityClassName"] = ref["name"]
+        pod_sets = spec.get("podSets")
+        for ps in pod_sets if isinstance(pod_sets, list) else ():
             request = _dict(ps, "topologyRequest") if isinstance(ps, dict) else None
             if request is not None:
                 request.pop("podsetSliceRequiredTopologyConstraints", None)
@@ -203,13 +225,31 @@ def _workload_down(obj: Obj) -> None:
         _topology_assignments(status, _expanded)
 
 
-def _expanded(ta: Obj, where: str) -> Obj:
+def _expanded(ta: Obj, where: str, most: int) -> Obj:
     try:
         parsed = TopologyAssignment.model_validate(ta)
     except ValidationError as e:
         first = e.errors()[0]
         at = ".".join(str(p) for p in first["loc"])
         raise ConversionError(f"{where}.{at}: {first['msg']}") from None
+    if sum(sl.domain_count for sl in parsed.slices) > most:
+        raise ConversionError(f"{where}.slices: more than {most} domains")
+    for j, sl in enumerate(parsed.slices):  # the CRD's CEL rules, which pydantic does not run
+        counts = sl.pod_counts.individual
+        if sl.pod_counts.universal is None and len(counts or ()) != sl.domain_count:
+            raise ConversionError(
+                f"{where}.slices[{j}].podCounts.individual: must have domainCount entries"
+            )
+        for k, lv in enumerate(sl.values_per_level):
+            if lv.individual is not None and len(lv.individual.roots) != sl.domain_count:
+                raise ConversionError(
+                    f"{where}.slices[{j}].valuesPerLevel[{k}].individual.roots: must have "
+                    "domainCount entries"
+                )
+        if len(sl.values_per_level) != len(parsed.levels):
+            raise ConversionError(
+                f"{where}.slices[{j}].valuesPerLevel: must have one entry per level"
+            )
     return {
         "levels": list(parsed.levels),
         "domains": [{"values": list(values), "count": n} for values, n in expand(parsed)],
@@ -247,7 +287,13 @@ def convert(obj: Mapping[str, Any], api_version: str) -> Obj:
     if have != api_version:
         step = (_UP if api_version == V1BETA2 else _DOWN).get(str(obj.get("kind")))
         if step is not None:
-            step(out)
+            try:
+                step(out)
+            except ConversionError:
+                raise
+            except (TypeError, ValueError, LookupError, AttributeError) as e:
+                # A shape no check above foresaw: still an answer that names the object.
+                raise ConversionError(f"malformed {obj.get('kind')}: {e!r}") from None
         out["apiVersion"] = api_version
     return out
 
@@ -266,13 +312,16 @@ def _cluster_queue_schema(schema: Schema) -> None:
     props = spec["properties"]
     props["cohort"] = props.pop("cohortName")
     props.pop("concurrentAdmissionPolicy", None)
+    rules = props["admissionChecksStrategy"]["properties"]["admissionChecks"]
     props["admissionChecks"] = {
         "type": "array",
         "description": "Names of the AdmissionChecks every Workload of this queue needs "
         "(deprecated: use admissionChecksStrategy).",
-        "items": {"type": "string", "maxLength": 316},
+        "items": copy.deepcopy(rules["items"]["properties"]["name"]),
         "x-kubernetes-list-type": "set",
     }
+    if "maxItems" in rules:
+        props["admissionChecks"]["maxItems"] = rules["maxItems"]
     for rule in spec.get("x-kubernetes-validations", ()):
         rule["rule"] = rule["rule"].replace("self.cohortName", "self.cohort")
     fungibility = props["flavorFungibility"]["properties"]

@@ -50,6 +50,9 @@ from atoll.state.cache import Cache, requeue_period
 from atoll.state.devicequota import class_resources
 
 LWS_KIND = leaderworkerset.LeaderWorkerSet.KIND
+CONVERSION_CHECK_INTERVAL = 15.0
+"""url mode: seconds between checks that the CRDs' v1beta1 conversion webhook answers (three
+GETs; the CRDs are written only when nothing listens at their URL)."""
 QUEUE_STATUS_BATCH = 1.0
 """Seconds the queue statuses wait after a change before they are written, so that the
 changes of that second go in one write per queue (Kueue's `UpdatesBatchPeriod`)."""
@@ -374,6 +377,8 @@ class Operator:
             skip_namespaces=("kube-system", self.opts.configuration.namespace),
         )
         mine = {h["clientConfig"]["url"] for h in hooks}
+        conversion = webhook.conversion_url(server.url, server.ca)
+        checked_conversion = time.monotonic()
         await server.server.listening.wait()
         while True:  # reachable at its URL's host too
             if await webhook.listening(server.url):
@@ -388,15 +393,17 @@ class Operator:
                         seen = self._webhook_events
                         await webhook.own_url_configuration(self.api, name, hooks)
                         log.info("webhook configuration points here", name=name, url=server.url)
-                        await webhook.point_conversion(
-                            self.api,
-                            webhook.conversion_url(server.url, server.ca),
-                            take_from_live=False,
-                        )
+                        await webhook.point_conversion(self.api, conversion, take_from_live=False)
+                        checked_conversion = time.monotonic()
                         if self._webhook_events == seen:
                             self._webhook_urls = None  # until the watch shows the write
                     else:
                         self.webhook_checked.set()
+                    if time.monotonic() - checked_conversion >= CONVERSION_CHECK_INTERVAL:
+                        # The CRDs' conversion webhook may be another replica's, which the
+                        # mutating configuration's URLs do not show: take it when it stopped.
+                        checked_conversion = time.monotonic()
+                        await webhook.point_conversion(self.api, conversion, take_from_live=False)
                 except Exception as e:
                     log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
             self._webhook_urls_changed.clear()

@@ -528,6 +528,18 @@ def conversion_url(url: str, ca: bytes) -> dict[str, Any]:
     return {"url": f"{url}{CONVERT_PATH}", "caBundle": base64.b64encode(ca).decode()}
 
 
+CONVERSION_ATTEMPTS = 4
+"""Tries of each CRD request of `point_conversion` (it must not hold up start-up)."""
+
+
+async def _answers(url: str) -> bool:
+    """`listening`, False for a URL that names no usable host and port."""
+    try:
+        return await listening(url)
+    except ValueError:
+        return False
+
+
 async def point_conversion(
     api: client.ApiClient, client_config: Mapping[str, Any], *, take_from_live: bool
 ) -> list[str]:
@@ -537,16 +549,21 @@ async def point_conversion(
     A CRD that is not installed, or that does not serve v1beta1 (an older crds/), is left as it
     is with a warning. With `take_from_live` False, a CRD whose webhook is another replica's
     URL where something listens is left to it (the sandbox's replicas). Failures (no
-    permission, the API server gone) are warnings too: only v1beta1 requests depend on it,
-    so the operator runs on without. A CRD update closes the API server's watches of that
-    resource, so nothing is written when the CRD already says the same."""
+    permission, the API server unreachable after a few tries, anything unforeseen) are
+    warnings too: only v1beta1 requests depend on it, so the operator runs on without. A CRD
+    update closes the API server's watches of that resource, so nothing is written when the
+    CRD already says the same."""
     rest = Rest(api)
     changed: list[str] = []
     for name in v1beta1.CONVERTED_CRDS:
         path = CRDS.path(None, name)
         try:
             raw = decode(
-                await retry.call(lambda path=path: rest.request("GET", path), what=f"CRD {name}")  # type: ignore[misc]
+                await retry.call(
+                    lambda path=path: rest.request("GET", path),  # type: ignore[misc]
+                    what=f"CRD {name}",
+                    attempts=CONVERSION_ATTEMPTS,
+                )
             )
             spec = raw.get("spec") or {}
             served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
@@ -563,7 +580,7 @@ async def point_conversion(
             ):
                 continue
             other = have.get("url")
-            if not take_from_live and other and await listening(str(other)):
+            if not take_from_live and other and await _answers(str(other)):
                 continue
             patch_config: dict[str, Any] = {"url": None, "service": None, **client_config}
             body = {
@@ -580,6 +597,7 @@ async def point_conversion(
             await retry.call(
                 lambda path=path, body=body: rest.request("PATCH", path, body, content_type=MERGE),  # type: ignore[misc]
                 what=f"CRD {name}",
+                attempts=CONVERSION_ATTEMPTS,
             )
             changed.append(name)
         except ApiException as e:
@@ -591,6 +609,12 @@ async def point_conversion(
                 crd=name,
                 status=e.status,
                 why=str(e.body or e.reason)[:400],
+            )
+        except Exception as e:  # the API server gone, a bug: v1beta2 still works
+            log.warning(
+                "conversion webhook not configured: kueue.x-k8s.io/v1beta1 requests will fail",
+                crd=name,
+                why=repr(e)[:400],
             )
     if changed:
         log.info("conversion webhook configured", crds=changed)
