@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from atoll.sandbox.cluster import Sandbox
-from queue_manifests import queue_manifests
+from queue_manifests import create_all, queue_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "bench"
@@ -150,15 +150,7 @@ def run(jobs: int, workloads: int, restart: bool = False) -> dict[str, Any]:
                 "-",
                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": _queue(10)[2:3]}),
             )
-            for chunk in range(0, workloads, 200):
-                items = [_workload(i) for i in range(chunk, min(workloads, chunk + 200))]
-                sb.kubectl(
-                    "create",
-                    "-f",
-                    "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-                    timeout=300,
-                )
+            create_all(sb.kubectl, (_workload(i) for i in range(workloads)))
             time.sleep(10)  # let the operator see and cycle over all of them
             loaded_rss = _rss_mib(pid)
             peak_rss = _rss_mib(pid, "VmHWM")

@@ -1,9 +1,11 @@
 """The queue objects of a benchmark: a namespace, one ResourceFlavor, one ClusterQueue whose
-only resource group covers `quota`'s resources with that flavor, and one LocalQueue on it."""
+only resource group covers `quota`'s resources with that flavor, and one LocalQueue on it;
+and `create_all` for many objects at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -50,3 +52,17 @@ def queue_manifests(
     }
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     return [*([ns] if create_namespace else []), rf, cq, lq]
+
+
+def create_all(
+    kubectl: Callable[..., Any], objects: Iterable[dict[str, Any]], *, chunk: int = 200
+) -> None:
+    """`kubectl create` of `objects`, `chunk` at a time (`Sandbox.kubectl`)."""
+    batch: list[dict[str, Any]] = []
+    for obj in [*objects, None]:
+        if obj is not None:
+            batch.append(obj)
+        if batch and (obj is None or len(batch) == chunk):
+            body = json.dumps({"apiVersion": "v1", "kind": "List", "items": batch})
+            kubectl("create", "-f", "-", input=body, timeout=300)
+            batch = []

@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "operator_memory": ([], ["--workloads", "500"]),
     "pod_watch": ([], ["--gangs", "20", "--repeat", "5"]),
     "podgroup_members": ([], ["--sizes", "4", "64", "--repeat", "5"]),
+    "conversion": ([], ["--queues", "100"]),
 }
 
 

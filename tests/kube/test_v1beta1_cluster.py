@@ -1,8 +1,8 @@
 """Kueue's deprecated v1beta1 on the sandbox: an admin's v1beta1 manifests apply unchanged
-(through atoll's conversion webhook for ClusterQueue, LocalQueue and Workload; by the API
-server alone for the kinds alike in both versions), a Job is admitted through them, and every
-object reads back in either version: v1beta1 readers get Kueue's v1beta1 fields (spec.cohort,
-priorityClassSource, flavorUsage, a topology assignment's listed domains)."""
+(through atoll's conversion webhook for ClusterQueue and LocalQueue; by the API server alone
+for the kinds alike in both versions), a Job is admitted through them, and each queue object
+reads back in either version with Kueue's v1beta1 fields (spec.cohort, flavorUsage).
+Workloads are served in v1beta2 only, so that no Workload change goes through the webhook."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from atoll.kube import webhook
 from atoll.sandbox.crds import apply_crds
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, apply, create, get_json, is_true, workload_of
+from tests.kube.conftest import OperatorProcess, create, get_json, is_true, workload_of
 
 pytestmark = pytest.mark.cluster
 
@@ -111,14 +111,10 @@ def test_v1beta1_queues_apply_unchanged_admit_a_job_and_read_back_in_both_versio
             "kind": "WorkloadPriorityClass",
             "name": f"high-{ns}",
         }
-        name = wl["metadata"]["name"]
-        old_wl = _read(cluster, "workloads", "v1beta1", name, "-n", ns)
-        assert old_wl["spec"]["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
-        assert old_wl["spec"]["priorityClassName"] == f"high-{ns}"
-        assert old_wl["spec"]["priority"] == 1000
-        assert "priorityClassRef" not in old_wl["spec"]
-        assert old_wl["status"]["admission"]["clusterQueue"] == cq
-        assert old_wl["metadata"]["uid"] == wl["metadata"]["uid"]
+        assert wl["apiVersion"] == v1beta1.V1BETA2
+        no = cluster.kubectl("get", "workloads.v1beta1.kueue.x-k8s.io", "-n", ns, check=False)
+        assert no.returncode != 0
+        assert "doesn't have a resource type" in no.stderr
 
         def flavor_usage() -> list[dict[str, Any]]:
             status = _read(cluster, "localqueues", "v1beta1", "q", "-n", ns).get("status") or {}
@@ -144,36 +140,6 @@ def test_v1beta1_queues_apply_unchanged_admit_a_job_and_read_back_in_both_versio
         cluster.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
         cluster.kubectl("delete", "resourceflavor", f"rf-{ns}", "--wait=false", check=False)
         cluster.kubectl("delete", "workloadpriorityclass", f"high-{ns}", check=False)
-
-
-def test_a_topology_assignment_reads_as_listed_domains_in_v1beta1(
-    cluster: KubeCluster, operator: OperatorProcess, namespace: str, dgx: list[str]
-) -> None:
-    ns = namespace
-    apply(cluster, *b.dgx_tas_queue(ns))
-    try:
-        create(cluster, b.job("ring", ns, queue="q", pods=12, run="20s", required_topology=b.RACK))
-        cluster.wait_for(
-            "ring admitted", lambda: is_true(workload_of(cluster, ns, "ring"), "Admitted")
-        )
-        wl = workload_of(cluster, ns, "ring")
-        assert wl is not None
-        compressed = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-        assert "slices" in compressed
-        old = _read(cluster, "workloads", "v1beta1", wl["metadata"]["name"], "-n", ns)
-        listed = old["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-        assert set(listed) == {"levels", "domains"}
-        assert listed["levels"] == compressed["levels"]
-        assert sum(d["count"] for d in listed["domains"]) == 12
-        nodes = [d["values"][-1] for d in listed["domains"]]
-        assert len(set(nodes)) == len(nodes)
-        assert set(nodes) <= set(dgx)
-        # And back: the listed form converts to exactly what atoll wrote.
-        assert v1beta1.convert(old, v1beta1.V1BETA2)["status"]["admission"] == json.loads(
-            json.dumps(wl["status"]["admission"])
-        )
-    finally:
-        cluster.kubectl("delete", "clusterqueue", f"cq-{ns}", "--wait=false", check=False)
 
 
 def test_the_conversion_webhook_points_at_the_operator_and_survives_reapplying_crds(

@@ -305,13 +305,13 @@ def _version(spec: CrdSpec, name: str, schema: Schema) -> dict[str, Any]:
 
 
 def crd(spec: CrdSpec) -> dict[str, Any]:
-    """The CustomResourceDefinition of one kind: v1beta2 stored, v1beta1 served (deprecated),
-    converted by atoll's webhook for the kinds whose fields differ (`atoll.api.v1beta1`)."""
+    """The CustomResourceDefinition of one kind: v1beta2 stored, v1beta1 served (deprecated)
+    for the kinds an admin writes, converted by atoll's webhook for those whose fields differ
+    (`atoll.api.v1beta1`)."""
     schema = openapi_schema(spec.model)
-    versions = [
-        _version(spec, VERSION, schema),
-        _version(spec, "v1beta1", v1beta1.schema(spec.kind, schema)),
-    ]
+    versions = [_version(spec, VERSION, schema)]
+    if spec.kind in v1beta1.V1BETA1_KINDS:
+        versions.append(_version(spec, "v1beta1", v1beta1.schema(spec.kind, schema)))
     names: dict[str, Any] = {
         "kind": spec.kind,
         "listKind": f"{spec.kind}List",

@@ -307,10 +307,13 @@ class AdmissionServer:
         async def convert(request: web.Request) -> web.Response:
             body = await request.read()
             try:
-                answer = convert_review(body)
+                # In a thread: one review may hold every LocalQueue of the cluster (the API
+                # server fills its v1beta1 watch cache with one list), whose conversion must
+                # not stop the event loop (lease, admissions) for as long.
+                answer = await asyncio.to_thread(lambda: orjson.dumps(convert_review(body)))
             except BadReviewError as e:
                 raise web.HTTPBadRequest(text=f"not a ConversionReview v1 request: {e}") from None
-            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+            return web.Response(body=answer, content_type="application/json")
 
         app = web.Application(client_max_size=MAX_REVIEW_BYTES)
         app.router.add_post(CONVERT_PATH, convert)
