@@ -347,6 +347,34 @@ def test_a_v1beta1_file_names_what_v1beta2_dropped_and_checks_the_rest(tmp_path:
     assert "waitForPodsReady.timeout" in str(caught.value)
 
 
+def test_a_v1beta1_file_keeps_pods_ready_off_whatever_it_says_of_the_gate() -> None:
+    config = configuration_from_mapping(
+        {**V1BETA1, "featureGates": {"DisableWaitForPodsReady": False, "Other": True}}
+    )
+    assert not config.wait_for_pods_ready_enabled
+    assert config.feature_gates == {"DisableWaitForPodsReady": True, "Other": True}
+
+
+def test_a_v1beta1_null_timeout_or_block_admission_takes_v1beta1s_default() -> None:
+    config = configuration_from_mapping(
+        {**V1BETA1, "waitForPodsReady": {"enable": True, "timeout": None, "blockAdmission": None}}
+    )
+    ready = config.wait_for_pods_ready
+    assert (ready.timeout, ready.block_admission) == (300, True)
+
+
+def test_a_v1beta1_file_in_snake_case_and_its_overrides_are_read_as_v1beta2() -> None:
+    config = configuration_from_mapping(
+        {"api_version": "config.kueue.x-k8s.io/v1beta1", "fairSharing": {"enable": True}}
+    )
+    assert config.api_version == "config.kueue.x-k8s.io/v1beta2"
+    assert config.fair_sharing is not None
+    changed = apply_overrides(config, {"waitForPodsReady.timeout": "2m"})
+    assert changed.wait_for_pods_ready.timeout == 120
+    assert not changed.wait_for_pods_ready_enabled  # still off, as the v1beta1 file said
+    assert changed.fair_sharing == config.fair_sharing
+
+
 def test_v1beta1_style_enable_true_is_accepted_and_changes_nothing() -> None:
     config = configuration_from_mapping({"waitForPodsReady": {"enable": True, "timeout": "1m"}})
 

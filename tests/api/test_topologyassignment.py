@@ -49,3 +49,14 @@ def test_expanding_gives_back_every_domain_in_order(
 ) -> None:
     levels = [f"level-{i}" for i in range(len(domains[0][0]))]
     assert expand(compact(levels, domains)) == domains
+
+
+@given(st.lists(VALUES, min_size=2, max_size=6, unique=True))
+def test_prefix_and_suffix_never_overlap_and_are_shared(values: list[str]) -> None:
+    """Kueue's rule: the longest common prefix and suffix, the prefix cut where together
+    they would be longer than the shortest value."""
+    (level,) = compact([HOSTS], [((v,), 1) for v in values]).slices[0].values_per_level
+    assert level.individual is not None
+    prefix, suffix = level.individual.prefix or "", level.individual.suffix or ""
+    assert len(prefix) + len(suffix) <= min(len(v) for v in values)
+    assert all(v.startswith(prefix) and v.endswith(suffix) for v in values)

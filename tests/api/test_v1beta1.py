@@ -1,7 +1,8 @@
 """Kueue's v1beta1 and its conversion to and from v1beta2 (`atoll.api.v1beta1`): each field
-Kueue's apis/kueue/v1beta1/*_conversion.go converts, the topology assignment's two forms,
-what is kept (metadata, unknown fields), errors that name the field, round trips (hypothesis),
-the v1beta1 schemas, and the ConversionReview the webhook answers."""
+Kueue's apis/kueue/v1beta1/*_conversion.go converts for the queue kinds, what is kept
+(metadata, unknown fields), errors that name the field, any input (hypothesis), round trips
+(hypothesis), the v1beta1 schemas, and the ConversionReview the webhook answers. Workloads are
+served in v1beta2 only."""
 
 from __future__ import annotations
 
@@ -308,24 +309,18 @@ JSON = st.recursive(
                     "cohort",
                     "cohortName",
                     "admissionChecks",
+                    "admissionChecksStrategy",
                     "flavorFungibility",
                     "whenCanBorrow",
-                    "priorityClassSource",
-                    "priorityClassName",
-                    "priorityClassRef",
-                    "podSets",
-                    "topologyRequest",
-                    "admission",
-                    "podSetAssignments",
-                    "topologyAssignment",
-                    "levels",
-                    "domains",
-                    "slices",
-                    "values",
-                    "count",
+                    "whenCanPreempt",
+                    "concurrentAdmissionPolicy",
+                    "pendingWorkloadsStatus",
                     "flavorUsage",
                     "flavorsUsage",
+                    "flavors",
                     "fairSharing",
+                    "admissionFairSharingStatus",
+                    "retryDelayMinutes",
                 ]
             ),
             inner,
@@ -337,7 +332,7 @@ JSON = st.recursive(
 
 
 @given(
-    st.sampled_from(["ClusterQueue", "LocalQueue", "AdmissionCheck", "Cohort", "Workload"]),
+    st.sampled_from(["ClusterQueue", "LocalQueue", "AdmissionCheck", "Cohort"]),
     st.sampled_from([(DOWN, UP), (UP, DOWN)]),
     st.dictionaries(st.sampled_from(["spec", "status"]), JSON, max_size=2),
 )
@@ -356,6 +351,39 @@ def test_any_input_converts_or_fails_with_a_conversion_error(
     else:
         assert out["apiVersion"] == want
         assert out["metadata"] == {"name": "x"}
+
+
+NAMES = st.text(alphabet="abc-", min_size=1, max_size=5)
+FUNGIBILITY = st.sampled_from(["MayStopSearch", "TryNextFlavor"])
+USAGE = st.lists(
+    st.fixed_dictionaries(
+        {"name": NAMES, "resources": st.lists(st.fixed_dictionaries({"name": NAMES}), max_size=2)}
+    ),
+    max_size=2,
+)
+
+
+@given(
+    st.one_of(st.none(), NAMES),
+    st.lists(NAMES, max_size=3),
+    st.dictionaries(st.sampled_from(["whenCanBorrow", "whenCanPreempt"]), FUNGIBILITY),
+    USAGE,
+)
+def test_queues_go_down_and_up_unchanged(
+    cohort: str | None, checks: list[str], fungibility: dict[str, str], usage: list[Any]
+) -> None:
+    """v1beta2 → v1beta1 → v1beta2 gives back every field v1beta1 has a place for."""
+    spec: dict[str, Any] = {"flavorFungibility": fungibility, "queueingStrategy": "StrictFIFO"}
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    cq = _obj("ClusterQueue", api=UP, spec=spec, status={"flavorsUsage": usage})
+    down = v1beta1.convert(cq, DOWN)
+    assert ("cohort" in down["spec"]) is (cohort is not None)
+    assert v1beta1.convert(down, UP) == cq
+    lq = _obj("LocalQueue", api=UP, spec={"clusterQueue": "cq"}, status={"flavorsUsage": usage})
+    assert v1beta1.convert(v1beta1.convert(lq, DOWN), UP) == lq
 
 
 def test_a_malformed_admission_check_list_is_refused_naming_the_field() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from atoll.kube import webhook
 from atoll.sandbox.crds import apply_crds
 from tests.conftest import REPO, KubeCluster
 from tests.kube import builders as b
-from tests.kube.conftest import OperatorProcess, create, get_json, is_true, workload_of
+from tests.kube.conftest import OperatorProcess, apply, create, get_json, is_true, workload_of
 
 pytestmark = pytest.mark.cluster
 
@@ -142,8 +143,29 @@ def test_v1beta1_queues_apply_unchanged_admit_a_job_and_read_back_in_both_versio
         cluster.kubectl("delete", "workloadpriorityclass", f"high-{ns}", check=False)
 
 
+@pytest.fixture
+def probe(cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    """A ClusterQueue in cohort `probe` (v1beta2), to read as v1beta1 through the webhook."""
+    name = f"probe-{namespace}"
+    cq = {
+        "apiVersion": v1beta1.V1BETA2,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"cohortName": "probe"},
+    }
+    apply(cluster, cq)
+    yield name
+    cluster.kubectl("delete", "clusterqueue", name, "--wait=false", check=False)
+
+
+def _converts(cluster: KubeCluster, cq: str) -> bool:
+    """A v1beta1 read of the ClusterQueue `cq` went through the webhook."""
+    old = _read(cluster, "clusterqueues", "v1beta1", cq)
+    return old["apiVersion"] == V1 and old["spec"].get("cohort") == "probe"
+
+
 def test_the_conversion_webhook_points_at_the_operator_and_survives_reapplying_crds(
-    cluster: KubeCluster, operator: OperatorProcess
+    cluster: KubeCluster, operator: OperatorProcess, probe: str
 ) -> None:
     """The sandbox's operator points each converting CRD at its own URL with its CA;
     applying crds/ again (`atoll sandbox crds`, the tests' and the demo's way) keeps that URL,
@@ -163,7 +185,7 @@ def test_the_conversion_webhook_points_at_the_operator_and_survives_reapplying_c
         n: get_json(cluster, "get", "crd", n)["spec"]["conversion"] for n in v1beta1.CONVERTED_CRDS
     }
     assert after == before
-    assert _read(cluster, "clusterqueues", "v1beta1")["apiVersion"] == "v1"
+    assert _converts(cluster, probe)
 
 
 def _conversion_configs(cluster: KubeCluster) -> dict[str, dict[str, Any]]:
@@ -174,11 +196,12 @@ def _conversion_configs(cluster: KubeCluster) -> dict[str, dict[str, Any]]:
 
 
 async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
-    cluster: KubeCluster, operator: OperatorProcess, api: client.ApiClient
+    cluster: KubeCluster, operator: OperatorProcess, api: client.ApiClient, probe: str
 ) -> None:
     """What a replica in a cluster writes (the Service of deploy/ and its CA), what a sandbox
     replica writes (its URL), each replacing the other; nothing is written when the CRDs
-    already say it, and a sandbox replica leaves a URL where another replica listens."""
+    already say it, a sandbox replica leaves a URL where another replica listens, and its
+    periodic check leaves a Service alone (so the session operator does not undo this)."""
     before = _conversion_configs(cluster)
     (session,) = {json.dumps(c, sort_keys=True) for c in before.values()}
     ca = base64.b64decode(json.loads(session)["caBundle"])  # the API server wants a real one
@@ -201,8 +224,13 @@ async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
                 "caBundle": base64.b64encode(ca).decode(),
             }
         assert await webhook.point_conversion(api, service, take_from_live=True) == []
+        periodic = await webhook.point_conversion(
+            api, other, take_from_live=False, take_from_service=False, attempts=1
+        )
+        assert periodic == []
+        assert not _conversion_configs(cluster)[v1beta1.CONVERTED_CRDS[0]].get("url")
     finally:
         restored = await webhook.point_conversion(api, json.loads(session), take_from_live=True)
     assert restored == list(v1beta1.CONVERTED_CRDS)
     assert _conversion_configs(cluster) == before
-    assert _read(cluster, "clusterqueues", "v1beta1")["apiVersion"] == "v1"
+    assert _converts(cluster, probe)

@@ -21,9 +21,11 @@ v0.17 reads it (`config_from_v1beta1`, after apis/config/v1beta1/configuration_c
 defaults.go): `fairSharing` and `waitForPodsReady` apply only with `enable: true`, without
 `preemptionStrategies` fair sharing gets v1beta1's `[LessThanOrEqualToFinalShare,
 LessThanInitialShare]`, and an enabled `waitForPodsReady` gets v1beta1's defaults (timeout 5m,
-`blockAdmission: true`). `waitForPodsReady` off in v1beta1 (its default) stays off, as in Kueue
-v0.17: the file is read with `featureGates.DisableWaitForPodsReady: true` unless the file sets
-that gate itself. v1beta1's `queueVisibility` (gone from v1beta2) is ignored and named.
+`blockAdmission: true`; a null counts as absent). `waitForPodsReady` off in v1beta1 (its
+default) stays off, as in Kueue v0.17: the file is read with
+`featureGates.DisableWaitForPodsReady: true` (the gate of Kueue ≥ 0.19 that atoll follows for
+v1beta2, where the feature is on by default), whatever the file says about that gate.
+v1beta1's `queueVisibility` (gone from v1beta2) is ignored and named.
 
 Two v1beta2 rules that surprise people coming from v1beta1:
 
@@ -758,14 +760,17 @@ def config_from_v1beta1(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
     ready = data.get("waitForPodsReady")
     if isinstance(ready, Mapping) and ready.get("enable") is True:
         enabled = {k: v for k, v in ready.items() if k != "enable"}
-        enabled.setdefault("timeout", V1BETA1_PODS_READY_TIMEOUT)
-        enabled.setdefault("blockAdmission", True)
+        for key, default in (("timeout", V1BETA1_PODS_READY_TIMEOUT), ("blockAdmission", True)):
+            if enabled.get(key) is None:  # absent or null: v1beta1's default, as in Kueue
+                enabled[key] = default
         out["waitForPodsReady"] = enabled
     else:
+        # Off in v1beta1 (explicitly or by its default) stays off, whatever else the file
+        # says about the gate.
         out.pop("waitForPodsReady", None)
         gates = data.get("featureGates")
         gates = dict(gates) if isinstance(gates, Mapping) else {}
-        gates.setdefault(DISABLE_WAIT_FOR_PODS_READY_GATE, True)
+        gates[DISABLE_WAIT_FOR_PODS_READY_GATE] = True
         out["featureGates"] = gates
     return out, dropped
 
@@ -851,7 +856,8 @@ class Configuration(ApiModel):
         # `ignoredFields` is computed here, never read from the input.
         given = {k: v for k, v in data.items() if k not in ("ignoredFields", "ignored_fields")}
         dropped: list[str] = []
-        if given.get("apiVersion") == API_VERSION_V1BETA1:
+        if API_VERSION_V1BETA1 in (given.get("apiVersion"), given.get("api_version")):
+            given.pop("api_version", None)
             given, dropped = config_from_v1beta1(given)
         model = handler(given)
         ignored = tuple(sorted({*_unmodelled(cls, given, ""), *dropped}))

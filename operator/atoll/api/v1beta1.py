@@ -169,18 +169,19 @@ def convert(obj: Mapping[str, Any], api_version: str) -> Obj:
     kind = obj.get("kind")
     if not isinstance(kind, str) or kind not in V1BETA1_KINDS:
         raise ConversionError(f"kind: {kind!r} is served in {V1BETA2} only")
-    out = copy.deepcopy(dict(obj))
-    if have != api_version:
-        step = (_UP if api_version == V1BETA2 else _DOWN).get(str(obj.get("kind")))
-        if step is not None:
-            try:
+    try:
+        out = copy.deepcopy(dict(obj))
+        if have != api_version:
+            step = (_UP if api_version == V1BETA2 else _DOWN).get(kind)
+            if step is not None:
                 step(out)
-            except ConversionError:
-                raise
-            except (TypeError, ValueError, LookupError, AttributeError) as e:
-                # A shape no check above foresaw: still an answer that names the object.
-                raise ConversionError(f"malformed {obj.get('kind')}: {e!r}") from None
-        out["apiVersion"] = api_version
+            out["apiVersion"] = api_version
+    except ConversionError:
+        raise
+    except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as e:
+        # A shape no check above foresaw (or nested past Python's recursion limit): still an
+        # answer that names the object.
+        raise ConversionError(f"malformed {kind}: {type(e).__name__}: {e}") from None
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,14 @@ def _crds(args: argparse.Namespace) -> int:
         return 1
     try:
         names = apply_crds(sandbox.kubectl, Path(args.folder))
-    except (FileNotFoundError, AssertionError, RuntimeError) as e:
+    except FileNotFoundError as e:
         _err(f"atoll sandbox crds: {e}")
+        return 1
+    except subprocess.CalledProcessError as e:
+        _err(f"atoll sandbox crds: kubectl failed: {(e.stderr or '').strip() or e}")
+        return 1
+    except subprocess.TimeoutExpired as e:
+        _err(f"atoll sandbox crds: kubectl did not finish in {e.timeout:.0f}s")
         return 1
     _err(f"applied {len(names)} CRDs from {args.folder}")
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -51,8 +52,8 @@ from atoll.state.devicequota import class_resources
 
 LWS_KIND = leaderworkerset.LeaderWorkerSet.KIND
 CONVERSION_CHECK_INTERVAL = 15.0
-"""url mode: seconds between checks that the CRDs' v1beta1 conversion webhook answers (three
-GETs; the CRDs are written only when nothing listens at their URL)."""
+"""Seconds between checks of the CRDs' v1beta1 conversion webhook (a GET of each converting
+CRD; one is written only when it needs to be: `_keep_webhook`)."""
 QUEUE_STATUS_BATCH = 1.0
 """Seconds the queue statuses wait after a change before they are written, so that the
 changes of that second go in one write per queue (Kueue's `UpdatesBatchPeriod`)."""
@@ -359,15 +360,27 @@ class Operator:
         """`url` mode, on every replica: keep the configuration pointing at a replica whose
         server listens. Once this replica's server listens, it takes the configuration over
         when it is missing or names a URL where nothing listens (a replica that stopped).
-        The configuration is watched (one object, by name), so a steady state costs no API
-        request: a change is handled at once, and a URL of another replica is checked for a
-        listener every second. This replica's own server is checked at its URL once, when it
+        The configuration is watched (one object, by name), so it costs no API request in a
+        steady state: a change is handled at once, and a URL of another replica is checked for
+        a listener every second. This replica's own server is checked at its URL once, when it
         starts listening (it runs in this process: if it stops, the operator stops), not
-        every second. `/readyz` waits for the first check."""
+        every second. `/readyz` waits for the first check. The CRDs' v1beta1 conversion
+        webhook is not watched: it is read every `CONVERSION_CHECK_INTERVAL` (a GET of each
+        converting CRD) and taken over when it names a URL where nothing listens.
+
+        `service` mode: every `CONVERSION_CHECK_INTERVAL` the CRDs' conversion webhook is
+        set back to the Service and CA if something changed it (a `kubectl replace` of
+        crds/, a sandbox-style run against the cluster)."""
         server = self._url_server
         if server is None:
-            await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
-            return
+            cert = self._shared_cert
+            if self.opts.webhook != "service" or cert is None:
+                await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
+                return
+            config = webhook.conversion_service(self.opts.webhook_service, cert.ca)
+            while True:
+                await asyncio.sleep(CONVERSION_CHECK_INTERVAL)
+                await webhook.point_conversion(self.api, config, take_from_live=True, attempts=1)
         name = self.opts.configuration.atoll.webhook_configuration_name
         hooks = webhook.url_webhooks(
             self.webhooks,
@@ -393,17 +406,23 @@ class Operator:
                         seen = self._webhook_events
                         await webhook.own_url_configuration(self.api, name, hooks)
                         log.info("webhook configuration points here", name=name, url=server.url)
-                        await webhook.point_conversion(self.api, conversion, take_from_live=False)
-                        checked_conversion = time.monotonic()
+                        checked_conversion = -math.inf  # the conversion webhook too, below
                         if self._webhook_events == seen:
                             self._webhook_urls = None  # until the watch shows the write
                     else:
                         self.webhook_checked.set()
                     if time.monotonic() - checked_conversion >= CONVERSION_CHECK_INTERVAL:
                         # The CRDs' conversion webhook may be another replica's, which the
-                        # mutating configuration's URLs do not show: take it when it stopped.
+                        # mutating configuration's URLs do not show: taken when it stopped
+                        # (checked at once after taking the mutating configuration over).
                         checked_conversion = time.monotonic()
-                        await webhook.point_conversion(self.api, conversion, take_from_live=False)
+                        await webhook.point_conversion(
+                            self.api,
+                            conversion,
+                            take_from_live=False,
+                            take_from_service=False,
+                            attempts=1,
+                        )
                 except Exception as e:
                     log.warning("webhook configuration not checked", name=name, error=str(e)[:300])
             self._webhook_urls_changed.clear()

@@ -541,14 +541,21 @@ async def _answers(url: str) -> bool:
 
 
 async def point_conversion(
-    api: client.ApiClient, client_config: Mapping[str, Any], *, take_from_live: bool
+    api: client.ApiClient,
+    client_config: Mapping[str, Any],
+    *,
+    take_from_live: bool,
+    take_from_service: bool = True,
+    attempts: int = CONVERSION_ATTEMPTS,
 ) -> list[str]:
     """Make the conversion webhook of each CRD of `v1beta1.CONVERTED_CRDS` call `client_config`, so
     that the API server can serve Kueue's v1beta1 objects; the names of the CRDs changed.
 
     A CRD that is not installed, or that does not serve v1beta1 (an older crds/), is left as it
     is with a warning. With `take_from_live` False, a CRD whose webhook is another replica's
-    URL where something listens is left to it (the sandbox's replicas). Failures (no
+    URL where something listens is left to it (the sandbox's replicas); with
+    `take_from_service` False, so is one that names a Service (the sandbox's periodic check
+    replaces only a replica that stopped, never what someone configured). Failures (no
     permission, the API server unreachable after a few tries, anything unforeseen) are
     warnings too: only v1beta1 requests depend on it, so the operator runs on without. A CRD
     update closes the API server's watches of that resource, so nothing is written when the
@@ -562,7 +569,7 @@ async def point_conversion(
                 await retry.call(
                     lambda path=path: rest.request("GET", path),  # type: ignore[misc]
                     what=f"CRD {name}",
-                    attempts=CONVERSION_ATTEMPTS,
+                    attempts=attempts,
                 )
             )
             spec = raw.get("spec") or {}
@@ -582,6 +589,8 @@ async def point_conversion(
             other = have.get("url")
             if not take_from_live and other and await _answers(str(other)):
                 continue
+            if not take_from_service and have.get("service"):
+                continue
             patch_config: dict[str, Any] = {"url": None, "service": None, **client_config}
             body = {
                 "spec": {
@@ -597,7 +606,7 @@ async def point_conversion(
             await retry.call(
                 lambda path=path, body=body: rest.request("PATCH", path, body, content_type=MERGE),  # type: ignore[misc]
                 what=f"CRD {name}",
-                attempts=CONVERSION_ATTEMPTS,
+                attempts=attempts,
             )
             changed.append(name)
         except ApiException as e:
