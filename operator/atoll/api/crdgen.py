@@ -295,7 +295,7 @@ def _version(spec: CrdSpec, name: str, schema: Schema) -> dict[str, Any]:
         columns = [c.to_dict() for c in spec.columns]
         if name != VERSION:
             for column in columns:
-                column["jsonPath"] = column["jsonPath"].replace(".spec.cohortName", ".spec.cohort")
+                column["jsonPath"] = v1beta1.field_path(column["jsonPath"])
         version["additionalPrinterColumns"] = columns
     if spec.selectable_fields and name == VERSION:
         # On v1beta2 only: the API server takes settings the same in every version as the

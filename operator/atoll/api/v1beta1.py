@@ -194,6 +194,21 @@ def _props(node: Schema, *path: str) -> Schema:
     return node["properties"]  # type: ignore[no-any-return]
 
 
+_V1BETA1_PATHS: Final = {
+    ".spec.cohortName": ".spec.cohort",
+    ".status.flavorsUsage": ".status.flavorUsage",
+}
+"""v1beta2 field paths and their v1beta1 names (what the schemas and conversions rename)."""
+
+
+def field_path(path: str) -> str:
+    """A v1beta2 JSON path (a printer column's) as v1beta1 names it."""
+    for new, old in _V1BETA1_PATHS.items():
+        if path == new or path.startswith(new + "."):
+            return old + path[len(new) :]
+    return path
+
+
 def _cluster_queue_schema(schema: Schema) -> None:
     spec = schema["properties"]["spec"]
     props = spec["properties"]

@@ -582,9 +582,7 @@ async def point_conversion(
                 continue
             webhook_ = (spec.get("conversion") or {}).get("webhook") or {}
             have = webhook_.get("clientConfig") or {}
-            if all(have.get(k) == v for k, v in client_config.items()) and not (
-                set(have) - set(client_config)
-            ):
+            if have == dict(client_config):
                 continue
             other = have.get("url")
             if not take_from_live and other and await _answers(str(other)):
