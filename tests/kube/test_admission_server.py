@@ -34,7 +34,7 @@ from atoll.api.labels import (
 )
 from atoll.control import integrations, leaderworkerset, podgroups
 from atoll.control import jobframework as jf
-from atoll.kube import webhook
+from atoll.kube import admission, webhook
 from atoll.kube.admission import (
     MAX_REVIEW_BYTES,
     AdmissionServer,
@@ -759,6 +759,44 @@ async def test_the_server_answers_400_to_a_malformed_review_and_404_elsewhere() 
         assert resp.status == 404
         resp = await client.get(f"/{webhook.WEBHOOK_ID}")
         assert resp.status == 405
+    finally:
+        await client.close()
+
+
+async def test_before_the_cache_is_filled_reviews_wait_and_conversions_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server listens before the initial listing (the API server needs /convert for it):
+    an admission review waits until the cache is filled, and is answered 503 after
+    `READY_WAIT`; a ConversionReview is answered at once."""
+    monkeypatch.setattr(admission, "READY_WAIT", 0.2)
+    ready = asyncio.Event()
+    server = AdmissionServer(addr="127.0.0.1", port=0, context=None)
+    client = TestClient(TestServer(server.app(HOOKS, ready)))
+    await client.start_server()
+    try:
+        resp = await client.post(f"/{webhook.WEBHOOK_ID}", data=encoded(review(a_job())))
+        assert resp.status == 503
+        assert "not finished listing the cluster" in await resp.text()
+        conversion = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "ConversionReview",
+            "request": {"uid": "u", "desiredAPIVersion": "kueue.x-k8s.io/v1beta1", "objects": []},
+        }
+        resp = await client.post("/convert", data=json.dumps(conversion).encode())
+        assert resp.status == 200
+        assert (await resp.json())["response"]["result"]["status"] == "Success"
+
+        monkeypatch.setattr(admission, "READY_WAIT", 30.0)
+        waiting = asyncio.ensure_future(
+            client.post(f"/{webhook.WEBHOOK_ID}", data=encoded(review(a_job())))
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        ready.set()
+        resp = await asyncio.wait_for(waiting, 10)
+        assert resp.status == 200
+        assert (await resp.json())["response"]["allowed"] is True
     finally:
         await client.close()
 

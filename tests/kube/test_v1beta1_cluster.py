@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,3 +235,51 @@ async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
     assert restored == list(v1beta1.CONVERTED_CRDS)
     assert _conversion_configs(cluster) == before
     assert _converts(cluster, probe)
+
+
+def _store_as(cluster: KubeCluster, version: str) -> None:
+    """Make `version` the stored version of the ClusterQueue CRD."""
+    crd = "clusterqueues.kueue.x-k8s.io"
+    versions = get_json(cluster, "get", "crd", crd)["spec"]["versions"]
+    patch = [
+        {"op": "replace", "path": f"/spec/versions/{i}/storage", "value": v["name"] == version}
+        for i, v in enumerate(versions)
+    ]
+    cluster.kubectl("patch", "crd", crd, "--type=json", "-p", json.dumps(patch))
+
+
+def test_a_replica_lists_queues_stored_in_v1beta1_with_no_other_replica_running(
+    cluster: KubeCluster, solo: None, namespace: str, tmp_path: Path
+) -> None:
+    """A cluster that ran Kueue v0.15 or older stores its ClusterQueues as v1beta1, which the
+    API server converts through the webhook for every v1beta2 read, the operator's initial
+    listing included. With no replica running, the first one must serve /convert before it
+    lists (it used to serve it only after: the listing then failed until it timed out)."""
+    name = f"old-{namespace}"
+    old = {
+        "apiVersion": V1,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"cohort": "stored-old", "namespaceSelector": {}},
+    }
+    replica = OperatorProcess(cluster, tmp_path / "atoll.log")
+    try:
+        _store_as(cluster, "v1beta1")
+        try:
+            cluster.kubectl("create", "-f", "-", input=json.dumps(old))
+        finally:
+            _store_as(cluster, "v1beta2")
+        replica.start()  # raises unless ready (its listing done) within a minute
+        stored = _read(cluster, "clusterqueues", "v1beta2", name)
+        assert stored["spec"]["cohortName"] == "stored-old"
+
+        def reported() -> bool:
+            status = _read(cluster, "clusterqueues", "v1beta2", name).get("status") or {}
+            return "conditions" in status
+
+        cluster.wait_for("the operator reports on the ClusterQueue stored as v1beta1", reported)
+    finally:
+        if replica.proc is None or replica.proc.poll() is not None:
+            replica.start(wait_ready=False)  # deleting the object needs a converter too
+        cluster.kubectl("delete", "clusterqueue", name, "--timeout=60s", check=False)
+        replica.stop()

@@ -13,6 +13,12 @@ object that cannot be converted fails the whole review with a message naming it 
 A request the server cannot read is answered with an HTTP error, never with a review: a body
 over `MAX_REVIEW_BYTES` 413, a body that is not an AdmissionReview v1 400, a path that names
 no webhook 404 (with `failurePolicy: Fail` the API server then refuses the request).
+
+The server may listen before the replica's cache is filled (`serve(..., ready=...)`): the
+conversions need nothing of the cluster, and the API server needs them to list ClusterQueues
+and LocalQueues still stored as v1beta1, the replica's own initial listing included. An
+admission review, whose webhook reads the cache (a namespace's default LocalQueue), waits for
+`ready` up to `READY_WAIT` seconds, then is answered 503.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ leaves room for JSON escaping; aiohttp's default (1 MiB) answered 413 to labelle
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 CONVERSION_API_VERSION = "apiextensions.k8s.io/v1"
 CONVERT_PATH = "/convert"
+READY_WAIT = 8.0
+"""Seconds an admission review waits for the cache to be filled before it is answered 503:
+under the 10 s `timeoutSeconds` of deploy/webhook.yaml, so the API server reads the 503
+(and its reason) rather than a timeout."""
 
 Admit = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any]]
 """A webhook's function: (object, old object on UPDATE else None) → merge patch (empty: no
@@ -290,13 +300,21 @@ class AdmissionServer:
         self.listening = asyncio.Event()
         """Set once `serve` listens (cleared when it stops)."""
 
-    def app(self, hooks: Sequence[Webhook]) -> web.Application:
+    def app(self, hooks: Sequence[Webhook], ready: asyncio.Event | None = None) -> web.Application:
         by_id = {h.id: h for h in hooks}
 
         async def serve(request: web.Request) -> web.Response:
             hook = by_id.get(request.match_info["id"])
             if hook is None:
                 raise web.HTTPNotFound(text=f"no webhook at {request.path}")
+            if ready is not None and not ready.is_set():
+                try:
+                    async with asyncio.timeout(READY_WAIT):
+                        await ready.wait()
+                except TimeoutError:
+                    raise web.HTTPServiceUnavailable(
+                        text="atoll has not finished listing the cluster yet; retry"
+                    ) from None
             body = await request.read()  # 413 past client_max_size
             try:
                 answer = respond(hook, decode_review(body))
@@ -320,9 +338,10 @@ class AdmissionServer:
         app.router.add_post("/{id}", serve)
         return app
 
-    async def serve(self, hooks: Sequence[Webhook]) -> None:
-        """Listen until cancelled."""
-        runner = web.AppRunner(self.app(hooks), handle_signals=False, access_log=None)
+    async def serve(self, hooks: Sequence[Webhook], ready: asyncio.Event | None = None) -> None:
+        """Listen until cancelled; admission reviews wait for `ready` (None: ready now),
+        conversions never do."""
+        runner = web.AppRunner(self.app(hooks, ready), handle_signals=False, access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(

@@ -202,7 +202,9 @@ class Operator:
         self.leading = False
         self._shared_cert: webhook.SharedCert | None = None
         self._service_server: admission.AdmissionServer | None = None
-        """The webhook server in `service` mode, once `_serve_webhooks` made it."""
+        """The webhook server in `service` mode, once `_prepare_webhook` made it."""
+        self._webhook_task: asyncio.Task[None] | None = None
+        """`_serve_webhooks`, started by `_prepare_webhook`."""
         self._url_server = (
             webhook.make_url_server(
                 addr=opts.webhook_addr, port=opts.webhook_port, host=opts.webhook_host
@@ -301,20 +303,18 @@ class Operator:
         return hooks
 
     async def _serve_webhooks(self) -> None:
-        """Serve the webhooks (url or service mode) until cancelled; started once the
-        initial listing is done, as the handlers read the cache's namespaces."""
-        o = self.opts
+        """Serve the webhooks (url or service mode) until cancelled. Started by
+        `_prepare_webhook`, before the initial listing: conversions are answered at once (the
+        listing of queues stored as v1beta1 needs them), admission reviews once the listing
+        is done, as their handlers read the cache (a namespace's default LocalQueue)."""
         if self._url_server is not None:
             server = self._url_server.server
-        elif o.webhook == "service" and self._shared_cert is not None:
-            server = webhook.make_service_server(
-                addr=o.webhook_addr, port=o.webhook_port, cert=self._shared_cert
-            )
-            self._service_server = server
+        elif self._service_server is not None:
+            server = self._service_server
         else:
             await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
             return
-        await server.serve([*self.webhooks, *webhook.passthrough(self.webhooks)])
+        await server.serve([*self.webhooks, *webhook.passthrough(self.webhooks)], self.synced)
 
     def _kopf_settings(self) -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
@@ -501,31 +501,43 @@ class Operator:
                 await runner.cleanup()
 
     async def _prepare_webhook(self) -> None:
-        """Before the listing: the webhook's certificate, the caBundle of its configuration
-        (service mode), and the CRDs' conversion webhook (`webhook.point_conversion`, done
-        before anything is watched since a CRD update closes the watches of its resource)."""
+        """Before the listing: the webhook's certificate and the caBundle of its configuration
+        (service mode), the webhook server started (`_serve_webhooks`), and the CRDs'
+        conversion webhook pointed at it (`webhook.point_conversion`). Both come before
+        anything is listed: the API server converts queues stored as v1beta1 (a cluster that
+        ran Kueue v0.15 or older) through the webhook for every v1beta2 read, this replica's
+        listing included, and a CRD update closes the watches of its resource."""
+        o = self.opts
+        conversion: dict[str, Any] | None = None
         if self._url_server is not None:
-            server = self._url_server
-            await webhook.point_conversion(
-                self.api, webhook.conversion_url(server.url, server.ca), take_from_live=False
+            server = self._url_server.server
+            conversion = webhook.conversion_url(self._url_server.url, self._url_server.ca)
+        elif o.webhook == "service":
+            cfg = o.configuration
+            ns, _, service = o.webhook_service.partition("/")
+            self._shared_cert = cert = await webhook.shared_certificate(
+                self.api,
+                namespace=ns,
+                secret=cfg.internal_cert_management.webhook_secret_name,
+                service=service,
             )
-        if self.opts.webhook != "service":
+            await webhook.patch_ca_bundle(self.api, cfg.atoll.webhook_configuration_name, cert.ca)
+            server = self._service_server = webhook.make_service_server(
+                addr=o.webhook_addr, port=o.webhook_port, cert=cert
+            )
+            conversion = webhook.conversion_service(o.webhook_service, cert.ca)
+        self._webhook_task = asyncio.create_task(self._serve_webhooks(), name="webhook")
+        if conversion is None:
             return
-        cfg = self.opts.configuration
-        ns, _, service = self.opts.webhook_service.partition("/")
-        self._shared_cert = await webhook.shared_certificate(
-            self.api,
-            namespace=ns,
-            secret=cfg.internal_cert_management.webhook_secret_name,
-            service=service,
-        )
-        await webhook.patch_ca_bundle(
-            self.api, cfg.atoll.webhook_configuration_name, self._shared_cert.ca
-        )
+        listening = asyncio.create_task(server.listening.wait())
+        try:
+            await asyncio.wait([self._webhook_task, listening], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
+        if self._webhook_task.done():
+            self._webhook_task.result()  # it could not listen: raise why
         await webhook.point_conversion(
-            self.api,
-            webhook.conversion_service(self.opts.webhook_service, self._shared_cert.ca),
-            take_from_live=True,
+            self.api, conversion, take_from_live=self._url_server is None
         )
 
     def _group_pod(self, pod: Pod, deleted: bool) -> None:
@@ -600,9 +612,10 @@ class Operator:
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait([start, stopper, http], return_when=asyncio.FIRST_COMPLETED)
         if not start.done() or start.exception() is not None:
-            for t in (start, stopper, http):
+            served = [] if self._webhook_task is None else [self._webhook_task]
+            for t in (start, stopper, http, *served):
                 t.cancel()
-            await asyncio.gather(start, stopper, http, return_exceptions=True)
+            await asyncio.gather(start, stopper, http, *served, return_exceptions=True)
             if not start.cancelled() and start.done() and start.exception() is not None:
                 raise start.exception()  # type: ignore[misc]
             log.info("operator stopped")
@@ -616,7 +629,6 @@ class Operator:
                 stop_flag=stop,
             ),
             self.watches.run(self.api),
-            self._serve_webhooks(),
             self._keep_webhook(),
         ]
         elector = self.elector
@@ -624,7 +636,8 @@ class Operator:
             work.append(elector.lead(self._lead))
         else:
             work.append(self._lead())
-        tasks = [http, *(asyncio.create_task(c) for c in work)]
+        assert self._webhook_task is not None  # started by `_start`
+        tasks = [http, self._webhook_task, *(asyncio.create_task(c) for c in work)]
         everything: list[asyncio.Task[Any]] = [*tasks, stopper]
         try:
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
