@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -32,6 +33,34 @@ KUEUE_MODULE_DIR = HERE / "kueue"
 KUEUE_NAMESPACE = "kueue-system"
 ATOLL_NAMESPACE = "atoll-system"
 GO_ENV = {"GOWORK": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-trimpath"}
+METRICS_READER_NAME = "bench-metrics-reader"
+METRICS_READER = [
+    {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": METRICS_READER_NAME, "namespace": KUEUE_NAMESPACE},
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": METRICS_READER_NAME},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": METRICS_READER_NAME},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": METRICS_READER_NAME,
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": METRICS_READER_NAME, "namespace": KUEUE_NAMESPACE}
+        ],
+    },
+]
+"""Who may read Kueue's /metrics (`Kueue.metrics_text`)."""
 # Kueue features the baseline shape does not use; off so that their controllers, servers and
 # CRD lookups do not run (MultiKueue, TAS, the visibility API server).
 KUEUE_FEATURE_GATES = "VisibilityOnDemand=false,MultiKueue=false,TopologyAwareScheduling=false"
@@ -74,6 +103,17 @@ def _http_status(url: str) -> int:
             return int(r.status)
     except OSError:
         return 0
+
+
+def counters(text: str, name: str) -> dict[str, float]:
+    """The samples of the metric `name` in a Prometheus text exposition, by their labels
+    (`{a="b"}`)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line.rpartition(" ")
+            out[labels.removeprefix(name)] = float(value)
+    return out
 
 
 class Controller(abc.ABC):
@@ -136,22 +176,30 @@ class Controller(abc.ABC):
             "peak_rss_mib": peak_rss_mib(self.pid),
         }
 
-    def scrape(self) -> dict[str, float]:
-        """atoll's own API request counters (`atoll_api_requests_total`) from /metrics, also
-        saved next to the log. Kueue's metrics endpoint needs authentication: not scraped."""
+    def metrics_text(self) -> str | None:
+        """The controller's /metrics now (None when it does not answer)."""
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=5) as r:
-                text = r.read().decode()
+                return str(r.read().decode())
         except OSError:
+            return None
+
+    def scrape(self) -> dict[str, dict[str, float]]:
+        """From /metrics (also saved next to the log): `requests`, atoll's own API request
+        counters (`atoll_api_requests_total`; Kueue has none such), and `attempts`, the
+        scheduling cycles by result (`kueue_admission_attempts_total`, which both export)."""
+        text = self.metrics_text()
+        if text is None:
             return {}
         (self.workdir / f"{self.name}.metrics.txt").write_text(text)
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("atoll_api_requests_total{"):
-                labels, _, value = line.rpartition(" ")
-                out[labels.removeprefix("atoll_api_requests_total")] = float(value)
-        return out
+        return {
+            "requests": counters(text, "atoll_api_requests_total"),
+            "attempts": {
+                re.sub(r'.*result="([^"]*)".*', r"\1", labels): v
+                for labels, v in counters(text, "kueue_admission_attempts_total").items()
+            },
+        }
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -309,6 +357,7 @@ class Kueue(Controller):
             "wait", "--for=condition=Established", "crd", "--all", "--timeout=300s"
         )
         self.sandbox.kubectl("create", "namespace", KUEUE_NAMESPACE)
+        self.sandbox.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(METRICS_READER))
         certs = pki.write_serving_pki(
             self.workdir / "kueue-certs", dns=("localhost",), ips=("127.0.0.1",)
         )
@@ -331,6 +380,28 @@ class Kueue(Controller):
         self.config = self.workdir / "kueue-config.yaml"
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.certs = certs
+
+    def metrics_text(self) -> str | None:
+        """Kueue serves /metrics over HTTPS to authenticated and authorized clients only
+        (controller-runtime's filter, which reviews a bearer token): read with a token of the
+        ServiceAccount `METRICS_READER` makes (the serving certificate is ours, not checked)."""
+        made = self.sandbox.kubectl(
+            "create", "token", METRICS_READER_NAME, "-n", KUEUE_NAMESPACE, check=False
+        )
+        if made.returncode != 0:
+            return None
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.metrics_port}/metrics",
+            headers={"Authorization": f"Bearer {made.stdout.strip()}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=context) as r:
+                return str(r.read().decode())
+        except OSError:
+            return None
 
     def argv(self) -> list[str]:
         # With internalCertManagement off, Kueue v0.17's main.go reads the metrics serving

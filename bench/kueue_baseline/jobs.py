@@ -409,7 +409,7 @@ def run_one(system: str, args: argparse.Namespace, budget: Budget, base: Path) -
         with BackgroundLoad(args.background_load):
             result.update(asyncio.run(drive(controller, sandbox, args, shape.gpu_count())))
         if isinstance(controller, Atoll):
-            result["api_requests"] = controller.scrape()
+            result["api_requests"] = controller.scrape().get("requests", {})
         if spy is not None:
             stop_py_spy(spy)
             result["profile"] = profile_top(workdir / "atoll.pyspy.txt")

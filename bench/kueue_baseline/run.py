@@ -149,8 +149,10 @@ def run_one(
             spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
         result.update(asyncio.run(drive(controller, sandbox, shape, args.timeout)))
         result.update(controller.sample())
+        scraped = controller.scrape()
+        result["admission_attempts"] = scraped.get("attempts", {})
         if isinstance(controller, Atoll):
-            result["api_requests"] = controller.scrape()
+            result["api_requests"] = scraped.get("requests", {})
             report = controller.dump_tracemalloc()
             if report is not None:
                 console.print(f"atoll tracemalloc ({controller.tracemalloc_out}):")
@@ -204,6 +206,14 @@ def rows(res: dict[str, Any]) -> list[tuple[str, float, bool]]:
             True,
         ),
         ("evictions", float(sum(c["evictions"] for c in res["classes"].values())), True),
+        (
+            # Kueue's admission attempts: one per cycle that had heads (atoll's likewise)
+            "scheduling cycles / admission",
+            sum(res.get("admission_attempts", {}).values()) / max(1, res["admitted"])
+            if res.get("admission_attempts")
+            else math.nan,
+            True,
+        ),
         (
             "Events in the cluster / admission",
             res.get("events", math.nan) / max(1, res["admitted"]),

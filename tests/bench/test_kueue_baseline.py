@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "kueue_baseline"))
 
 import generator as gen
-from controllers import Budget, profile_top
+from controllers import Budget, counters, profile_top
 from load import BackgroundLoad
 from runner import Runner, _pending_message, change_kind
 
@@ -275,3 +275,37 @@ def test_a_paced_shape_spreads_the_same_workloads_over_a_longer_time() -> None:
     assert [c.runtime_ms for c in slow.classes] == [c.runtime_ms for c in shape.classes]
     assert slow.generation_seconds == 2 * shape.generation_seconds
     assert gen.shape_from_args(0.1, False) == shape
+
+
+def test_counters_read_one_metric_by_labels_and_cycles_per_admission_follow() -> None:
+    text = "\n".join(
+        [
+            "# HELP kueue_admission_attempts_total Admission attempts.",
+            'kueue_admission_attempts_total{replica_role="standalone",result="success"} 151.0',
+            'kueue_admission_attempts_total{replica_role="standalone",result="inadmissible"} 49',
+            'kueue_admission_attempts_created{result="success"} 1.7e9',
+            'atoll_api_requests_total{verb="patch"} 3.0',
+        ]
+    )
+    got = counters(text, "kueue_admission_attempts_total")
+    assert got == {
+        '{replica_role="standalone",result="success"}': 151.0,
+        '{replica_role="standalone",result="inadmissible"}': 49.0,
+    }
+    assert counters(text, "atoll_api_requests_total") == {'{verb="patch"}': 3.0}
+    res = {
+        "wall_s": 10.0,
+        "finished": 100,
+        "expected": 100,
+        "admitted": 100,
+        "admissions_per_s": 10.0,
+        "classes": {},
+        "usage_pct": 50.0,
+        "admission_attempts": {"success": 151.0, "inadmissible": 49.0},
+    }
+    rows = {label: v for label, v, _ in run.rows(res)}
+    assert rows["scheduling cycles / admission"] == pytest.approx(2.0)
+    del res["admission_attempts"]
+    assert run.rows(res) and all(
+        v != v for label, v, _ in run.rows(res) if label == "scheduling cycles / admission"
+    )
