@@ -70,21 +70,21 @@ def test_every_field_has_a_description(spec: crdgen.CrdSpec) -> None:
 def test_v1beta2_is_stored_and_v1beta1_served_deprecated(spec: crdgen.CrdSpec) -> None:
     crd = crdgen.crd(spec)
     versions = crd["spec"]["versions"]
-    # Workloads: v1beta1 listed, not served (objects Kueue <= v0.15 stored in it are read
-    # through the webhook; see atoll.api.v1beta1)
-    served = spec.kind != "Workload"
+    if spec.kind == "Workload":  # v1beta2 only: see atoll.api.v1beta1
+        assert [(v["name"], v["served"], v["storage"]) for v in versions] == [
+            ("v1beta2", True, True)
+        ]
+        assert "conversion" not in crd["spec"]
+        return
     assert [(v["name"], v["served"], v["storage"]) for v in versions] == [
         ("v1beta2", True, True),
-        ("v1beta1", served, False),
+        ("v1beta1", True, False),
     ]
     assert "deprecated" not in versions[0]
-    if served:
-        assert versions[1]["deprecated"] is True
-        assert "v1beta2" in versions[1]["deprecationWarning"]
-    else:
-        assert "deprecated" not in versions[1]
+    assert versions[1]["deprecated"] is True
+    assert "v1beta2" in versions[1]["deprecationWarning"]
     conversion = crd["spec"].get("conversion")
-    if spec.kind in ("ClusterQueue", "LocalQueue", "Workload"):
+    if spec.kind in ("ClusterQueue", "LocalQueue"):
         assert conversion == {
             "strategy": "Webhook",
             "webhook": {

@@ -1,9 +1,8 @@
 """Kueue's v1beta1 and its conversion to and from v1beta2 (`atoll.api.v1beta1`): each field
-Kueue's apis/kueue/v1beta1/*_conversion.go converts for the queue kinds and Workloads (whose
-v1beta1 is listed, not served: only objects Kueue v0.15 or older stored in it are converted),
-the topology assignment's two forms, what is kept (metadata, unknown fields), errors that name
-the field, any input (hypothesis), round trips (hypothesis), the v1beta1 schemas, and the
-ConversionReview the webhook answers."""
+Kueue's apis/kueue/v1beta1/*_conversion.go converts for the queue kinds, what is kept
+(metadata, unknown fields), errors that name the field, any input (hypothesis), round trips
+(hypothesis), the v1beta1 schemas, and the ConversionReview the webhook answers. Workloads are
+served in v1beta2 only."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from hypothesis import strategies as st
 from atoll.api import crdgen, v1beta1
 from atoll.api.clusterqueue import ClusterQueue
 from atoll.api.localqueue import LocalQueue
-from atoll.api.workload import Workload
 from atoll.kube.admission import AdmissionServer, BadReviewError, convert_review
 from atoll.state.apivalidation import check_object
 
@@ -107,175 +105,6 @@ def test_a_local_queues_flavor_usage_is_renamed_both_ways() -> None:
     assert down["status"] == {"flavorUsage": usage, "pendingWorkloads": 1}
 
 
-# -------------------------------------------------------------------------------- Workload
-
-
-@pytest.mark.parametrize(
-    ("source", "group", "kind"),
-    [
-        ("kueue.x-k8s.io/workloadpriorityclass", "kueue.x-k8s.io", "WorkloadPriorityClass"),
-        ("scheduling.k8s.io/priorityclass", "scheduling.k8s.io", "PriorityClass"),
-    ],
-)
-def test_a_workloads_priority_class_source_and_name_are_its_priority_class_ref(
-    source: str, group: str, kind: str
-) -> None:
-    wl = _obj(
-        "Workload",
-        spec={"priorityClassSource": source, "priorityClassName": "high", "priority": 9},
-    )
-    up = v1beta1.convert(wl, UP)
-    assert up["spec"] == {
-        "priorityClassRef": {"group": group, "kind": kind, "name": "high"},
-        "priority": 9,
-    }
-    assert v1beta1.convert(up, DOWN)["spec"] == wl["spec"]
-
-
-def test_a_priority_class_name_without_a_source_gives_no_ref() -> None:
-    """Kueue converts only the two known sources; the default "" names no class."""
-    wl = _obj("Workload", spec={"priorityClassSource": "", "priorityClassName": "high"})
-    assert v1beta1.convert(wl, UP)["spec"] == {}
-
-
-def test_v1beta1s_misspelt_execution_time_and_v1beta2_only_fields() -> None:
-    wl = _obj(
-        "Workload",
-        api=UP,
-        spec={
-            "preemptionGates": [{"name": "g"}],
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 2,
-                    "topologyRequest": {
-                        "required": "rack",
-                        "podsetSliceRequiredTopologyConstraints": [{"topology": "b", "size": 2}],
-                    },
-                }
-            ],
-        },
-        status={"accumulatedPastExecutionTimeSeconds": 42, "preemptionGates": []},
-    )
-    down = v1beta1.convert(wl, DOWN)
-    assert down["spec"] == {
-        "podSets": [{"name": "main", "count": 2, "topologyRequest": {"required": "rack"}}]
-    }
-    assert down["status"] == {"accumulatedPastExexcutionTimeSeconds": 42}
-    assert v1beta1.convert(down, UP)["status"] == {"accumulatedPastExecutionTimeSeconds": 42}
-
-
-HOSTS = "kubernetes.io/hostname"
-
-
-def _admitted(assignment: dict[str, Any], api: str, count: int = 4) -> dict[str, Any]:
-    return _obj(
-        "Workload",
-        api=api,
-        status={
-            "admission": {
-                "clusterQueue": "cq",
-                "podSetAssignments": [
-                    {"name": "main", "count": count, "topologyAssignment": assignment},
-                    {"name": "launcher", "count": 1},
-                ],
-            }
-        },
-    )
-
-
-def test_a_topology_assignment_lists_its_domains_in_v1beta1_and_compresses_them_in_v1beta2() -> (
-    None
-):
-    listed = {
-        "levels": ["rack", HOSTS],
-        "domains": [
-            {"values": ["r1", "node-1"], "count": 2},
-            {"values": ["r1", "node-2"], "count": 2},
-        ],
-    }
-    up = v1beta1.convert(_admitted(listed, DOWN), UP)
-    compressed = up["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    assert compressed == {
-        "levels": ["rack", HOSTS],
-        "slices": [
-            {
-                "domainCount": 2,
-                "valuesPerLevel": [
-                    {"universal": "r1"},
-                    {"individual": {"prefix": "node-", "roots": ["1", "2"]}},
-                ],
-                "podCounts": {"universal": 2},
-            }
-        ],
-    }
-    assert "topologyAssignment" not in up["status"]["admission"]["podSetAssignments"][1]
-    down = v1beta1.convert(up, DOWN)
-    assert down["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] == listed
-
-
-@pytest.mark.parametrize(
-    ("assignment", "names"),
-    [
-        (
-            {"levels": [HOSTS], "domains": [{"values": ["a", "b"], "count": 1}]},
-            "podSetAssignments[0].topologyAssignment.domains[0].values: must hold one value "
-            "per level (1)",
-        ),
-        (
-            {"levels": [HOSTS], "domains": [{"values": ["a"], "count": 0}]},
-            "podSetAssignments[0].topologyAssignment.domains[0].count: must be a whole number "
-            "above 0",
-        ),
-        (
-            {"levels": "rack", "domains": []},
-            "podSetAssignments[0].topologyAssignment.levels: must be a list of node labels",
-        ),
-    ],
-)
-def test_a_topology_assignment_that_cannot_be_converted_names_the_field(
-    assignment: dict[str, Any], names: str
-) -> None:
-    with pytest.raises(v1beta1.ConversionError, match=r"^status\.admission\.") as err:
-        v1beta1.convert(_admitted(assignment, DOWN), UP)
-    assert names in str(err.value)
-
-
-def test_an_invalid_v1beta2_assignment_going_down_names_the_field() -> None:
-    bad = {"levels": [HOSTS], "slices": [{"domainCount": 1, "valuesPerLevel": []}]}
-    with pytest.raises(v1beta1.ConversionError) as err:
-        v1beta1.convert(_admitted(bad, UP), DOWN)
-    assert str(err.value).startswith(
-        "status.admission.podSetAssignments[0].topologyAssignment.slices.0."
-    )
-
-
-VALUES = st.text(alphabet="ab-01", min_size=1, max_size=6)
-DOMAINS = st.integers(min_value=1, max_value=3).flatmap(
-    lambda levels: st.tuples(
-        st.just(levels),
-        st.lists(
-            st.tuples(st.lists(VALUES, min_size=levels, max_size=levels), st.integers(1, 9)),
-            min_size=1,
-            max_size=8,
-        ),
-    )
-)
-
-
-@given(DOMAINS)
-def test_domains_go_up_and_down_unchanged(shape: tuple[int, list[tuple[list[str], int]]]) -> None:
-    levels, domains = shape
-    listed = {
-        "levels": [f"level-{i}" for i in range(levels)],
-        "domains": [{"values": values, "count": n} for values, n in domains],
-    }
-    wl = _admitted(listed, DOWN, count=sum(n for _, n in domains))
-    up = v1beta1.convert(wl, UP)
-    assert v1beta1.convert(up, DOWN) == wl
-    assert v1beta1.convert(v1beta1.convert(up, DOWN), UP) == up
-
-
 # ------------------------------------------------------------------------ the other kinds
 
 
@@ -333,17 +162,6 @@ def test_the_same_version_is_a_copy_and_other_versions_are_refused() -> None:
             },
         ),
         (LocalQueue, {"spec": {"clusterQueue": "cq"}}),
-        (
-            Workload,
-            {
-                "spec": {
-                    "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
-                    "priorityClassName": "high",
-                    "priority": 100,
-                    "podSets": [{"name": "main", "count": 1, "template": {"spec": {}}}],
-                }
-            },
-        ),
     ],
 )
 def test_a_valid_v1beta1_object_converts_to_a_valid_v1beta2_one(
@@ -379,26 +197,6 @@ def test_the_v1beta1_cluster_queue_schema_has_kueues_v1beta1_fields() -> None:
     assert fungibility["whenCanBorrow"]["enum"] == ["MayStopSearch", "TryNextFlavor", "Borrow"]
     assert fungibility["whenCanPreempt"]["enum"] == ["MayStopSearch", "TryNextFlavor", "Preempt"]
     assert "cohortName" in hub["properties"]["spec"]["properties"]  # the hub is not changed
-
-
-def test_the_v1beta1_workload_schema_has_kueues_v1beta1_fields() -> None:
-    _, old = _schemas("Workload")
-    text = json.dumps(old)
-    assert "priorityClassRef" not in text
-    assert "preemptionGates" not in text
-    assert "podsetSliceRequiredTopologyConstraints" not in text
-    assert "accumulatedPastExecutionTimeSeconds" not in text
-    status = old["properties"]["status"]["properties"]
-    assert status["accumulatedPastExexcutionTimeSeconds"]["type"] == "integer"
-    assignment = status["admission"]["properties"]["podSetAssignments"]["items"]["properties"]
-    assert set(assignment["topologyAssignment"]["properties"]) == {"levels", "domains"}
-    spec = old["properties"]["spec"]["properties"]
-    assert spec["priorityClassSource"]["enum"] == [
-        "kueue.x-k8s.io/workloadpriorityclass",
-        "scheduling.k8s.io/priorityclass",
-        "",
-    ]
-    assert crdgen.structural_problems(old) == []
 
 
 def test_the_kinds_alike_in_both_versions_have_the_same_schema() -> None:
@@ -523,19 +321,6 @@ JSON = st.recursive(
                     "fairSharing",
                     "admissionFairSharingStatus",
                     "retryDelayMinutes",
-                    "priorityClassSource",
-                    "priorityClassName",
-                    "priorityClassRef",
-                    "podSets",
-                    "topologyRequest",
-                    "admission",
-                    "podSetAssignments",
-                    "topologyAssignment",
-                    "levels",
-                    "domains",
-                    "slices",
-                    "values",
-                    "count",
                 ]
             ),
             inner,
@@ -547,7 +332,7 @@ JSON = st.recursive(
 
 
 @given(
-    st.sampled_from(["ClusterQueue", "LocalQueue", "Workload", "AdmissionCheck", "Cohort"]),
+    st.sampled_from(["ClusterQueue", "LocalQueue", "AdmissionCheck", "Cohort"]),
     st.sampled_from([(DOWN, UP), (UP, DOWN)]),
     st.dictionaries(st.sampled_from(["spec", "status"]), JSON, max_size=2),
 )
@@ -606,79 +391,9 @@ def test_a_malformed_admission_check_list_is_refused_naming_the_field() -> None:
         v1beta1.convert(_obj("ClusterQueue", spec={"admissionChecks": "prov"}), UP)
 
 
-def test_a_workload_has_a_v1beta1_that_is_not_served() -> None:
-    """Its CRD lists v1beta1 unserved (objects Kueue <= v0.15 stored in it still read through
-    the webhook), converted as Kueue converts it; only the queue kinds serve it."""
+def test_a_workload_is_served_in_v1beta2_only() -> None:
+    """Its CRD serves no v1beta1 (see atoll.api.v1beta1): nothing converts one."""
+    with pytest.raises(v1beta1.ConversionError, match="'Workload' is served in"):
+        v1beta1.convert(_obj("Workload", api=UP, spec={}), DOWN)
     spec = next(s for s in crdgen.KINDS if s.kind == "Workload")
-    versions = crdgen.crd(spec)["spec"]["versions"]
-    assert [(v["name"], v["served"]) for v in versions] == [("v1beta2", True), ("v1beta1", False)]
-    assert "Workload" not in v1beta1.V1BETA1_KINDS
-    assert "workloads.kueue.x-k8s.io" in v1beta1.CONVERTED_CRDS
-    stored = _obj("Workload", spec={"priorityClassSource": "", "podSets": []})
-    assert v1beta1.convert(stored, UP)["apiVersion"] == UP
-    with pytest.raises(v1beta1.ConversionError, match=r"'Pod' has no kueue\.x-k8s\.io/v1beta1"):
-        v1beta1.convert(_obj("Pod", spec={}), UP)
-
-
-@pytest.mark.parametrize(
-    ("obj", "message"),
-    [
-        (
-            _obj("ClusterQueue", spec={"admissionChecks": "prov"}),
-            "spec.admissionChecks: must be a list of names",
-        ),
-        (
-            _admitted({"levels": [HOSTS], "domains": [{"values": ["a"], "count": 1}] * 5}, DOWN),
-            "topologyAssignment.domains: more than 4 domains",
-        ),
-        (
-            _admitted(
-                {
-                    "levels": [HOSTS],
-                    "slices": [
-                        {
-                            "domainCount": 2**31 - 1,
-                            "valuesPerLevel": [{"universal": "n"}],
-                            "podCounts": {"universal": 1},
-                        }
-                    ],
-                },
-                UP,
-            ),
-            "topologyAssignment.slices: more than 4 domains",
-        ),
-        (
-            _admitted(
-                {
-                    "levels": [HOSTS],
-                    "slices": [
-                        {
-                            "domainCount": 3,
-                            "valuesPerLevel": [{"individual": {"roots": ["a", "b"]}}],
-                            "podCounts": {"universal": 1},
-                        }
-                    ],
-                },
-                UP,
-            ),
-            "slices[0].valuesPerLevel[0].individual.roots: must have domainCount entries",
-        ),
-    ],
-)
-def test_malformed_or_oversized_input_is_refused_naming_the_field(
-    obj: dict[str, Any], message: str
-) -> None:
-    with pytest.raises(v1beta1.ConversionError) as err:
-        v1beta1.convert(obj, DOWN if obj["apiVersion"] == UP else UP)
-    assert message in str(err.value)
-
-
-def test_an_assignment_without_domains_has_no_slices() -> None:
-    up = v1beta1.convert(_admitted({"levels": [HOSTS], "domains": []}, DOWN), UP)
-    ta = up["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    assert ta == {"levels": [HOSTS], "slices": []}
-    down = v1beta1.convert(up, DOWN)
-    assert down["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] == {
-        "levels": [HOSTS],
-        "domains": [],
-    }
+    assert [v["name"] for v in crdgen.crd(spec)["spec"]["versions"]] == ["v1beta2"]

@@ -2,8 +2,7 @@
 (through atoll's conversion webhook for ClusterQueue and LocalQueue; by the API server alone
 for the kinds alike in both versions), a Job is admitted through them, and each queue object
 reads back in either version with Kueue's v1beta1 fields (spec.cohort, flavorUsage).
-Workloads are served in v1beta2 only, so that no Workload change goes through the webhook;
-what Kueue v0.15 or older stored in v1beta1 (Workloads too) is read and admitted."""
+Workloads are served in v1beta2 only, so that no Workload change goes through the webhook."""
 
 from __future__ import annotations
 
@@ -238,127 +237,49 @@ async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
     assert _converts(cluster, probe)
 
 
-def _store_as(cluster: KubeCluster, plural: str, version: str) -> None:
-    """Make `version` the stored version of the CRD of `plural` (v1beta1 is served while it is
-    stored: Workloads' v1beta1 is not served otherwise)."""
-    crd = f"{plural}.kueue.x-k8s.io"
+def _store_as(cluster: KubeCluster, version: str) -> None:
+    """Make `version` the stored version of the ClusterQueue CRD."""
+    crd = "clusterqueues.kueue.x-k8s.io"
     versions = get_json(cluster, "get", "crd", crd)["spec"]["versions"]
-    patch = []
-    for i, v in enumerate(versions):
-        stored = v["name"] == version
-        patch.append({"op": "replace", "path": f"/spec/versions/{i}/storage", "value": stored})
-        if plural == "workloads" and v["name"] == "v1beta1":
-            patch.append({"op": "replace", "path": f"/spec/versions/{i}/served", "value": stored})
+    patch = [
+        {"op": "replace", "path": f"/spec/versions/{i}/storage", "value": v["name"] == version}
+        for i, v in enumerate(versions)
+    ]
     cluster.kubectl("patch", "crd", crd, "--type=json", "-p", json.dumps(patch))
 
 
-def _kueue_v015_objects(ns: str) -> list[dict[str, Any]]:
-    """What a cluster that ran Kueue v0.15 or older holds, stored as v1beta1: a ClusterQueue,
-    a LocalQueue, and a pending Workload with v1beta1's priority class fields."""
-    return [
-        {
-            "apiVersion": V1,
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"old-{ns}"},
-            "spec": {
-                "cohort": "stored-old",
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {"name": f"rf-{ns}", "resources": [{"name": "cpu", "nominalQuota": 4}]}
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": V1,
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": ns},
-            "spec": {"clusterQueue": f"old-{ns}"},
-        },
-        {
-            "apiVersion": V1,
-            "kind": "Workload",
-            "metadata": {"name": "old-wl", "namespace": ns},
-            "spec": {
-                "queueName": "q",
-                "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
-                "priorityClassName": f"high-{ns}",
-                "priority": 10,
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "c",
-                                        "image": "busybox",
-                                        "resources": {"requests": {"cpu": "1"}},
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                ],
-            },
-        },
-    ]
-
-
-STORED = ("clusterqueues", "localqueues", "workloads")
-
-
-def test_a_replica_lists_and_admits_what_kueue_v015_stored_in_v1beta1_with_no_other_running(
+def test_a_replica_lists_queues_stored_in_v1beta1_with_no_other_replica_running(
     cluster: KubeCluster, solo: None, namespace: str, tmp_path: Path
 ) -> None:
-    """A cluster that ran Kueue v0.15 or older stores its ClusterQueues, LocalQueues and
-    Workloads as v1beta1, which the API server converts through the webhook for every v1beta2
-    read, the operator's initial listing included. With no replica running, the first one
-    serves /convert before it lists (it used to serve it only after: the listing then failed
-    until it timed out), and admits the Workload; no storage migration is needed."""
-    ns = namespace
-    cq = f"old-{ns}"
-    apply(cluster, {"apiVersion": v1beta1.V1BETA2, "kind": "ResourceFlavor",
-                    "metadata": {"name": f"rf-{ns}"}})  # fmt: skip
-    apply(cluster, {"apiVersion": v1beta1.V1BETA2, "kind": "WorkloadPriorityClass",
-                    "metadata": {"name": f"high-{ns}"}, "value": 10})  # fmt: skip
+    """A cluster that ran Kueue v0.15 or older stores its ClusterQueues as v1beta1, which the
+    API server converts through the webhook for every v1beta2 read, the operator's initial
+    listing included. With no replica running, the first one must serve /convert before it
+    lists (it used to serve it only after: the listing then failed until it timed out)."""
+    name = f"old-{namespace}"
+    old = {
+        "apiVersion": V1,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"cohort": "stored-old", "namespaceSelector": {}},
+    }
     replica = OperatorProcess(cluster, tmp_path / "atoll.log")
     try:
+        _store_as(cluster, "v1beta1")
         try:
-            for plural in STORED:
-                _store_as(cluster, plural, "v1beta1")
-            for obj in _kueue_v015_objects(ns):
-                cluster.kubectl("create", "-f", "-", input=json.dumps(obj))
+            cluster.kubectl("create", "-f", "-", input=json.dumps(old))
         finally:
-            for plural in STORED:
-                _store_as(cluster, plural, "v1beta2")
+            _store_as(cluster, "v1beta2")
         replica.start()  # raises unless ready (its listing done) within a minute
-        assert _read(cluster, "clusterqueues", "v1beta2", cq)["spec"]["cohortName"] == "stored-old"
-        cluster.wait_for(
-            "the Workload stored as v1beta1 admitted",
-            lambda: is_true(_read(cluster, "workloads", "v1beta2", "old-wl", "-n", ns), "Admitted"),
-        )
-        wl = _read(cluster, "workloads", "v1beta2", "old-wl", "-n", ns)
-        assert wl["spec"]["priorityClassRef"] == {
-            "group": "kueue.x-k8s.io",
-            "kind": "WorkloadPriorityClass",
-            "name": f"high-{ns}",
-        }
-        assert wl["status"]["admission"]["clusterQueue"] == cq
-        served = get_json(cluster, "get", "crd", "workloads.kueue.x-k8s.io")["spec"]["versions"]
-        assert [(v["name"], v["served"]) for v in served] == [("v1beta2", True), ("v1beta1", False)]
+        stored = _read(cluster, "clusterqueues", "v1beta2", name)
+        assert stored["spec"]["cohortName"] == "stored-old"
+
+        def reported() -> bool:
+            status = _read(cluster, "clusterqueues", "v1beta2", name).get("status") or {}
+            return "conditions" in status
+
+        cluster.wait_for("the operator reports on the ClusterQueue stored as v1beta1", reported)
     finally:
         if replica.proc is None or replica.proc.poll() is not None:
-            replica.start(wait_ready=False)  # deleting the objects needs a converter too
-        cluster.kubectl("delete", "workload", "old-wl", "-n", ns, "--timeout=60s", check=False)
-        cluster.kubectl("delete", "localqueue", "q", "-n", ns, "--timeout=60s", check=False)
-        cluster.kubectl("delete", "clusterqueue", cq, "--timeout=60s", check=False)
+            replica.start(wait_ready=False)  # deleting the object needs a converter too
+        cluster.kubectl("delete", "clusterqueue", name, "--timeout=60s", check=False)
         replica.stop()
-        cluster.kubectl("delete", "resourceflavor", f"rf-{ns}", "--wait=false", check=False)
-        cluster.kubectl("delete", "workloadpriorityclass", f"high-{ns}", check=False)

@@ -279,14 +279,14 @@ CONVERSION_SERVICE: Final = {
 `caBundle` at start, and in the sandbox points it at its own URL (`atoll.kube.webhook`)."""
 
 
-def _version(spec: CrdSpec, name: str, schema: Schema, *, served: bool = True) -> dict[str, Any]:
+def _version(spec: CrdSpec, name: str, schema: Schema) -> dict[str, Any]:
     version: dict[str, Any] = {
         "name": name,
-        "served": served,
+        "served": True,
         "storage": name == VERSION,
         "schema": {"openAPIV3Schema": schema},
     }
-    if name != VERSION and served:
+    if name != VERSION:
         version["deprecated"] = True
         version["deprecationWarning"] = v1beta1.DEPRECATION_WARNING
     if spec.status:
@@ -306,15 +306,12 @@ def _version(spec: CrdSpec, name: str, schema: Schema, *, served: bool = True) -
 
 def crd(spec: CrdSpec) -> dict[str, Any]:
     """The CustomResourceDefinition of one kind: v1beta2 stored, v1beta1 served (deprecated)
-    for the kinds an admin writes, listed but not served for Workloads (which Kueue v0.15 or
-    older stored in it), converted by atoll's webhook for those whose fields differ
+    for the kinds an admin writes, converted by atoll's webhook for those whose fields differ
     (`atoll.api.v1beta1`)."""
     schema = openapi_schema(spec.model)
     versions = [_version(spec, VERSION, schema)]
-    if spec.kind in v1beta1.CONVERTIBLE_KINDS:
-        served = spec.kind in v1beta1.V1BETA1_KINDS
-        old = v1beta1.schema(spec.kind, schema)
-        versions.append(_version(spec, "v1beta1", old, served=served))
+    if spec.kind in v1beta1.V1BETA1_KINDS:
+        versions.append(_version(spec, "v1beta1", v1beta1.schema(spec.kind, schema)))
     names: dict[str, Any] = {
         "kind": spec.kind,
         "listKind": f"{spec.kind}List",

@@ -15,11 +15,6 @@ whether or not anyone reads v1beta1: on the sandbox, 1,000 pending Workloads mad
 conversions and 2.48 s of operator CPU (measured while atoll served it). atoll writes the
 Workloads itself, so no admin's manifest holds one; a tool that reads them in v1beta1 only (a
 kueuectl or dashboard older than Kueue v0.15) gets "the server doesn't have a resource type".
-The Workload CRD still lists v1beta1, not served (`UNSERVED_KINDS`): a cluster that ran Kueue
-v0.15 or older stores its Workloads in v1beta1 (the API server refuses a CRD that drops a
-version its objects may be stored in), and the webhook converts each of them up when it is
-read, until it is next written (in v1beta2). No watch cache is kept for a version not served,
-so the Workloads stored in v1beta2 never reach the webhook.
 A ClusterQueue's or LocalQueue's status is written at most once a second.
 
 The differences, as Kueue's apis/kueue/v1beta1/*_conversion.go defines them (fields that
@@ -37,19 +32,12 @@ converts alone: AdmissionCheck's `retryDelayMinutes`, a Cohort status's
   `status.flavors` is dropped.
 - AdmissionCheck: v1beta1's `spec.retryDelayMinutes` (deprecated, without effect) is accepted
   and dropped.
-- Workload: `spec.priorityClassSource` and `spec.priorityClassName` are v1beta2's
-  `spec.priorityClassRef` (group, kind, name); `status.accumulatedPastExexcutionTimeSeconds`
-  (sic) is `status.accumulatedPastExecutionTimeSeconds`; a podSet assignment's
-  `topologyAssignment` lists its domains (`domains[]: {values, count}`) where v1beta2
-  compresses them into slices; v1beta1 has no `preemptionGates` and no podSet
-  `topologyRequest.podsetSliceRequiredTopologyConstraints`, which are dropped going down.
 
 Going up and down again gives back the same object except where v1beta2 has no place for a
 field (the ones dropped above) or two v1beta1 forms mean the same (`admissionChecks` comes back
 as a strategy, `Borrow` as `MayStopSearch`), as with Kueue. Going down and up again loses
 what v1beta1 has no place for: a ClusterQueue written back in v1beta1 (`kubectl edit` of a
-v1beta1 read) loses its `concurrentAdmissionPolicy`, as with Kueue (a Workload is never
-written in v1beta1: that version is not served).
+v1beta1 read) loses its `concurrentAdmissionPolicy`, as with Kueue.
 
 `convert` raises only `ConversionError`, naming the field, whatever the input: the webhook
 answers with it, and `atoll simulate` prints it.
@@ -61,19 +49,12 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from pydantic import ValidationError
-
 from atoll.api.clusterqueue import GROUP
-from atoll.api.topologyassignment import TopologyAssignment, compact, expand
 
 V1BETA1: Final = f"{GROUP}/v1beta1"
 V1BETA2: Final = f"{GROUP}/v1beta2"
 DEPRECATION_WARNING: Final = "kueue.x-k8s.io/v1beta1 is deprecated; use kueue.x-k8s.io/v1beta2"
-CONVERTED_PLURALS: Final = {
-    "ClusterQueue": "clusterqueues",
-    "LocalQueue": "localqueues",
-    "Workload": "workloads",
-}
+CONVERTED_PLURALS: Final = {"ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
 """The kinds whose CRD converts through the webhook (and their plurals); the others only
 change apiVersion."""
 CONVERTED_KINDS: Final = frozenset(CONVERTED_PLURALS)
@@ -90,19 +71,6 @@ V1BETA1_KINDS: Final = frozenset(
     }
 )
 """The kinds served in v1beta1 too: all but Workload (see the module's docstring)."""
-UNSERVED_KINDS: Final = frozenset({"Workload"})
-"""The kinds whose CRD lists v1beta1 without serving it: objects Kueue v0.15 or older stored in
-v1beta1 are read through the webhook (see the module's docstring)."""
-CONVERTIBLE_KINDS: Final = V1BETA1_KINDS | UNSERVED_KINDS
-WORKLOAD_PRIORITY_CLASS_SOURCE: Final = "kueue.x-k8s.io/workloadpriorityclass"
-POD_PRIORITY_CLASS_SOURCE: Final = "scheduling.k8s.io/priorityclass"
-_SOURCES: Final = {
-    WORKLOAD_PRIORITY_CLASS_SOURCE: (GROUP, "WorkloadPriorityClass"),
-    POD_PRIORITY_CLASS_SOURCE: ("scheduling.k8s.io", "PriorityClass"),
-}
-_ACCUMULATED: Final = "accumulatedPastExecutionTimeSeconds"
-_ACCUMULATED_V1BETA1: Final = "accumulatedPastExexcutionTimeSeconds"
-"""Kueue's v1beta1 spells it so."""
 
 _FUNGIBILITY: Final = {"whenCanBorrow": "Borrow", "whenCanPreempt": "Preempt"}
 """v1beta1's extra value of each flavorFungibility field; v1beta2 says MayStopSearch."""
@@ -159,65 +127,6 @@ def _local_queue_up(obj: Obj) -> None:
         _rename(status, "flavorUsage", "flavorsUsage")
 
 
-def _workload_up(obj: Obj) -> None:
-    spec = _dict(obj, "spec")
-    if spec is not None:
-        source = spec.pop("priorityClassSource", None)
-        name = spec.pop("priorityClassName", None)
-        if isinstance(source, str) and source in _SOURCES and name:
-            group, kind = _SOURCES[source]
-            spec["priorityClassRef"] = {"group": group, "kind": kind, "name": name}
-    status = _dict(obj, "status")
-    if status is not None:
-        _rename(status, _ACCUMULATED_V1BETA1, _ACCUMULATED)
-        _topology_assignments(status, _compacted)
-
-
-MAX_DOMAINS: Final = 100_000
-"""The most domains one assignment may list (v1beta2's limit of per-domain values); more is
-refused before anything is expanded, so that a conversion stays small."""
-
-
-def _topology_assignments(status: Obj, change: Callable[[Obj, str, int], Obj]) -> None:
-    """Replace each podSet assignment's topologyAssignment by `change(it, its path, the most
-    domains it may have)`: one per pod of the assignment, at most `MAX_DOMAINS`."""
-    admission = _dict(status, "admission")
-    found = admission.get("podSetAssignments") if admission is not None else None
-    for i, psa in enumerate(found if isinstance(found, list) else ()):
-        ta = _dict(psa, "topologyAssignment") if isinstance(psa, dict) else None
-        if ta is not None:
-            count = psa.get("count")
-            most = count if isinstance(count, int) and 0 <= count <= MAX_DOMAINS else MAX_DOMAINS
-            where = f"status.admission.podSetAssignments[{i}].topologyAssignment"
-            psa["topologyAssignment"] = change(ta, where, most)
-
-
-def _compacted(ta: Obj, where: str, most: int) -> Obj:
-    levels = ta.get("levels")
-    domains = ta.get("domains") or []
-    if not isinstance(levels, list) or not all(isinstance(v, str) for v in levels):
-        raise ConversionError(f"{where}.levels: must be a list of node labels")
-    if not isinstance(domains, list):
-        raise ConversionError(f"{where}.domains: must be a list")
-    if len(domains) > most:
-        raise ConversionError(f"{where}.domains: more than {most} domains")
-    pairs: list[tuple[tuple[str, ...], int]] = []
-    for j, d in enumerate(domains):
-        values = d.get("values") if isinstance(d, dict) else None
-        count = d.get("count") if isinstance(d, dict) else None
-        if not isinstance(values, list) or len(values) != len(levels):
-            raise ConversionError(
-                f"{where}.domains[{j}].values: must hold one value per level ({len(levels)})"
-            )
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConversionError(f"{where}.domains[{j}].count: must be a whole number above 0")
-        pairs.append((tuple(str(v) for v in values), count))
-    try:
-        return compact(levels, pairs).model_dump(by_alias=True, exclude_none=True, mode="json")
-    except ValidationError as e:
-        raise ConversionError(f"{where}: {e.errors()[0]['msg']}") from None
-
-
 # --------------------------------------------------------------------------- down: v1beta1
 
 
@@ -232,59 +141,6 @@ def _local_queue_down(obj: Obj) -> None:
     _rename(_dict(obj, "status"), "flavorsUsage", "flavorUsage")
 
 
-def _workload_down(obj: Obj) -> None:
-    spec = _dict(obj, "spec")
-    if spec is not None:
-        spec.pop("preemptionGates", None)
-        ref = spec.pop("priorityClassRef", None)
-        if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-            for source, (group, kind) in _SOURCES.items():
-                if (ref.get("group"), ref.get("kind")) == (group, kind):
-                    spec["priorityClassSource"] = source
-                    spec["priorityClassName"] = ref["name"]
-        pod_sets = spec.get("podSets")
-        for ps in pod_sets if isinstance(pod_sets, list) else ():
-            request = _dict(ps, "topologyRequest") if isinstance(ps, dict) else None
-            if request is not None:
-                request.pop("podsetSliceRequiredTopologyConstraints", None)
-    status = _dict(obj, "status")
-    if status is not None:
-        status.pop("preemptionGates", None)
-        _rename(status, _ACCUMULATED, _ACCUMULATED_V1BETA1)
-        _topology_assignments(status, _expanded)
-
-
-def _expanded(ta: Obj, where: str, most: int) -> Obj:
-    try:
-        parsed = TopologyAssignment.model_validate(ta)
-    except ValidationError as e:
-        first = e.errors()[0]
-        at = ".".join(str(p) for p in first["loc"])
-        raise ConversionError(f"{where}.{at}: {first['msg']}") from None
-    if sum(sl.domain_count for sl in parsed.slices) > most:
-        raise ConversionError(f"{where}.slices: more than {most} domains")
-    for j, sl in enumerate(parsed.slices):  # the CRD's CEL rules, which pydantic does not run
-        counts = sl.pod_counts.individual
-        if sl.pod_counts.universal is None and len(counts or ()) != sl.domain_count:
-            raise ConversionError(
-                f"{where}.slices[{j}].podCounts.individual: must have domainCount entries"
-            )
-        for k, lv in enumerate(sl.values_per_level):
-            if lv.individual is not None and len(lv.individual.roots) != sl.domain_count:
-                raise ConversionError(
-                    f"{where}.slices[{j}].valuesPerLevel[{k}].individual.roots: must have "
-                    "domainCount entries"
-                )
-        if len(sl.values_per_level) != len(parsed.levels):
-            raise ConversionError(
-                f"{where}.slices[{j}].valuesPerLevel: must have one entry per level"
-            )
-    return {
-        "levels": list(parsed.levels),
-        "domains": [{"values": list(values), "count": n} for values, n in expand(parsed)],
-    }
-
-
 def _admission_check_up(obj: Obj) -> None:
     spec = _dict(obj, "spec")
     if spec is not None:
@@ -295,12 +151,10 @@ _UP: Final[dict[str, Callable[[Obj], None]]] = {
     "ClusterQueue": _cluster_queue_up,
     "LocalQueue": _local_queue_up,
     "AdmissionCheck": _admission_check_up,
-    "Workload": _workload_up,
 }
 _DOWN: Final[dict[str, Callable[[Obj], None]]] = {
     "ClusterQueue": _cluster_queue_down,
     "LocalQueue": _local_queue_down,
-    "Workload": _workload_down,
 }
 
 
@@ -313,8 +167,8 @@ def convert(obj: Mapping[str, Any], api_version: str) -> Obj:
     if api_version not in (V1BETA1, V1BETA2):
         raise ConversionError(f"cannot convert to {api_version!r}: only {V1BETA1} and {V1BETA2}")
     kind = obj.get("kind")
-    if not isinstance(kind, str) or kind not in CONVERTIBLE_KINDS:
-        raise ConversionError(f"kind: {kind!r} has no {V1BETA1}")
+    if not isinstance(kind, str) or kind not in V1BETA1_KINDS:
+        raise ConversionError(f"kind: {kind!r} is served in {V1BETA2} only")
     try:
         out = copy.deepcopy(dict(obj))
         if have != api_version:
@@ -390,95 +244,10 @@ def _admission_check_schema(schema: Schema) -> None:
     }
 
 
-_RESERVED = (
-    "has(oldSelf.status) && has(oldSelf.status.conditions) && "
-    "oldSelf.status.conditions.exists(c, c.type == 'QuotaReserved' && c.status == 'True')"
-)
-
-
-def _workload_schema(schema: Schema) -> None:
-    spec = schema["properties"]["spec"]
-    props = spec["properties"]
-    props.pop("priorityClassRef")
-    props.pop("preemptionGates", None)
-    props["priorityClassSource"] = {
-        "type": "string",
-        "default": "",
-        "enum": [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""],
-        "description": "Where priorityClassName is looked up: a WorkloadPriorityClass "
-        "or a pod PriorityClass; empty for none.",
-    }
-    props["priorityClassName"] = {
-        "type": "string",
-        "maxLength": 253,
-        "description": "Name of the priority class priorityClassSource names.",
-    }
-    spec["x-kubernetes-validations"] = [
-        {
-            "rule": "!has(self.priorityClassName) || has(self.priority)",
-            "message": "priority must be set with priorityClassName",
-        }
-    ]
-    request = props["podSets"]["items"]["properties"]["topologyRequest"]["properties"]
-    request.pop("podsetSliceRequiredTopologyConstraints", None)
-    status = schema["properties"]["status"]["properties"]
-    status.pop("preemptionGates", None)
-    status[_ACCUMULATED_V1BETA1] = status.pop(_ACCUMULATED)
-    assignment = status["admission"]["properties"]["podSetAssignments"]["items"]["properties"]
-    levels = assignment["topologyAssignment"]["properties"]["levels"]
-    assignment["topologyAssignment"] = {
-        "type": "object",
-        "description": "The topology domains the podSet's pods are assigned to, one by one.",
-        "required": ["levels", "domains"],
-        "properties": {
-            "levels": levels,
-            "domains": {
-                "type": "array",
-                "x-kubernetes-list-type": "atomic",
-                "items": {
-                    "type": "object",
-                    "required": ["values", "count"],
-                    "properties": {
-                        "values": {
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": 16,
-                            "x-kubernetes-list-type": "atomic",
-                            "items": {"type": "string", "maxLength": 63},
-                        },
-                        "count": {"type": "integer", "format": "int32", "minimum": 1},
-                    },
-                },
-            },
-        },
-    }
-    rules = []
-    for rule in schema.get("x-kubernetes-validations", ()):
-        if "priorityClassRef" not in rule["rule"]:
-            rules.append(rule)
-    rules += [
-        {
-            "rule": f"({_RESERVED}) ? oldSelf.spec.priorityClassSource == "
-            "self.spec.priorityClassSource : true",
-            "message": "priorityClassSource cannot change while the Workload holds quota",
-        },
-        {
-            "rule": f"({_RESERVED} && self.spec.priorityClassSource != "
-            f"'{WORKLOAD_PRIORITY_CLASS_SOURCE}' && has(oldSelf.spec.priorityClassName) && "
-            "has(self.spec.priorityClassName)) ? oldSelf.spec.priorityClassName == "
-            "self.spec.priorityClassName : true",
-            "message": "priorityClassName of a pod priority class cannot change while the "
-            "Workload holds quota",
-        },
-    ]
-    schema["x-kubernetes-validations"] = rules
-
-
 _SCHEMAS: Final[dict[str, Callable[[Schema], None]]] = {
     "ClusterQueue": _cluster_queue_schema,
     "LocalQueue": _local_queue_schema,
     "AdmissionCheck": _admission_check_schema,
-    "Workload": _workload_schema,
 }
 
 

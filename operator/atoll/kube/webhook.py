@@ -551,8 +551,8 @@ async def point_conversion(
     """Make the conversion webhook of each CRD of `v1beta1.CONVERTED_CRDS` call `client_config`, so
     that the API server can serve Kueue's v1beta1 objects; the names of the CRDs changed.
 
-    A CRD that is not installed, or that has no v1beta1 (an older crds/), is left as it is with
-    a warning. With `take_from_live` False, a CRD whose webhook is another replica's
+    A CRD that is not installed, or that does not serve v1beta1 (an older crds/), is left as it
+    is with a warning. With `take_from_live` False, a CRD whose webhook is another replica's
     URL where something listens is left to it (the sandbox's replicas); with
     `take_from_service` False, so is one that names a Service (the sandbox's periodic check
     replaces only a replica that stopped, never what someone configured). Failures (no
@@ -573,9 +573,12 @@ async def point_conversion(
                 )
             )
             spec = raw.get("spec") or {}
-            listed = {v.get("name") for v in spec.get("versions") or ()}
-            if "v1beta1" not in listed:
-                log.warning("CRD has no kueue.x-k8s.io/v1beta1: re-apply atoll's crds/", crd=name)
+            served = {v.get("name") for v in spec.get("versions") or () if v.get("served")}
+            if "v1beta1" not in served:
+                log.warning(
+                    "CRD does not serve kueue.x-k8s.io/v1beta1: re-apply atoll's crds/",
+                    crd=name,
+                )
                 continue
             webhook_ = (spec.get("conversion") or {}).get("webhook") or {}
             have = webhook_.get("clientConfig") or {}
