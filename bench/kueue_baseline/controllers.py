@@ -193,13 +193,11 @@ class Controller(abc.ABC):
         if text is None:
             return {}
         (self.workdir / f"{self.name}.metrics.txt").write_text(text)
-        return {
-            "requests": counters(text, "atoll_api_requests_total"),
-            "attempts": {
-                re.sub(r'.*result="([^"]*)".*', r"\1", labels): v
-                for labels, v in counters(text, "kueue_admission_attempts_total").items()
-            },
-        }
+        attempts: dict[str, float] = {}
+        for labels, v in counters(text, "kueue_admission_attempts_total").items():
+            result = re.sub(r'.*result="([^"]*)".*', r"\1", labels)
+            attempts[result] = attempts.get(result, 0.0) + v  # summed over the other labels
+        return {"requests": counters(text, "atoll_api_requests_total"), "attempts": attempts}
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

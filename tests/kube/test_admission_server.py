@@ -772,12 +772,18 @@ async def test_before_the_cache_is_filled_reviews_wait_and_conversions_do_not(
     monkeypatch.setattr(admission, "READY_WAIT", 0.2)
     ready = asyncio.Event()
     server = AdmissionServer(addr="127.0.0.1", port=0, context=None)
-    client = TestClient(TestServer(server.app(HOOKS, ready)))
+    jobs_only = [JOBS, *webhook.passthrough([JOBS])]
+    client = TestClient(TestServer(server.app(jobs_only, ready)))
     await client.start_server()
     try:
         resp = await client.post(f"/{webhook.WEBHOOK_ID}", data=encoded(review(a_job())))
         assert resp.status == 503
         assert "not finished listing the cluster" in await resp.text()
+        # a disabled integration's path reads nothing of the cache: answered at once
+        pod = review(a_pod(), resource=POD_RESOURCE, uid="u-1")
+        resp = await client.post(f"/{webhook.POD_WEBHOOK_ID}", data=encoded(pod))
+        assert resp.status == 200
+        assert (await resp.json())["response"] == {"uid": "u-1", "allowed": True}
         conversion = {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "ConversionReview",

@@ -237,9 +237,9 @@ async def test_the_conversion_config_moves_between_a_service_and_a_url_and_back(
     assert _converts(cluster, probe)
 
 
-def _store_as(cluster: KubeCluster, version: str) -> None:
-    """Make `version` the stored version of the ClusterQueue CRD."""
-    crd = "clusterqueues.kueue.x-k8s.io"
+def _store_as(cluster: KubeCluster, plural: str, version: str) -> None:
+    """Make `version` the stored version of the CRD of `plural`."""
+    crd = f"{plural}.kueue.x-k8s.io"
     versions = get_json(cluster, "get", "crd", crd)["spec"]["versions"]
     patch = [
         {"op": "replace", "path": f"/spec/versions/{i}/storage", "value": v["name"] == version}
@@ -248,38 +248,59 @@ def _store_as(cluster: KubeCluster, version: str) -> None:
     cluster.kubectl("patch", "crd", crd, "--type=json", "-p", json.dumps(patch))
 
 
-def test_a_replica_lists_queues_stored_in_v1beta1_with_no_other_replica_running(
+STORED = ("clusterqueues", "localqueues")
+
+
+def test_a_replica_lists_queues_stored_in_v1beta1_with_no_other_running_and_admits_through_them(
     cluster: KubeCluster, solo: None, namespace: str, tmp_path: Path
 ) -> None:
-    """A cluster that ran Kueue v0.15 or older stores its ClusterQueues as v1beta1, which the
-    API server converts through the webhook for every v1beta2 read, the operator's initial
-    listing included. With no replica running, the first one must serve /convert before it
-    lists (it used to serve it only after: the listing then failed until it timed out)."""
-    name = f"old-{namespace}"
-    old = {
+    """A cluster that ran Kueue v0.15 or older stores its ClusterQueues and LocalQueues as
+    v1beta1, which the API server converts through the webhook for every v1beta2 read, the
+    operator's initial listing included. With no replica running, the first one serves
+    /convert before it lists (it used to serve it only after: the listing then failed until it
+    timed out), and admits a Job through those queues: they need no storage migration."""
+    ns = namespace
+    cq = f"old-{ns}"
+    docs = yaml.safe_load_all(_v1beta1_manifests(ns))
+    old_cq = next(d for d in docs if d["kind"] == "ClusterQueue")
+    old_cq["metadata"]["name"] = cq
+    old_lq = {
         "apiVersion": V1,
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {"cohort": "stored-old", "namespaceSelector": {}},
+        "kind": "LocalQueue",
+        "metadata": {"name": "q", "namespace": ns},
+        "spec": {"clusterQueue": cq},
     }
+    apply(cluster, {"apiVersion": v1beta1.V1BETA2, "kind": "ResourceFlavor",
+                    "metadata": {"name": f"rf-{ns}"}})  # fmt: skip
     replica = OperatorProcess(cluster, tmp_path / "atoll.log")
     try:
-        _store_as(cluster, "v1beta1")
         try:
-            cluster.kubectl("create", "-f", "-", input=json.dumps(old))
+            for plural in STORED:
+                _store_as(cluster, plural, "v1beta1")
+            for obj in (old_cq, old_lq):
+                cluster.kubectl("create", "-f", "-", input=json.dumps(obj))
         finally:
-            _store_as(cluster, "v1beta2")
+            for plural in STORED:
+                _store_as(cluster, plural, "v1beta2")
         replica.start()  # raises unless ready (its listing done) within a minute
-        stored = _read(cluster, "clusterqueues", "v1beta2", name)
-        assert stored["spec"]["cohortName"] == "stored-old"
-
-        def reported() -> bool:
-            status = _read(cluster, "clusterqueues", "v1beta2", name).get("status") or {}
-            return "conditions" in status
-
-        cluster.wait_for("the operator reports on the ClusterQueue stored as v1beta1", reported)
+        assert _read(cluster, "clusterqueues", "v1beta2", cq)["spec"]["cohortName"] == f"co-{ns}"
+        create(cluster, b.job("j", ns, queue="q", pods=2, run="600s"))
+        cluster.wait_for("j admitted", lambda: is_true(workload_of(cluster, ns, "j"), "Admitted"))
+        wl = workload_of(cluster, ns, "j")
+        assert wl is not None
+        assert wl["status"]["admission"]["clusterQueue"] == cq
     finally:
         if replica.proc is None or replica.proc.poll() is not None:
-            replica.start(wait_ready=False)  # deleting the object needs a converter too
-        cluster.kubectl("delete", "clusterqueue", name, "--timeout=60s", check=False)
+            replica.start(wait_ready=False)  # deleting the objects needs a converter too
+        cluster.kubectl("delete", "job", "j", "-n", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "localqueue", "q", "-n", ns, "--timeout=60s", check=False)
+        cluster.kubectl("delete", "clusterqueue", cq, "--timeout=60s", check=False)
         replica.stop()
+        cluster.kubectl("delete", "resourceflavor", f"rf-{ns}", "--wait=false", check=False)
+        # nothing is stored as v1beta1 any more: the CRDs as they were (Kueue's migration step)
+        stored_only = json.dumps({"status": {"storedVersions": ["v1beta2"]}})
+        for plural in STORED:
+            cluster.kubectl(
+                "patch", "crd", f"{plural}.kueue.x-k8s.io", "--subresource=status",
+                "--type=merge", "-p", stored_only,
+            )  # fmt: skip

@@ -17,8 +17,9 @@ no webhook 404 (with `failurePolicy: Fail` the API server then refuses the reque
 The server may listen before the replica's cache is filled (`serve(..., ready=...)`): the
 conversions need nothing of the cluster, and the API server needs them to list ClusterQueues
 and LocalQueues still stored as v1beta1, the replica's own initial listing included. An
-admission review, whose webhook reads the cache (a namespace's default LocalQueue), waits for
-`ready` up to `READY_WAIT` seconds, then is answered 503.
+admission review whose webhook reads the cache (a namespace's default LocalQueue) waits for
+`ready` up to `READY_WAIT` seconds, then is answered 503; one that lets everything through
+(a disabled integration's path) is answered at once.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Webhook:
     plural: str
     operations: tuple[str, ...]
     admit: Admit
+    reads_cache: bool = True
+    """Whether `admit` reads the replica's cache (a namespace's default LocalQueue): such a
+    webhook's reviews wait for the initial listing (`AdmissionServer.serve`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +311,7 @@ class AdmissionServer:
             hook = by_id.get(request.match_info["id"])
             if hook is None:
                 raise web.HTTPNotFound(text=f"no webhook at {request.path}")
-            if ready is not None and not ready.is_set():
+            if hook.reads_cache and ready is not None and not ready.is_set():
                 try:
                     async with asyncio.timeout(READY_WAIT):
                         await ready.wait()

@@ -60,6 +60,7 @@ async def load(
     attempts: int | None = None,
     versions: dict[tuple[str, str, str], str] | None = None,
     parsers: Parsers | None = None,
+    on_retry: Callable[[int, BaseException], None] | None = None,
 ) -> dict[str, int]:
     """List everything atoll reads, retrying while the API server is unreachable or warming
     up (e.g. a CRD whose storage initializes), at most `attempts` times (None: until it
@@ -68,12 +69,14 @@ async def load(
     their watches start there, so that a watch's own start-up listing cannot hand the cache
     an older state than the one the reconcilers already acted on. `parsers`: those of the
     watches that follow (the operator's), so that what they share is shared with the
-    listed objects (default: new ones)."""
+    listed objects (default: new ones). `on_retry(attempt, error)` is told of each failure
+    that is retried (then it logs, not `retry.call`)."""
     parse = parsers or Parsers()
     return await retry.call(
         lambda: _load(api, cache, versions if versions is not None else {}, parse),
         what="initial listing",
         attempts=attempts,
+        on_retry=on_retry,
     )
 
 

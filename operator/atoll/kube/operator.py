@@ -205,6 +205,10 @@ class Operator:
         """The webhook server in `service` mode, once `_prepare_webhook` made it."""
         self._webhook_task: asyncio.Task[None] | None = None
         """`_serve_webhooks`, started by `_prepare_webhook`."""
+        self._webhook_started = asyncio.Event()
+        self.listing_converts = False
+        """The initial listing failed on the CRDs' conversion webhook: objects stored as v1beta1
+        (a cluster that ran Kueue v0.15 or older) that only a replica can convert."""
         self._url_server = (
             webhook.make_url_server(
                 addr=opts.webhook_addr, port=opts.webhook_port, host=opts.webhook_host
@@ -252,8 +256,15 @@ class Operator:
         """Why `/readyz` is not ok (None: ready): the initial listing is not done, the webhook
         is not served yet (its configuration unchecked in `url` mode, its server not
         listening in `service` mode), or (with leader election) this replica neither leads
-        nor can read the Lease."""
-        if not self.synced.is_set():
+        nor can read the Lease.
+
+        One exception in `service` mode: while the initial listing waits on the conversion
+        webhook (`listing_converts`), the replica is ready once its server listens, so that the
+        Service routes the API server's ConversionReviews to it when no other replica is
+        ready (without that, the listing would wait for the conversions, and the Service for
+        the listing). Admission reviews reaching it meanwhile wait for the listing."""
+        converting = self.listing_converts and self.opts.webhook == "service"
+        if not self.synced.is_set() and not converting:
             return "initial sync not done"
         if self._url_server is not None and not self.webhook_checked.is_set():
             return "webhook configuration not checked yet"
@@ -527,6 +538,7 @@ class Operator:
             )
             conversion = webhook.conversion_service(o.webhook_service, cert.ca)
         self._webhook_task = asyncio.create_task(self._serve_webhooks(), name="webhook")
+        self._webhook_started.set()
         if conversion is None:
             return
         listening = asyncio.create_task(server.listening.wait())
@@ -539,6 +551,28 @@ class Operator:
         await webhook.point_conversion(
             self.api, conversion, take_from_live=self._url_server is None
         )
+
+    def _listing_retried(self, attempt: int, error: BaseException) -> None:
+        """The initial listing failed and is tried again: logged as `retry.call` logs (1st,
+        2nd, 4th … retry), and noted when the conversion webhook failed it."""
+        if needs_conversion(error) and not self.listing_converts:
+            self.listing_converts = True
+            log.warning(
+                "the initial listing waits on the v1beta1 conversion webhook (objects stored as "
+                "v1beta1 by Kueue v0.15 or older)"
+                + (
+                    ": ready early, so that the webhook Service reaches this replica"
+                    if self.opts.webhook == "service"
+                    else ""
+                ),
+            )
+        if attempt & (attempt - 1) == 0:
+            log.warning(
+                "API request retried",
+                what="initial listing",
+                attempt=attempt,
+                error=retry.describe(error),
+            )
 
     def _group_pod(self, pod: Pod, deleted: bool) -> None:
         """A pod of the plain-pod integration (labelled managed by the webhook) or of a
@@ -584,7 +618,11 @@ class Operator:
         await self._prepare_webhook()
         versions: dict[tuple[str, str, str], str] = {}
         counts = await bootstrap.load(
-            self.api, self.cache, versions=versions, parsers=self._wiring.parsers
+            self.api,
+            self.cache,
+            versions=versions,
+            parsers=self._wiring.parsers,
+            on_retry=self._listing_retried,
         )
         for (group, version, plural), listed_at in versions.items():
             self.watches.start_at(group, version, plural, listed_at)
@@ -602,20 +640,31 @@ class Operator:
         log.info("initial sync done", **counts)
         self.synced.set()
 
+    async def _webhook_served(self) -> None:
+        """Returns when the webhook server started by `_start` has stopped (it raised)."""
+        await self._webhook_started.wait()
+        assert self._webhook_task is not None
+        await asyncio.wait([self._webhook_task])
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Until `stop` is set: serve /healthz at once (/readyz once ready), start, then run
-        the watches, the webhook and (when leading) the scheduling loop."""
+        """Until `stop` is set: serve /healthz at once (/readyz once ready), start (the
+        webhook server first, then the listing), then run the watches and (when leading)
+        the scheduling loop beside the webhook."""
         asyncio.get_running_loop().set_exception_handler(exception_handler)
         stop = stop or asyncio.Event()
         http = asyncio.create_task(self._http())
         start = asyncio.create_task(self._start())
         stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([start, stopper, http], return_when=asyncio.FIRST_COMPLETED)
+        served = asyncio.create_task(self._webhook_served())
+        await asyncio.wait([start, stopper, http, served], return_when=asyncio.FIRST_COMPLETED)
+        served.cancel()
         if not start.done() or start.exception() is not None:
-            served = [] if self._webhook_task is None else [self._webhook_task]
-            for t in (start, stopper, http, *served):
+            hooks = [] if self._webhook_task is None else [self._webhook_task]
+            for t in (start, stopper, http, *hooks):
                 t.cancel()
-            await asyncio.gather(start, stopper, http, *served, return_exceptions=True)
+            await asyncio.gather(start, stopper, http, *hooks, return_exceptions=True)
+            if hooks and not hooks[0].cancelled() and hooks[0].exception() is not None:
+                raise hooks[0].exception()  # type: ignore[misc]
             if not start.cancelled() and start.done() and start.exception() is not None:
                 raise start.exception()  # type: ignore[misc]
             log.info("operator stopped")
@@ -654,6 +703,16 @@ class Operator:
                 if error is not None:
                     raise error
         log.info("operator stopped")
+
+
+def needs_conversion(error: BaseException) -> bool:
+    """The API server could not convert an object through a CRD's conversion webhook (it
+    answers 500 naming the webhook)."""
+    if retry.status_of(error) != 500:
+        return False
+    body = getattr(error, "body", None)
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or error)
+    return "conversion webhook" in text
 
 
 _ASYNCGEN_CLOSE = "an error occurred during closing of asynchronous generator"

@@ -241,7 +241,11 @@ def passthrough(served: Iterable[Webhook]) -> list[Webhook]:
     configures all the same (Kueue registers a no-op webhook for every disabled framework),
     so that the API server, whose webhooks fail closed, is never refused there."""
     ids = {h.id for h in served}
-    return [Webhook(i, *rule, (), _unchanged) for i, rule in RULES.items() if i not in ids]
+    return [
+        Webhook(i, *rule, (), _unchanged, reads_cache=False)
+        for i, rule in RULES.items()
+        if i not in ids
+    ]
 
 
 @dataclass(frozen=True, slots=True)
