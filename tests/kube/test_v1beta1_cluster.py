@@ -282,6 +282,10 @@ def test_a_replica_lists_queues_stored_in_v1beta1_with_no_other_running_and_admi
         finally:
             for plural in STORED:
                 _store_as(cluster, plural, "v1beta2")
+        # the premise: stored as v1beta1, so a v1beta2 read needs the (absent) converter
+        read = cluster.kubectl("get", "clusterqueues.v1beta2.kueue.x-k8s.io", cq, check=False)
+        assert read.returncode != 0
+        assert "conversion webhook" in read.stderr
         replica.start()  # raises unless ready (its listing done) within a minute
         assert _read(cluster, "clusterqueues", "v1beta2", cq)["spec"]["cohortName"] == f"co-{ns}"
         create(cluster, b.job("j", ns, queue="q", pods=2, run="600s"))

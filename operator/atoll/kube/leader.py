@@ -53,6 +53,9 @@ def _parse(raw: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
 
 
+NOT_READ_YET = "the Lease was not read yet"
+
+
 class LeaderElector:
     """Takes and renews the Lease; `healthy()` says whether this replica leads or follows a
     Lease it can read (what `/readyz` reports), `problem` why not."""
@@ -61,8 +64,13 @@ class LeaderElector:
         self.rest = Rest(api)
         self.s = settings
         self.is_leader = False
-        self.problem: str | None = "the Lease was not read yet"
+        self.problem: str | None = NOT_READ_YET
         self._seen: float | None = None
+
+    @property
+    def tried(self) -> bool:
+        """Whether the Lease was tried at all (read, taken, or failed with a reason)."""
+        return self.is_leader or self._seen is not None or self.problem != NOT_READ_YET
 
     @property
     def lease(self) -> str:

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from atoll import __version__
+from atoll.api import v1beta1
 from atoll.api.configuration import Configuration
 from atoll.api.core import Pod
 from atoll.api.labels import MANAGED_LABEL
@@ -258,17 +259,25 @@ class Operator:
         listening in `service` mode), or (with leader election) this replica neither leads
         nor can read the Lease.
 
-        One exception in `service` mode: while the initial listing waits on the conversion
-        webhook (`listing_converts`), the replica is ready once its server listens, so that the
-        Service routes the API server's ConversionReviews to it when no other replica is
-        ready (without that, the listing would wait for the conversions, and the Service for
-        the listing). Admission reviews reaching it meanwhile wait for the listing."""
-        converting = self.listing_converts and self.opts.webhook == "service"
-        if not self.synced.is_set() and not converting:
+        One exception in `service` mode: while the initial listing waits on this replica's
+        conversion webhook (`listing_converts`), the replica is ready once its server listens,
+        whatever the Lease (which is tried only after the listing), so that the Service routes
+        the API server's ConversionReviews to it when no other replica is ready (without that,
+        the listing would wait for the conversions, and the Service for the listing); and
+        after the listing until the Lease was tried once, so that the only ready replica does
+        not leave the Service between the two. Admission reviews reaching it meanwhile wait
+        for the listing."""
+        served = self._service_server
+        if self.listing_converts and self.opts.webhook == "service":
+            elector = self.elector
+            if not self.synced.is_set() or (elector is not None and not elector.tried):
+                if served is None or not served.listening.is_set():
+                    return "webhook server not listening yet"
+                return None
+        if not self.synced.is_set():
             return "initial sync not done"
         if self._url_server is not None and not self.webhook_checked.is_set():
             return "webhook configuration not checked yet"
-        served = self._service_server
         if self.opts.webhook == "service" and (served is None or not served.listening.is_set()):
             return "webhook server not listening yet"
         if self.elector is not None and not self.elector.healthy():
@@ -555,7 +564,7 @@ class Operator:
     def _listing_retried(self, attempt: int, error: BaseException) -> None:
         """The initial listing failed and is tried again: logged as `retry.call` logs (1st,
         2nd, 4th … retry), and noted when the conversion webhook failed it."""
-        if needs_conversion(error) and not self.listing_converts:
+        if not self.listing_converts and needs_conversion(error, self.opts.webhook_service):
             self.listing_converts = True
             log.warning(
                 "the initial listing waits on the v1beta1 conversion webhook (objects stored as "
@@ -663,8 +672,9 @@ class Operator:
             for t in (start, stopper, http, *hooks):
                 t.cancel()
             await asyncio.gather(start, stopper, http, *hooks, return_exceptions=True)
-            if hooks and not hooks[0].cancelled() and hooks[0].exception() is not None:
-                raise hooks[0].exception()  # type: ignore[misc]
+            for failed in (*hooks, http):  # the webhook server or /healthz could not serve
+                if failed.done() and not failed.cancelled() and failed.exception() is not None:
+                    raise failed.exception()  # type: ignore[misc]
             if not start.cancelled() and start.done() and start.exception() is not None:
                 raise start.exception()  # type: ignore[misc]
             log.info("operator stopped")
@@ -705,14 +715,23 @@ class Operator:
         log.info("operator stopped")
 
 
-def needs_conversion(error: BaseException) -> bool:
-    """The API server could not convert an object through a CRD's conversion webhook (it
-    answers 500 naming the webhook)."""
+def needs_conversion(error: BaseException, service: str) -> bool:
+    """The API server could not reach the conversion webhook at the Service `service`
+    (NS/NAME) for a kind atoll converts: it answers 500 with `conversion webhook for
+    kueue.x-k8s.io/v1beta1, Kind=ClusterQueue failed: Post "https://NAME.NS.svc:443/convert…`.
+    Not when the webhook answered (a conversion it refused), nor another Service (say, the
+    one of Kueue's CRDs left in place), which routing to this replica cannot help."""
     if retry.status_of(error) != 500:
         return False
     body = getattr(error, "body", None)
     text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or error)
-    return "conversion webhook" in text
+    ns, _, name = service.partition("/")
+    kinds = (f"Kind={kind} failed" for kind in v1beta1.CONVERTED_KINDS)
+    return (
+        "conversion webhook for" in text
+        and any(k in text for k in kinds)
+        and f"https://{name}.{ns}.svc" in text
+    )
 
 
 _ASYNCGEN_CLOSE = "an error occurred during closing of asynchronous generator"

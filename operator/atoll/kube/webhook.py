@@ -561,7 +561,8 @@ async def point_conversion(
     `take_from_service` False, so is one that names a Service (the sandbox's periodic check
     replaces only a replica that stopped, never what someone configured). Failures (no
     permission, the API server unreachable after a few tries, anything unforeseen) are
-    warnings too: only v1beta1 requests depend on it, so the operator runs on without. A CRD
+    warnings too: only v1beta1 requests and objects still stored as v1beta1 depend on it (the
+    initial listing then waits, and says why), so the operator runs on without. A CRD
     update closes the API server's watches of that resource, so nothing is written when the
     CRD already says the same."""
     rest = Rest(api)
