@@ -6,6 +6,7 @@ a replica in `service` mode ready early, so that the Service routes the conversi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from atoll.kube import bootstrap, connection, webhook
-from atoll.kube import operator as op_mod
 from atoll.kube.admission import AdmissionServer
 from atoll.kube.operator import Operator, RunOptions, needs_conversion
 from atoll.sandbox.processes import free_port
@@ -110,17 +110,38 @@ async def test_a_url_replica_is_never_ready_before_its_listing() -> None:
         assert url.not_ready() == "initial sync not done"
 
 
+async def _nothing(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+async def _certificate(*_a: Any, **_k: Any) -> webhook.SharedCert:
+    return webhook.SharedCert(ca=b"ca", cert=b"cert", key=b"key")
+
+
+async def _pointed(*_a: Any, **_k: Any) -> list[str]:
+    return []
+
+
+def _no_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+    server: AdmissionServer,
+    load: Callable[..., Awaitable[dict[str, int]]],
+    point: Callable[..., Awaitable[list[str]]] = _pointed,
+) -> None:
+    """A service-mode start with no API server: the certificate and the CRD and webhook
+    configuration writes faked, `server` as the webhook server, `load` as the listing."""
+    monkeypatch.setattr(connection, "wait_for_server", _nothing)
+    monkeypatch.setattr(webhook, "shared_certificate", _certificate)
+    monkeypatch.setattr(webhook, "patch_ca_bundle", _nothing)
+    monkeypatch.setattr(webhook, "make_service_server", lambda **_k: server)
+    monkeypatch.setattr(webhook, "point_conversion", point)
+    monkeypatch.setattr(bootstrap, "load", load)
+
+
 async def test_the_webhook_server_listens_and_conversion_points_at_it_before_the_listing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     steps: list[str] = []
-
-    async def nothing(*_a: Any, **_k: Any) -> None:
-        return None
-
-    async def certificate(*_a: Any, **_k: Any) -> webhook.SharedCert:
-        steps.append("certificate")
-        return webhook.SharedCert(ca=b"ca", cert=b"cert", key=b"key")
 
     async def point(*_a: Any, **_k: Any) -> list[str]:
         assert server.listening.is_set()
@@ -133,18 +154,13 @@ async def test_the_webhook_server_listens_and_conversion_points_at_it_before_the
         return {}
 
     server = AdmissionServer(addr="127.0.0.1", port=free_port(), context=None)
-    monkeypatch.setattr(connection, "wait_for_server", nothing)
-    monkeypatch.setattr(webhook, "shared_certificate", certificate)
-    monkeypatch.setattr(webhook, "patch_ca_bundle", nothing)
-    monkeypatch.setattr(webhook, "make_service_server", lambda **_k: server)
-    monkeypatch.setattr(webhook, "point_conversion", point)
-    monkeypatch.setattr(bootstrap, "load", load)
+    _no_cluster(monkeypatch, server, load, point)
     async with client.ApiClient() as api:
         op = _service_operator(api, leader_elect=False)
-        monkeypatch.setattr(op, "_watch_kinds", nothing)
+        monkeypatch.setattr(op, "_watch_kinds", _nothing)
         try:
             await op._start()
-            assert steps == ["certificate", "conversion", "listing"]
+            assert steps == ["conversion", "listing"]
             assert op.synced.is_set()
         finally:
             assert op._webhook_task is not None
@@ -155,24 +171,12 @@ async def test_the_webhook_server_listens_and_conversion_points_at_it_before_the
 async def test_a_webhook_port_in_use_fails_the_start_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def nothing(*_a: Any, **_k: Any) -> None:
-        return None
-
-    async def certificate(*_a: Any, **_k: Any) -> webhook.SharedCert:
-        return webhook.SharedCert(ca=b"ca", cert=b"cert", key=b"key")
-
     async def load(*_a: Any, **_k: Any) -> dict[str, int]:
         raise AssertionError("listed although the webhook server could not listen")
 
     taken = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
     port = taken.sockets[0].getsockname()[1]
-    server = AdmissionServer(addr="127.0.0.1", port=port, context=None)
-    monkeypatch.setattr(connection, "wait_for_server", nothing)
-    monkeypatch.setattr(webhook, "shared_certificate", certificate)
-    monkeypatch.setattr(webhook, "patch_ca_bundle", nothing)
-    monkeypatch.setattr(webhook, "make_service_server", lambda **_k: server)
-    monkeypatch.setattr(bootstrap, "load", load)
-    monkeypatch.setattr(op_mod, "CONVERSION_CHECK_INTERVAL", 3600.0)
+    _no_cluster(monkeypatch, AdmissionServer(addr="127.0.0.1", port=port, context=None), load)
     try:
         async with client.ApiClient() as api:
             op = _service_operator(api, leader_elect=False)
@@ -188,15 +192,6 @@ async def test_a_webhook_port_in_use_fails_the_start_with_the_reason(
 async def test_a_webhook_server_that_dies_during_the_listing_stops_the_operator_with_its_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def nothing(*_a: Any, **_k: Any) -> None:
-        return None
-
-    async def certificate(*_a: Any, **_k: Any) -> webhook.SharedCert:
-        return webhook.SharedCert(ca=b"ca", cert=b"cert", key=b"key")
-
-    async def point(*_a: Any, **_k: Any) -> list[str]:
-        return []
-
     async def load(*_a: Any, **_k: Any) -> dict[str, int]:
         await asyncio.Event().wait()  # a listing that waits (on conversions, say)
         return {}
@@ -209,12 +204,7 @@ async def test_a_webhook_server_that_dies_during_the_listing_stops_the_operator_
         raise RuntimeError("the webhook server broke")
 
     monkeypatch.setattr(server, "serve", serve)
-    monkeypatch.setattr(connection, "wait_for_server", nothing)
-    monkeypatch.setattr(webhook, "shared_certificate", certificate)
-    monkeypatch.setattr(webhook, "patch_ca_bundle", nothing)
-    monkeypatch.setattr(webhook, "make_service_server", lambda **_k: server)
-    monkeypatch.setattr(webhook, "point_conversion", point)
-    monkeypatch.setattr(bootstrap, "load", load)
+    _no_cluster(monkeypatch, server, load)
     async with client.ApiClient() as api:
         opts = RunOptions(
             webhook="service",
