@@ -201,7 +201,9 @@ class Operator:
         self.synced = asyncio.Event()
         self.webhook_checked = asyncio.Event()
         self.leading = False
-        self._shared_cert: webhook.SharedCert | None = None
+        self._conversion: dict[str, Any] | None = None
+        """The clientConfig the CRDs' conversion webhook must have (this replica's URL, or the
+        Service and its CA), once `_prepare_webhook` knows it; None with `--webhook off`."""
         self._service_server: admission.AdmissionServer | None = None
         """The webhook server in `service` mode, once `_prepare_webhook` made it."""
         self._webhook_task: asyncio.Task[None] | None = None
@@ -391,16 +393,16 @@ class Operator:
         `service` mode: every `CONVERSION_CHECK_INTERVAL` the CRDs' conversion webhook is
         set back to the Service and CA if something changed it (a `kubectl replace` of
         crds/, a sandbox-style run against the cluster)."""
-        server = self._url_server
+        server, conversion = self._url_server, self._conversion
+        if conversion is None:  # --webhook off
+            await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
+            return
         if server is None:
-            cert = self._shared_cert
-            if self.opts.webhook != "service" or cert is None:
-                await asyncio.Event().wait()  # like every task of `run`, it never ends by itself
-                return
-            config = webhook.conversion_service(self.opts.webhook_service, cert.ca)
             while True:
                 await asyncio.sleep(CONVERSION_CHECK_INTERVAL)
-                await webhook.point_conversion(self.api, config, take_from_live=True, attempts=1)
+                await webhook.point_conversion(
+                    self.api, conversion, take_from_live=True, attempts=1
+                )
         name = self.opts.configuration.atoll.webhook_configuration_name
         hooks = webhook.url_webhooks(
             self.webhooks,
@@ -410,7 +412,6 @@ class Operator:
             skip_namespaces=("kube-system", self.opts.configuration.namespace),
         )
         mine = {h["clientConfig"]["url"] for h in hooks}
-        conversion = webhook.conversion_url(server.url, server.ca)
         checked_conversion = time.monotonic()
         await server.server.listening.wait()
         while True:  # reachable at its URL's host too
@@ -528,14 +529,13 @@ class Operator:
         ran Kueue v0.15 or older) through the webhook for every v1beta2 read, this replica's
         listing included, and a CRD update closes the watches of its resource."""
         o = self.opts
-        conversion: dict[str, Any] | None = None
         if self._url_server is not None:
             server = self._url_server.server
-            conversion = webhook.conversion_url(self._url_server.url, self._url_server.ca)
+            self._conversion = webhook.conversion_url(self._url_server.url, self._url_server.ca)
         elif o.webhook == "service":
             cfg = o.configuration
             ns, _, service = o.webhook_service.partition("/")
-            self._shared_cert = cert = await webhook.shared_certificate(
+            cert = await webhook.shared_certificate(
                 self.api,
                 namespace=ns,
                 secret=cfg.internal_cert_management.webhook_secret_name,
@@ -545,10 +545,10 @@ class Operator:
             server = self._service_server = webhook.make_service_server(
                 addr=o.webhook_addr, port=o.webhook_port, cert=cert
             )
-            conversion = webhook.conversion_service(o.webhook_service, cert.ca)
+            self._conversion = webhook.conversion_service(o.webhook_service, cert.ca)
         self._webhook_task = asyncio.create_task(self._serve_webhooks(), name="webhook")
         self._webhook_started.set()
-        if conversion is None:
+        if self._conversion is None:
             return
         listening = asyncio.create_task(server.listening.wait())
         try:
@@ -558,12 +558,12 @@ class Operator:
         if self._webhook_task.done():
             self._webhook_task.result()  # it could not listen: raise why
         await webhook.point_conversion(
-            self.api, conversion, take_from_live=self._url_server is None
+            self.api, self._conversion, take_from_live=self._url_server is None
         )
 
     def _listing_retried(self, attempt: int, error: BaseException) -> None:
-        """The initial listing failed and is tried again: logged as `retry.call` logs (1st,
-        2nd, 4th … retry), and noted when the conversion webhook failed it."""
+        """The initial listing failed and is tried again: logged as `retry.call` logs it, and
+        noted when this replica's conversion webhook failed it."""
         if not self.listing_converts and needs_conversion(error, self.opts.webhook_service):
             self.listing_converts = True
             log.warning(
@@ -575,13 +575,7 @@ class Operator:
                     else ""
                 ),
             )
-        if attempt & (attempt - 1) == 0:
-            log.warning(
-                "API request retried",
-                what="initial listing",
-                attempt=attempt,
-                error=retry.describe(error),
-            )
+        retry.log_retry("initial listing", attempt, error)
 
     def _group_pod(self, pod: Pod, deleted: bool) -> None:
         """A pod of the plain-pod integration (labelled managed by the webhook) or of a

@@ -101,6 +101,13 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:300]
 
 
+def log_retry(what: str, attempt: int, error: BaseException) -> None:
+    """The warning `call` logs of a retried failure, on the 1st, 2nd, 4th, 8th … retry (for
+    an `on_retry` that replaces it but keeps it)."""
+    if attempt & (attempt - 1) == 0:
+        log.warning("API request retried", what=what, attempt=attempt, error=describe(error))
+
+
 async def call(
     fn: Callable[[], Awaitable[T]],
     *,
@@ -122,6 +129,6 @@ async def call(
             wait = max(backoff.delay(attempt), retry_after(e) or 0.0)
             if on_retry is not None:
                 on_retry(attempt, e)
-            elif attempt & (attempt - 1) == 0:
-                log.warning("API request retried", what=what, attempt=attempt, error=describe(e))
+            else:
+                log_retry(what, attempt, e)
             await asyncio.sleep(wait)
