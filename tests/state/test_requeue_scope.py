@@ -385,3 +385,57 @@ def test_a_parked_workload_whose_reclaimable_pods_change_is_tried_again_at_once(
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+_LACK_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("park"), st.integers(0, 7), st.integers(1, 4), st.integers(0, 59)),
+        st.tuples(st.just("class"), st.integers(0, 7), st.integers(1, 4), st.integers(0, 0)),
+        st.tuples(st.just("moved"), st.integers(0, 7), st.integers(0, 59), st.integers(0, 0)),
+        st.tuples(st.just("release"), st.integers(0, 2), st.integers(1, 4), st.integers(0, 0)),
+        st.tuples(st.just("delete"), st.integers(0, 7), st.integers(0, 0), st.integers(0, 0)),
+        st.tuples(st.just("batch"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
+        st.tuples(st.just("fork"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_LACK_OPS)
+def test_the_kept_order_of_lacks_is_always_the_queue_order(
+    ops: list[tuple[str, int, int, int]],
+) -> None:
+    """The order kept between releases (`Cache._lacking_in_order`) is exactly
+    `sorted(records, key=queue order)` whatever happened since: records made one at a time
+    or for a whole class, workloads whose queue order moved (a new creation time), releases
+    that walk and wake, deletions, a batch that drops a scope's records, what-if copies."""
+    cache = _cache()
+    cqs = ("a1", "a2", "b")
+    t = NOW
+    for op, i, n, minute in ops:
+        name, cq = f"w{i}", cqs[i % 3]
+        key = f"ns/{name}"
+        if op == "park" or (op == "moved" and key in cache.workloads):
+            lack = n if op == "park" else 1
+            created = f"2026-12-01T00:{minute if op == 'park' else n:02d}:00Z"
+            key = _workload(cache, name, cq, pods=lack, created=created)
+            cache.queue_heads(t)
+            if op == "park":
+                cache.park(key, _pending(cache, key, cq, lack))
+        elif op == "class":
+            keys = [k for k in cache.workloads if k.startswith("ns/w") and k not in cache.assumed]
+            cache.note_lacks(keys, _pending(cache, key, cq, n))
+        elif op == "release":
+            _released(cache, cqs[i], n)
+            cache.queue_heads(t)
+        elif op == "delete" and key in cache.workloads:
+            cache.delete_workload(key)
+        elif op == "batch":
+            t += P
+            cache.queue_heads(t)
+        elif op == "fork":
+            cache = cache.fork()
+        for scope, records in cache.lacks.items():
+            want = sorted(records, key=cache._order)
+            assert list(cache._lacking_in_order(scope, records)) == want

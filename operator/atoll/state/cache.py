@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -60,6 +60,26 @@ EVERY_QUEUE = "*"
 """The requeue scope of a change that may let any parked workload in (`Cache.bump`)."""
 Lack = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 """(flavor, ((resource, quota lacking), ...)) for each flavor a parked workload could fit."""
+
+
+@dataclass(slots=True)
+class _LackOrder:
+    """One requeue scope's workloads with a lack record (`Cache.lacks`), in queue order, kept
+    sorted from one release of quota to the next instead of sorted again at each
+    (`Cache._lacking_in_order`). An entry `(queue key, workload)` is live while the workload
+    has a record in the scope and `at` gives it that queue key; otherwise it is dead and
+    skipped (a record dropped and made again revives it: its queue key is the same)."""
+
+    stamp: tuple[int, int]
+    """(`_queues_version`, the usage tracker's version): what the queue keys read besides
+    each workload's engine form; a new stamp sorts the scope again."""
+    entries: list[tuple[QueueKey, str]] = field(default_factory=list)
+    at: dict[str, QueueKey] = field(default_factory=dict)
+    """Workload → the queue key of its entry (`Cache._lack_entry` names the scope)."""
+    added: set[str] = field(default_factory=set)
+    """Workloads with a record and no entry: merged in at the next walk."""
+
+
 REQUEUE_BATCH_PERIOD = 1.0
 """Seconds from a change that may make parked (inadmissible) workloads admissible to their
 requeue: Kueue v0.17's `requeueBatchPeriod` (pkg/cache/queue/inadmissible_workloads.go)."""
@@ -178,6 +198,10 @@ class Cache:
     freed quota that covers it wakes it at once (`requeue_due`). Nested: `fork` copies it."""
     lack_scope: dict[str, str] = field(default_factory=dict)
     """Workload → its scope in `lacks`."""
+    _lack_orders: dict[str, _LackOrder] = field(default_factory=dict)
+    """Scope → its `lacks` in queue order (`_lacking_in_order`); not copied by `fork`."""
+    _lack_entry: dict[str, str] = field(default_factory=dict)
+    """Workload → the scope whose `_lack_orders` has its entry (at most one)."""
     freed: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
     """Scope → (flavor, resource) → quota released there since the last step. Nested:
     `fork` copies it."""
@@ -254,6 +278,7 @@ class Cache:
         copy.inventory = self.inventory.fork()
         copy.queues = self.queues.fork()
         copy.lacks = {scope: dict(records) for scope, records in self.lacks.items()}
+        copy._lack_orders, copy._lack_entry = {}, {}  # sorted again on the copy's first walk
         copy.freed = {scope: dict(amounts) for scope, amounts in self.freed.items()}
         copy._lq_waiting = {lq: dict(keys) for lq, keys in self._lq_waiting.items()}
         copy._usage_memo, copy._lq_usage_memo = ((-1, -1), {}), None
@@ -355,9 +380,26 @@ class Cache:
         """`key` is parked with `dec`: if it waits for quota (not for more than its
         ClusterQueue could ever get), remember what it lacks on each flavor, so that a
         release covering that wakes it before the batched requeue."""
-        self._drop_lack(key)
+        self.note_lacks((key,), dec)
+
+    def note_lacks(self, keys: Iterable[str], dec: d.Pending) -> None:
+        """`note_lack` for each of `keys`, all parked with the same decision (a class)."""
+        lacks, scope = self._lack_of(dec)
+        records = self.lacks.setdefault(scope, {}) if lacks else None
+        order = self._lack_orders.get(scope) if lacks else None
+        for key in keys:
+            self._drop_lack(key)
+            if records is not None:
+                records[key] = lacks
+                self.lack_scope[key] = scope
+                if order is not None and self._lack_entry.get(key) != scope:
+                    order.added.add(key)
+
+    def _lack_of(self, dec: d.Pending) -> tuple[Lack, str]:
+        """What a workload parked with `dec` lacks on each flavor it could fit, and the scope
+        of the release that would cover it; no lack when it does not wait for quota."""
         if dec.reason is not d.PendingReason.WAITING_FOR_QUOTA or not dec.shortfalls:
-            return
+            return (), EVERY_QUEUE
         per: dict[str, dict[str, int]] = {}
         never: set[str] = set()
         for s in dec.shortfalls:
@@ -369,9 +411,7 @@ class Cache:
                 need[s.resource] = max(need.get(s.resource, 0), lack)
         lacks = tuple((f, tuple(need.items())) for f, need in per.items() if f not in never)
         scope = self.scope_of(dec.cluster_queue)
-        if lacks and scope != EVERY_QUEUE:
-            self.lacks.setdefault(scope, {})[key] = lacks
-            self.lack_scope[key] = scope
+        return (lacks if scope != EVERY_QUEUE else ()), scope
 
     def _drop_lack(self, key: str) -> None:
         scope = self.lack_scope.pop(key, None)
@@ -390,7 +430,7 @@ class Cache:
         if not records:
             return
         left = dict(amounts)
-        for key in sorted(records, key=self._order):
+        for key in self._lacking_in_order(scope, records):
             for flavor, need in records[key]:
                 if all(lack <= left.get((flavor, r), 0) for r, lack in need):
                     for r, lack in need:
@@ -401,9 +441,80 @@ class Cache:
             else:
                 return
 
-    def _order(self, key: str) -> tuple[object, ...]:
+    def _order(self, key: str) -> QueueKey:
         ew = self.engine_workload(key)
         return self.queue_order(ew) if ew is not None else (math.inf, True, 0, math.inf, "", key)
+
+    def _lacking_in_order(self, scope: str, records: Mapping[str, Lack]) -> Iterator[str]:
+        """The workloads of `records` (the scope's lacks) in queue order, as
+        `sorted(records, key=self._order)`, from the scope's `_LackOrder`: sorted again only
+        when the stamp changed or dead entries outnumber the live ones, else the workloads
+        added since are merged in; the dead entries in front are dropped as the walk passes
+        them. The caller drops or keeps records between two workloads, not others'."""
+        afs = self.afs.version if self.afs is not None else 0
+        stamp = (self._queues_version, afs)
+        order = self._lack_orders.get(scope)
+        if order is None or order.stamp != stamp or len(order.entries) > 2 * len(records) + 32:
+            order = self._sort_lacks(scope, records, stamp)
+        elif order.added:
+            new = [(self._order(k), k) for k in order.added if k in records]
+            order.added.clear()
+            for qkey, key in new:
+                self._lack_at(scope, order, key, qkey)
+            order.entries.extend(new)
+            order.entries.sort()  # two sorted runs: merged in linear time
+        entries, at = order.entries, order.at
+        i = 0
+        while i < len(entries):  # the dead entries in front go
+            qkey, key = entries[i]
+            if key in records and at.get(key) == qkey:
+                break
+            if at.get(key) == qkey:
+                del at[key]
+                self._lack_entry.pop(key, None)
+            i += 1
+        del entries[:i]
+        i, last = 0, None
+        while i < len(entries):
+            entry = entries[i]
+            qkey, key = entry
+            # a record made again after its queue key was recomputed, unchanged: two equal
+            # entries, side by side
+            if entry != last and key in records and at.get(key) == qkey:
+                yield key
+            last = entry
+            i += 1
+
+    def _sort_lacks(
+        self, scope: str, records: Mapping[str, Lack], stamp: tuple[int, int]
+    ) -> _LackOrder:
+        old = self._lack_orders.get(scope)
+        for key in old.at if old is not None else ():
+            if self._lack_entry.get(key) == scope:
+                del self._lack_entry[key]
+        order = self._lack_orders[scope] = _LackOrder(stamp=stamp)
+        for key in records:
+            self._lack_at(scope, order, key, self._order(key))
+        order.entries = sorted((qkey, key) for key, qkey in order.at.items())
+        return order
+
+    def _lack_at(self, scope: str, order: _LackOrder, key: str, qkey: QueueKey) -> None:
+        """`key`'s entry in `scope` is at `qkey` (an entry it had in another scope is dead)."""
+        before = self._lack_entry.get(key)
+        if before is not None and before != scope and (other := self._lack_orders.get(before)):
+            other.at.pop(key, None)
+        order.at[key] = qkey
+        self._lack_entry[key] = scope
+
+    def _lack_moved(self, key: str) -> None:
+        """`key`'s engine form changed: its queue key may have, so its entry is dead and its
+        record, if any, is merged in again at the next walk."""
+        before = self._lack_entry.pop(key, None)
+        if before is not None and (order := self._lack_orders.get(before)) is not None:
+            order.at.pop(key, None)
+        scope = self.lack_scope.get(key)
+        if scope is not None and (order := self._lack_orders.get(scope)) is not None:
+            order.added.add(key)
 
     # -- Admission Fair Sharing -----------------------------------------------------------
     def uses_afs(self, cluster_queue: str | None) -> bool:
@@ -620,6 +731,7 @@ class Cache:
             self.namespaces[name] = labels
             for key in [k for k in self._engine_workloads if k.startswith(f"{name}/")]:
                 del self._engine_workloads[key]
+                self._lack_moved(key)
                 self._dirty.add(key)
                 self.queues.touch(key)
             self.bump()
@@ -697,6 +809,7 @@ class Cache:
     def _forget_engine_form(self, key: str) -> None:
         self.queues.touch(key)
         self._engine_workloads.pop(key, None)
+        self._lack_moved(key)
         self._waiting_memo.pop(key, None)
         self._dirty.add(key)
         self._evicted_status.pop(key, None)
@@ -802,6 +915,7 @@ class Cache:
         for key, wl in self.workloads.items():
             if wl.namespace == namespace and devicequota.uses_template(wl, template):
                 self._engine_workloads.pop(key, None)
+                self._lack_moved(key)
                 self._dirty.add(key)
                 self.parked.pop(key, None)
                 self._drop_lack(key)

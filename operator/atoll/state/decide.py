@@ -284,13 +284,11 @@ class Decider:
         cache = self.cache
         for c, members in cache.queues.classes_of(group).items():
             told = self._told.get((group, c))
-            awake = [key for key in members if not cache.queue_asleep(key)]
+            awake = cache.queues.awake_of(group, members, cache.parked)
             told_keys = told[1] if told is not None else ()
             for key in sorted(key for key in awake if key not in told_keys):
                 self._again((group, c), key, out)
-            failed = self._failed[(group, c)]
-            for key in awake:
-                cache.note_lack(key, failed)
+            cache.note_lacks(awake, self._failed[(group, c)])
         for key in [k for k in self.checker.nominations if cache.queues.group_of.get(k) == group]:
             if not cache.queue_asleep(key):
                 self.checker.forget(key)

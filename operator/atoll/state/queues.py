@@ -248,6 +248,22 @@ class PendingQueues:
         group = self.group_of.get(key)
         return group is not None and self._covered(self.groups[group], group, key)
 
+    def awake_of(self, group: str, keys: Iterable[str], parked: Parked) -> list[str]:
+        """Those of `keys`, members of queue `group`, that are not `asleep` (in their order)."""
+        q = self.groups[group]
+        epoch = self.epoch_of(group)
+        m = q.marker if q.marker is not None and q.marker[0] == epoch else None
+        seq, fresh, epoch_of = self.seq, q.fresh, self.epoch_of
+        out = []
+        for key in keys:
+            at = parked.get(key)
+            if at is not None and at[1] == (epoch if at[0] == group else epoch_of(at[0])):
+                continue  # parked on its own
+            if m is not None and seq.get(key, 0) <= m[1] and key not in fresh:
+                continue  # parked by the marker
+            out.append(key)
+        return out
+
     def park(self, key: str, parked: Parked, group: str | None) -> None:
         """Park `key` on its own until the next epoch of queue `group` (its queue now)."""
         parked[key] = (group, self.epoch_of(group))
