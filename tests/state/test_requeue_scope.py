@@ -326,6 +326,11 @@ def test_what_a_workload_lacked_is_forgotten_when_it_is_woken_or_admitted() -> N
     assert cache.lack_scope == {key: "co:root-a"}
     cache.assume(key, m.Admission(cluster_queue=m.ClusterQueueName("a1"), pod_sets=()))
     assert not cache.lack_scope
+    assert cache._lack_orders  # kept from the release above: the next release drops it
+    _released(cache, "a1", 1)
+    cache.queue_heads(NOW + P)
+    assert not cache._lack_orders
+    assert not cache._lack_entry
 
 
 def test_a_what_if_copy_wakes_early_without_touching_the_original() -> None:

@@ -385,14 +385,18 @@ class Cache:
     def note_lacks(self, keys: Iterable[str], dec: d.Pending) -> None:
         """`note_lack` for each of `keys`, all parked with the same decision (a class)."""
         lacks, scope = self._lack_of(dec)
-        records = self.lacks.setdefault(scope, {}) if lacks else None
+        records: dict[str, Lack] | None = None
         order = self._lack_orders.get(scope) if lacks else None
+        lack_scope, entry = self.lack_scope, self._lack_entry
         for key in keys:
-            self._drop_lack(key)
-            if records is not None:
+            if key in lack_scope:
+                self._drop_lack(key)
+            if lacks:
+                if records is None:
+                    records = self.lacks.setdefault(scope, {})
                 records[key] = lacks
-                self.lack_scope[key] = scope
-                if order is not None and self._lack_entry.get(key) != scope:
+                lack_scope[key] = scope
+                if order is not None and entry.get(key) != scope:
                     order.added.add(key)
 
     def _lack_of(self, dec: d.Pending) -> tuple[Lack, str]:
@@ -419,6 +423,15 @@ class Cache:
             records = self.lacks.get(scope)
             if records is not None:
                 records.pop(key, None)
+            order = self._lack_orders.get(scope)
+            if order is not None:
+                order.added.discard(key)
+
+    def _forget_lack_order(self, scope: str) -> None:
+        order = self._lack_orders.pop(scope)
+        for key in order.at:
+            if self._lack_entry.get(key) == scope:
+                del self._lack_entry[key]
 
     def _wake_fitting(self, scope: str, amounts: Mapping[tuple[str, str], int]) -> None:
         """Wake now the parked workloads of `scope` whose lack on some flavor the quota
@@ -428,6 +441,8 @@ class Cache:
         the others, as Kueue's requeue, where the higher priority is tried first)."""
         records = self.lacks.get(scope)
         if not records:
+            if scope in self._lack_orders:  # nothing left to keep in order: its entries go
+                self._forget_lack_order(scope)
             return
         left = dict(amounts)
         for key in self._lacking_in_order(scope, records):
@@ -488,10 +503,8 @@ class Cache:
     def _sort_lacks(
         self, scope: str, records: Mapping[str, Lack], stamp: tuple[int, int]
     ) -> _LackOrder:
-        old = self._lack_orders.get(scope)
-        for key in old.at if old is not None else ():
-            if self._lack_entry.get(key) == scope:
-                del self._lack_entry[key]
+        if scope in self._lack_orders:
+            self._forget_lack_order(scope)
         order = self._lack_orders[scope] = _LackOrder(stamp=stamp)
         for key in records:
             self._lack_at(scope, order, key, self._order(key))
