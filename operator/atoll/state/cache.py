@@ -202,6 +202,8 @@ class Cache:
     """Scope → its `lacks` in queue order (`_lacking_in_order`); not copied by `fork`."""
     _lack_entry: dict[str, str] = field(default_factory=dict)
     """Workload → the scope whose `_lack_orders` has its entry (at most one)."""
+    _lack_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Scope → the stamp of its last walk: an order is kept once a stamp holds for two."""
     freed: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
     """Scope → (flavor, resource) → quota released there since the last step. Nested:
     `fork` copies it."""
@@ -279,6 +281,7 @@ class Cache:
         copy.queues = self.queues.fork()
         copy.lacks = {scope: dict(records) for scope, records in self.lacks.items()}
         copy._lack_orders, copy._lack_entry = {}, {}  # sorted again on the copy's first walk
+        copy._lack_seen = {}
         copy.freed = {scope: dict(amounts) for scope, amounts in self.freed.items()}
         copy._lq_waiting = {lq: dict(keys) for lq, keys in self._lq_waiting.items()}
         copy._usage_memo, copy._lq_usage_memo = ((-1, -1), {}), None
@@ -462,13 +465,23 @@ class Cache:
 
     def _lacking_in_order(self, scope: str, records: Mapping[str, Lack]) -> Iterator[str]:
         """The workloads of `records` (the scope's lacks) in queue order, as
-        `sorted(records, key=self._order)`, from the scope's `_LackOrder`: sorted again only
-        when the stamp changed or dead entries outnumber the live ones, else the workloads
-        added since are merged in; the dead entries in front are dropped as the walk passes
-        them. The caller drops or keeps records between two workloads, not others'."""
+        `sorted(records, key=self._order)`, from the scope's `_LackOrder`, kept once its
+        stamp held from one walk to the next (under Admission Fair Sharing it seldom does:
+        each walk then sorts, keeping nothing): sorted again only when dead entries outnumber
+        the live ones, else the workloads added since are merged in; the dead entries in front
+        are dropped as the walk passes them. The caller drops or keeps records between two
+        workloads, not others'."""
         afs = self.afs.version if self.afs is not None else 0
         stamp = (self._queues_version, afs)
         order = self._lack_orders.get(scope)
+        if (order is None or order.stamp != stamp) and self._lack_seen.get(scope) != stamp:
+            # a new stamp, which may not hold until the next release (Admission Fair
+            # Sharing's usage moves with every admission): sorted once, nothing kept
+            if order is not None:
+                self._forget_lack_order(scope)
+            self._lack_seen[scope] = stamp
+            yield from sorted(records, key=self._order)
+            return
         if order is None or order.stamp != stamp or len(order.entries) > 2 * len(records) + 32:
             order = self._sort_lacks(scope, records, stamp)
         elif order.added:
