@@ -4,7 +4,10 @@ decision (hypothesis, against the loop that wakes every parked workload and trie
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +20,7 @@ from atoll.engine.snapshot import placing
 from atoll.sim.gang import GangSimulator, Settings
 from atoll.sim.results import SimResult
 from atoll.sim.scenario import Scenario
+from atoll.state.cache import Cache
 from atoll.state.decide import Decider, admission_of
 from tests.sim.builders import (
     cluster_queue,
@@ -73,6 +77,29 @@ class CheckedHeads(Decider):
         expected = select_heads(cache.pending_by_queue(now), cache.parked_keys())
         assert [w for _, w in cache.queue_heads(now)] == expected
         return super().decide(now)
+
+
+@contextmanager
+def _heads_again_checked() -> Iterator[None]:
+    """Check that each `Cache.queue_heads_again` gives what `queue_heads` would at the same
+    `now` (the skip loop's shortcut: only parks happened since)."""
+    heads, again = Cache.queue_heads, Cache.queue_heads_again
+    last: dict[int, float] = {}
+
+    def recorded(self: Cache, now: float) -> list[tuple[str, m.Workload]]:
+        last[id(self)] = now
+        return heads(self, now)
+
+    def checked(self: Cache) -> list[tuple[str, m.Workload]]:
+        out = again(self)
+        assert out == heads(self, last[id(self)])
+        return out
+
+    with (
+        patch.object(Cache, "queue_heads", recorded),
+        patch.object(Cache, "queue_heads_again", checked),
+    ):
+        yield
 
 
 def _run(
@@ -152,7 +179,8 @@ def test_skipping_no_op_cycles_changes_no_decision(
     the run with workloads still pending), in fewer cycles."""
     scn = _scenario(queues, jobs)
     reference = _run(scn, fair, WakeEverything, until)
-    result = _run(scn, fair, CheckedHeads, until)
+    with _heads_again_checked():
+        result = _run(scn, fair, CheckedHeads, until)
     assert _without_cycles(result) == _without_cycles(reference)
     assert result.cycles <= reference.cycles
 

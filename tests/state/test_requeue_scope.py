@@ -17,6 +17,7 @@ from atoll.api.workload import ReclaimablePod
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine.inventory import Placement
+from atoll.state import afs
 from atoll.state import lifecycle as lc
 from atoll.state import workloads as wls
 from atoll.state.cache import REQUEUE_BATCH_PERIOD, Cache
@@ -29,8 +30,16 @@ QUEUES = {"a1": "child-a", "a2": "root-a", "b": "co-b", "solo": None}
 """ClusterQueue → its Cohort; `child-a` is a child of `root-a`."""
 
 
-def _cache() -> Cache:
-    cache = Cache()
+AFS_QUEUES = ("a1", "a2")
+"""The ClusterQueues ordered by LocalQueue usage in `_cache(fair=True)`."""
+
+
+def _cache(*, fair: bool = False) -> Cache:
+    """The queues of `QUEUES`, a LocalQueue `lq-<cq>` for each; with `fair`, Admission Fair
+    Sharing, and those of `AFS_QUEUES` ordered by usage with a second LocalQueue each
+    (`lq-<cq>-x`)."""
+    tracker = afs.Tracker(afs.Settings(half_life=600.0, sampling=60.0)) if fair else None
+    cache = Cache(afs=tracker)
     cache.requeue_period = P
     cache.set_flavor(ResourceFlavor.from_dict({"metadata": {"name": "rf"}}))
     cache.set_cohort(Cohort.from_dict({"metadata": {"name": "root-a"}, "spec": {}}))
@@ -39,12 +48,16 @@ def _cache() -> Cache:
     )
     for cq, cohort in QUEUES.items():
         spec: dict[str, Any] = {"cohortName": cohort} if cohort else {}
+        by_usage = fair and cq in AFS_QUEUES
+        if by_usage:
+            spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
         cache.set_cluster_queue(cluster_queue(cq, gpus=1, **spec))
-        cache.set_local_queue(
-            LocalQueue.from_dict(
-                {"metadata": {"name": f"lq-{cq}", "namespace": "ns"}, "spec": {"clusterQueue": cq}}
+        for lq in (f"lq-{cq}", f"lq-{cq}-x") if by_usage else (f"lq-{cq}",):
+            cache.set_local_queue(
+                LocalQueue.from_dict(
+                    {"metadata": {"name": lq, "namespace": "ns"}, "spec": {"clusterQueue": cq}}
+                )
             )
-        )
     cache.set_namespace("ns", {"kubernetes.io/metadata.name": "ns"})
     cache.requeue_due(NOW - P)
     cache.requeue_due(NOW)  # the set-up's own requeue
@@ -53,10 +66,16 @@ def _cache() -> Cache:
 
 
 def _workload(
-    cache: Cache, name: str, cq: str, pods: int = 1, created: str = "2026-12-01T00:00:00Z"
+    cache: Cache,
+    name: str,
+    cq: str,
+    pods: int = 1,
+    created: str = "2026-12-01T00:00:00Z",
+    *,
+    lq: str | None = None,
 ) -> str:
     raw = workload_for(job(name, pods=pods), created=created).to_dict()
-    raw["spec"]["queueName"] = f"lq-{cq}"
+    raw["spec"]["queueName"] = lq or f"lq-{cq}"
     wl = type(workload_for(job(name))).from_dict(raw)
     cache.set_workload(wl)
     return wls.wl_key(wl)
@@ -403,30 +422,35 @@ _LACK_OPS = st.lists(
         st.tuples(st.just("delete"), st.integers(0, 7), st.integers(0, 0), st.integers(0, 0)),
         st.tuples(st.just("batch"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
         st.tuples(st.just("fork"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
+        st.tuples(st.just("usage"), st.integers(0, 3), st.integers(0, 8), st.integers(0, 0)),
     ),
     max_size=40,
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(_LACK_OPS)
+@settings(max_examples=1000, deadline=None)
+@given(_LACK_OPS, st.booleans())
 def test_the_kept_order_of_lacks_is_always_the_queue_order(
-    ops: list[tuple[str, int, int, int]],
+    ops: list[tuple[str, int, int, int]], fair: bool
 ) -> None:
     """The order kept between releases (`Cache._lacking_in_order`) is exactly
     `sorted(records, key=queue order)` whatever happened since: records made one at a time
     or for a whole class, workloads whose queue order moved (a new creation time), releases
-    that walk and wake, deletions, a batch that drops a scope's records, what-if copies."""
-    cache = _cache()
+    that walk and wake, deletions, a batch that drops a scope's records, what-if copies;
+    with Admission Fair Sharing, LocalQueues whose usage changed (their workloads move
+    together)."""
+    cache = _cache(fair=fair)
     cqs = ("a1", "a2", "b")
     t = NOW
+    seeded = 0.0
     for op, i, n, minute in ops:
         name, cq = f"w{i}", cqs[i % 3]
         key = f"ns/{name}"
+        lq = f"lq-{cq}-x" if fair and cq in AFS_QUEUES and i >= 4 else f"lq-{cq}"
         if op == "park" or (op == "moved" and key in cache.workloads):
             lack = n if op == "park" else 1
             created = f"2026-12-01T00:{minute if op == 'park' else n:02d}:00Z"
-            key = _workload(cache, name, cq, pods=lack, created=created)
+            key = _workload(cache, name, cq, pods=lack, created=created, lq=lq)
             cache.queue_heads(t)
             if op == "park":
                 cache.park(key, _pending(cache, key, cq, lack))
@@ -443,6 +467,11 @@ def test_the_kept_order_of_lacks_is_always_the_queue_order(
             cache.queue_heads(t)
         elif op == "fork":
             cache = cache.fork()
+        elif op == "usage" and cache.afs is not None:
+            seeded += 1  # a newer sample than any before: it is taken
+            used = cqs[i % 2] + ("-x" if i >= 2 else "")
+            cache.afs.seed(f"ns/lq-{used}", {"nvidia.com/gpu": n * 1000}, t + seeded)
+            cache.queue_heads(t)
         for scope, records in cache.lacks.items():
             want = sorted(records, key=cache._order)
             assert list(cache._lacking_in_order(scope, records)) == want

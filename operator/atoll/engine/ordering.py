@@ -22,7 +22,32 @@ def queue_key(w: Workload, usage: float = 0.0) -> tuple[float, bool, int, float,
     return (usage, not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
 
 
-def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> Hashable:
+class SchedulingClass:
+    """A scheduling class (`scheduling_class`): its parts, and their hash worked out once.
+    The parts are deep (pod sets, namespace labels), and the queues and the decider look a
+    class up at every head they pass; equal parts make equal classes, of the same hash."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, parts: tuple[Hashable, ...]) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, SchedulingClass)
+            and self._hash == other._hash
+            and self.parts == other.parts
+        )
+
+    def __repr__(self) -> str:
+        return f"SchedulingClass{self.parts!r}"
+
+
+def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> SchedulingClass:
     """What a cycle reads from a pending workload to decide it: two workloads of one class
     in one ClusterQueue get the same decision from the same snapshot (Kueue's scheduling
     equivalence hash). Name and UID only order workloads; the queue-order time counts only
@@ -40,7 +65,7 @@ def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> Has
         w.queued_at if by_time else None,
         w.key if w.sticky else None,
     )
-    return (*base, w.run_limit, w.run_hint) if by_end else base
+    return SchedulingClass((*base, w.run_limit, w.run_hint) if by_end else base)
 
 
 def cycle_key(borrow_level: int, w: Workload) -> tuple[bool, int, int, float, str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -66,18 +67,21 @@ Lack = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 class _LackOrder:
     """One requeue scope's workloads with a lack record (`Cache.lacks`), in queue order, kept
     sorted from one release of quota to the next instead of sorted again at each
-    (`Cache._lacking_in_order`). An entry `(queue key, workload)` is live while the workload
-    has a record in the scope and `at` gives it that queue key; otherwise it is dead and
-    skipped (a record dropped and made again revives it: its queue key is the same)."""
+    (`Cache._lacking_in_order`). They are kept in runs, one per usage group: a LocalQueue
+    whose ClusterQueue is ordered by its LocalQueues' usage (Admission Fair Sharing), or ""
+    for the others. A run is sorted by the queue key without the usage; a walk merges the
+    runs, each with its LocalQueue's usage of the moment, so a change of usage keeps them.
+    An entry `(key, workload)` is live while the workload has a record in the scope and `at`
+    gives it that group and key; otherwise it is dead and skipped (a record dropped and made
+    again revives it: its key is the same)."""
 
-    stamp: tuple[int, int]
-    """(`_queues_version`, the usage tracker's version): what the queue keys read besides
-    each workload's engine form; a new stamp sorts the scope again."""
-    entries: list[tuple[QueueKey, str]] = field(default_factory=list)
-    at: dict[str, QueueKey] = field(default_factory=dict)
-    """Workload → the queue key of its entry (`Cache._lack_entry` names the scope)."""
+    runs: dict[str, list[tuple[QueueKey, str]]] = field(default_factory=dict)
+    at: dict[str, tuple[str, QueueKey]] = field(default_factory=dict)
+    """Workload → (its group, the key of its entry) (`Cache._lack_entry` names the scope)."""
     added: set[str] = field(default_factory=set)
     """Workloads with a record and no entry: merged in at the next walk."""
+    size: int = 0
+    """Entries in all runs, live or dead."""
 
 
 REQUEUE_BATCH_PERIOD = 1.0
@@ -96,6 +100,25 @@ def requeue_period(*, batched: bool, long_interval: bool) -> float:
     if not batched:
         return 0.0
     return LONG_REQUEUE_BATCH_PERIOD if long_interval else REQUEUE_BATCH_PERIOD
+
+
+def _lack_run(
+    run: list[tuple[QueueKey, str]],
+    group: str,
+    usage: float | None,
+    at: Mapping[str, tuple[str, QueueKey]],
+    records: Mapping[str, Lack],
+) -> Iterator[tuple[QueueKey, str]]:
+    """The live entries of one usage group's run (`_LackOrder`) with their full queue key:
+    the group's `usage` in front (None: the key is whole already)."""
+    last = None
+    for entry in run:
+        qkey, key = entry
+        # a record made again after its queue key was recomputed, unchanged: two equal
+        # entries, side by side
+        if entry != last and key in records and at.get(key) == (group, qkey):
+            yield (qkey if usage is None else (usage, *qkey[1:])), key
+        last = entry
 
 
 def _owners(wl: Workload | None) -> tuple[tuple[str, str], ...]:
@@ -202,8 +225,10 @@ class Cache:
     """Scope → its `lacks` in queue order (`_lacking_in_order`); not copied by `fork`."""
     _lack_entry: dict[str, str] = field(default_factory=dict)
     """Workload → the scope whose `_lack_orders` has its entry (at most one)."""
-    _lack_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Scope → the stamp of its last walk: an order is kept once a stamp holds for two."""
+    _lack_seen: dict[str, int] = field(default_factory=dict)
+    """Scope → the `_queues_version` of its last walk (what the kept keys and usage groups
+    read besides each workload's engine form): an order is kept once a version holds for
+    two walks, and only for that version."""
     freed: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
     """Scope → (flavor, resource) → quota released there since the last step. Nested:
     `fork` copies it."""
@@ -237,6 +262,9 @@ class Cache:
     """Bumped with every change of a queue object the snapshot reads (see `_structure`)."""
     _scope_memo: tuple[int, dict[str, str]] | None = None
     """(`_queues_version`, `_scopes()` at that version); replaced, never edited."""
+    _lack_memo: tuple[d.Pending, int, tuple[Lack, str]] | None = None
+    """The last `_lack_of`: (its decision, `_queues_version`, its result); a class's members
+    are parked one by one with the same decision object."""
     _waiting_memo: dict[str, tuple[Workload, int, bool, str | None, float | None]] = field(
         default_factory=dict
     )
@@ -405,6 +433,14 @@ class Cache:
     def _lack_of(self, dec: d.Pending) -> tuple[Lack, str]:
         """What a workload parked with `dec` lacks on each flavor it could fit, and the scope
         of the release that would cover it; no lack when it does not wait for quota."""
+        memo = self._lack_memo
+        if memo is not None and memo[0] is dec and memo[1] == self._queues_version:
+            return memo[2]
+        out = self._lack_of_new(dec)
+        self._lack_memo = (dec, self._queues_version, out)
+        return out
+
+    def _lack_of_new(self, dec: d.Pending) -> tuple[Lack, str]:
         if dec.reason is not d.PendingReason.WAITING_FOR_QUOTA or not dec.shortfalls:
             return (), EVERY_QUEUE
         per: dict[str, dict[str, int]] = {}
@@ -463,73 +499,94 @@ class Cache:
         ew = self.engine_workload(key)
         return self.queue_order(ew) if ew is not None else (math.inf, True, 0, math.inf, "", key)
 
+    def _usage_group(self, key: str) -> tuple[str, QueueKey]:
+        """`key`'s usage group and queue key without the usage: with the group's usage of
+        the moment in front (`_in_group`), its `_order`."""
+        ew = self.engine_workload(key)
+        if ew is None:
+            return "", (math.inf, True, 0, math.inf, "", key)
+        if self.afs is not None:
+            lq = self._e_local_queues.get(ew.local_queue)
+            if lq is not None and self.uses_afs(lq.cluster_queue):
+                return lq.key, queue_key(ew)
+        return "", queue_key(ew)
+
     def _lacking_in_order(self, scope: str, records: Mapping[str, Lack]) -> Iterator[str]:
         """The workloads of `records` (the scope's lacks) in queue order, as
-        `sorted(records, key=self._order)`, from the scope's `_LackOrder`, kept once its
-        stamp held from one walk to the next (under Admission Fair Sharing it seldom does:
-        each walk then sorts, keeping nothing): sorted again only when dead entries outnumber
-        the live ones, else the workloads added since are merged in; the dead entries in front
-        are dropped as the walk passes them. The caller drops or keeps records between two
-        workloads, not others'."""
-        afs = self.afs.version if self.afs is not None else 0
-        stamp = (self._queues_version, afs)
-        order = self._lack_orders.get(scope)
-        if (order is None or order.stamp != stamp) and self._lack_seen.get(scope) != stamp:
-            # a new stamp, which may not hold until the next release (Admission Fair
-            # Sharing's usage moves with every admission): sorted once, nothing kept
-            if order is not None:
+        `sorted(records, key=self._order)`, from the scope's `_LackOrder`, kept once the
+        queue objects held from one walk to the next: sorted again only when dead entries
+        outnumber the live ones, else the workloads added since are merged in; the dead
+        entries in front of each run are dropped. The runs are merged lazily: a walk that
+        stops early reads a few entries of each. The caller drops or keeps records between
+        two workloads, not others'."""
+        stamp = self._queues_version
+        if self._lack_seen.get(scope) != stamp:
+            # new queue objects: sorted once, nothing kept (a kept order is always of the
+            # scope's `_lack_seen` version)
+            if scope in self._lack_orders:
                 self._forget_lack_order(scope)
             self._lack_seen[scope] = stamp
             yield from sorted(records, key=self._order)
             return
-        if order is None or order.stamp != stamp or len(order.entries) > 2 * len(records) + 32:
-            order = self._sort_lacks(scope, records, stamp)
+        order = self._lack_orders.get(scope)
+        if order is None or order.size > 2 * len(records) + 32:
+            order = self._sort_lacks(scope, records)
         elif order.added:
-            new = [(self._order(k), k) for k in order.added if k in records]
+            touched: set[str] = set()
+            for key in sorted(order.added):
+                if key in records:
+                    group, qkey = self._usage_group(key)
+                    self._lack_at(scope, order, key, group, qkey)
+                    order.runs.setdefault(group, []).append((qkey, key))
+                    order.size += 1
+                    touched.add(group)
             order.added.clear()
-            for qkey, key in new:
-                self._lack_at(scope, order, key, qkey)
-            order.entries.extend(new)
-            order.entries.sort()  # two sorted runs: merged in linear time
-        entries, at = order.entries, order.at
-        i = 0
-        while i < len(entries):  # the dead entries in front go
-            qkey, key = entries[i]
-            if key in records and at.get(key) == qkey:
-                break
-            if at.get(key) == qkey:
-                del at[key]
-                self._lack_entry.pop(key, None)
-            i += 1
-        del entries[:i]
-        i, last = 0, None
-        while i < len(entries):
-            entry = entries[i]
-            qkey, key = entry
-            # a record made again after its queue key was recomputed, unchanged: two equal
-            # entries, side by side
-            if entry != last and key in records and at.get(key) == qkey:
-                yield key
-            last = entry
-            i += 1
+            for group in touched:
+                order.runs[group].sort()  # two sorted runs: merged in linear time
+        at = order.at
+        streams = []
+        for group in sorted(order.runs):
+            run = order.runs[group]
+            i = 0
+            while i < len(run):  # the dead entries in front go
+                qkey, key = run[i]
+                if at.get(key) == (group, qkey):
+                    if key in records:
+                        break
+                    del at[key]
+                    self._lack_entry.pop(key, None)
+                i += 1
+            if i:
+                del run[:i]
+                order.size -= i
+            if not run:
+                del order.runs[group]
+            else:
+                usage = None if group == "" else self.lq_usage(group)
+                streams.append(_lack_run(run, group, usage, at, records))
+        for _, key in heapq.merge(*streams):
+            yield key
 
-    def _sort_lacks(
-        self, scope: str, records: Mapping[str, Lack], stamp: tuple[int, int]
-    ) -> _LackOrder:
+    def _sort_lacks(self, scope: str, records: Mapping[str, Lack]) -> _LackOrder:
         if scope in self._lack_orders:
             self._forget_lack_order(scope)
-        order = self._lack_orders[scope] = _LackOrder(stamp=stamp)
+        order = self._lack_orders[scope] = _LackOrder()
         for key in records:
-            self._lack_at(scope, order, key, self._order(key))
-        order.entries = sorted((qkey, key) for key, qkey in order.at.items())
+            group, qkey = self._usage_group(key)
+            self._lack_at(scope, order, key, group, qkey)
+            order.runs.setdefault(group, []).append((qkey, key))
+        for run in order.runs.values():
+            run.sort()
+        order.size = len(records)
         return order
 
-    def _lack_at(self, scope: str, order: _LackOrder, key: str, qkey: QueueKey) -> None:
-        """`key`'s entry in `scope` is at `qkey` (an entry it had in another scope is dead)."""
+    def _lack_at(self, scope: str, order: _LackOrder, key: str, group: str, qkey: QueueKey) -> None:
+        """`key`'s entry in `scope` is at `qkey` in `group`'s run (an entry it had in another
+        scope is dead)."""
         before = self._lack_entry.get(key)
         if before is not None and before != scope and (other := self._lack_orders.get(before)):
             other.at.pop(key, None)
-        order.at[key] = qkey
+        order.at[key] = (group, qkey)
         self._lack_entry[key] = scope
 
     def _lack_moved(self, key: str) -> None:
@@ -1241,7 +1298,16 @@ class Cache:
             dirty, q.dirty = q.dirty, set()
             for key in sorted(dirty):
                 q.place(key, self._queue_place(key, now), self.parked)
-        return [(g, self._queued_form(g, k)) for g, k in q.heads(self.parked)]
+        return self._heads()
+
+    def queue_heads_again(self) -> list[tuple[str, m.Workload]]:
+        """`queue_heads(now)` again at the same `now` when only `park` was called since: no
+        requeue, sample or backoff can be due, nothing moved in the queues; only the
+        parked heads are passed."""
+        return self._heads()
+
+    def _heads(self) -> list[tuple[str, m.Workload]]:
+        return [(g, self._queued_form(g, k)) for g, k in self.queues.heads(self.parked)]
 
     def _queued_form(self, group: str, key: str) -> m.Workload:
         ew = self.engine_workload(key)

@@ -258,12 +258,11 @@ class Decider:
         """The heads of the next cycle that is not a no-op. The cycles before it, whose
         every head failed as its class did on this snapshot, are done here: their heads
         parked and their decisions added to `out`."""
-        cache, known = self.cache, self._known
+        cache, known, queues = self.cache, self._known, self.cache.queues
+        heads = cache.queue_heads(now)
         while True:
-            heads = cache.queue_heads(now)
             if not heads or drains or any(not known(self._class(w.key)) for _, w in heads):
                 return heads
-            queues = cache.queues
             if all(known((g, c)) for g, _ in heads for c in queues.classes_of(g)):
                 for g, _ in heads:
                     self._park_queue(g, out)
@@ -273,6 +272,7 @@ class Decider:
                 self._again(where, w.key, out)
                 cache.park(w.key, self._failed[where])
                 self.checker.forget(w.key)
+            heads = cache.queue_heads_again()  # only parked since, at the same `now`
 
     def _again(self, where: tuple[str, Hashable], key: str, out: list[d.Decision]) -> None:
         """Tell `key` its class's failure unless that was the last thing it was told."""

@@ -44,6 +44,9 @@ class _Queue:
     cls: dict[str, Hashable] = field(default_factory=dict)
     classes: dict[Hashable, set[str]] = field(default_factory=dict)
     """The members of each equivalence class present in the queue."""
+    canon: dict[Hashable, Hashable] = field(default_factory=dict)
+    """Each class present → the one object of it that `cls` gives all its members: a
+    look-up by class then finds it by identity, without comparing its deep parts."""
     marker: tuple[int, int] | None = None
     """(epoch, seq): the members with a seq up to this one were all parked at that epoch."""
     fresh: set[str] = field(default_factory=set)
@@ -59,6 +62,7 @@ class _Queue:
             entry=dict(self.entry),
             cls=dict(self.cls),
             classes={c: set(ks) for c, ks in self.classes.items()},
+            canon=dict(self.canon),
             marker=self.marker,
             fresh=set(self.fresh),
             cursor=self.cursor,
@@ -185,6 +189,7 @@ class PendingQueues:
         q.order.insert(i, (qkey, key))
         q.cursor = min(q.cursor, i)
         q.entry[key] = qkey
+        cls = q.canon.setdefault(cls, cls)
         q.cls[key] = cls
         q.classes.setdefault(cls, set()).add(key)
         if q.marker is not None and self.seq[key] > q.marker[1]:
@@ -201,6 +206,7 @@ class PendingQueues:
         members.discard(key)
         if not members:
             del q.classes[cls]
+            del q.canon[cls]
         q.fresh.discard(key)
 
     def rekey(self, group: str, keys: Iterable[str], first: float) -> None:
@@ -210,20 +216,18 @@ class PendingQueues:
         q = self.groups.get(group)
         if q is None:
             return
-        moved = {k for k in keys if k in q.entry}
+        entry = q.entry
+        moved = entry.keys() & keys
         if not moved:
             return
-        rest: list[tuple[QueueKey, str]] = []
-        mine: list[tuple[QueueKey, str]] = []
-        for qkey, key in q.order:
-            if key in moved:
-                new = (first, *qkey[1:])
-                q.entry[key] = new
-                mine.append((new, key))
-            else:
-                rest.append((qkey, key))
+        order = q.order
+        rest = [e for e in order if e[1] not in moved]
+        mine = [((first, *qkey[1:]), key) for qkey, key in order if key in moved]
+        entry.update((key, new) for new, key in mine)
         mine.sort()  # in order already when they shared their first part (linear then)
-        q.order = list(heapq.merge(rest, mine))
+        rest += mine
+        rest.sort()  # two sorted runs: merged in linear time
+        q.order = rest
         q.cursor = 0
 
     # -- parking --------------------------------------------------------------------------
