@@ -102,6 +102,11 @@ def requeue_period(*, batched: bool, long_interval: bool) -> float:
     return LONG_REQUEUE_BATCH_PERIOD if long_interval else REQUEUE_BATCH_PERIOD
 
 
+def _gone_key(key: str) -> QueueKey:
+    """The queue key of a workload no longer cached: after every other."""
+    return (math.inf, True, 0, math.inf, "", key)
+
+
 def _lack_run(
     run: list[tuple[QueueKey, str]],
     group: str,
@@ -436,11 +441,11 @@ class Cache:
         memo = self._lack_memo
         if memo is not None and memo[0] is dec and memo[1] == self._queues_version:
             return memo[2]
-        out = self._lack_of_new(dec)
+        out = self._lack_of_uncached(dec)
         self._lack_memo = (dec, self._queues_version, out)
         return out
 
-    def _lack_of_new(self, dec: d.Pending) -> tuple[Lack, str]:
+    def _lack_of_uncached(self, dec: d.Pending) -> tuple[Lack, str]:
         if dec.reason is not d.PendingReason.WAITING_FOR_QUOTA or not dec.shortfalls:
             return (), EVERY_QUEUE
         per: dict[str, dict[str, int]] = {}
@@ -497,19 +502,15 @@ class Cache:
 
     def _order(self, key: str) -> QueueKey:
         ew = self.engine_workload(key)
-        return self.queue_order(ew) if ew is not None else (math.inf, True, 0, math.inf, "", key)
+        return self.queue_order(ew) if ew is not None else _gone_key(key)
 
     def _usage_group(self, key: str) -> tuple[str, QueueKey]:
-        """`key`'s usage group and queue key without the usage: with the group's usage of
-        the moment in front (`_in_group`), its `_order`."""
+        """`key`'s usage group (`_LackOrder`) and its queue key without the usage: that
+        group's usage of the moment put in front gives its `_order`."""
         ew = self.engine_workload(key)
         if ew is None:
-            return "", (math.inf, True, 0, math.inf, "", key)
-        if self.afs is not None:
-            lq = self._e_local_queues.get(ew.local_queue)
-            if lq is not None and self.uses_afs(lq.cluster_queue):
-                return lq.key, queue_key(ew)
-        return "", queue_key(ew)
+            return "", _gone_key(key)
+        return self._usage_queue(ew) or "", queue_key(ew)
 
     def _lacking_in_order(self, scope: str, records: Mapping[str, Lack]) -> Iterator[str]:
         """The workloads of `records` (the scope's lacks) in queue order, as
@@ -630,11 +631,16 @@ class Cache:
     def queue_order(self, ew: m.Workload) -> QueueKey:
         """`ew`'s key in its ClusterQueue's order (`engine.ordering.queue_key`, with its
         LocalQueue's usage where Admission Fair Sharing applies)."""
+        lq = self._usage_queue(ew)
+        return queue_key(ew) if lq is None else queue_key(ew, self.lq_usage(lq))
+
+    def _usage_queue(self, ew: m.Workload) -> str | None:
+        """`ew`'s LocalQueue (`namespace/name`) if its usage orders `ew`'s ClusterQueue."""
         if self.afs is not None:
             lq = self._e_local_queues.get(ew.local_queue)
             if lq is not None and self.uses_afs(lq.cluster_queue):
-                return queue_key(ew, self.lq_usage(lq.key))
-        return queue_key(ew)
+                return lq.key
+        return None
 
     @property
     def holds_quota(self) -> bool:
