@@ -81,8 +81,10 @@ class CheckedHeads(Decider):
 
 @contextmanager
 def _heads_again_checked() -> Iterator[None]:
-    """Check that each `Cache.queue_heads_again` gives what `queue_heads` would at the same
-    `now` (the skip loop's shortcut: only parks happened since)."""
+    """Check that each `Cache.queue_heads_again` is called where `queue_heads` at the same
+    `now` would find nothing to do before reading the heads (no release, requeue, backoff or
+    change to place), and gives what it would (the skip loop's shortcut: only parks
+    happened since)."""
     heads, again = Cache.queue_heads, Cache.queue_heads_again
     last: dict[int, float] = {}
 
@@ -91,8 +93,15 @@ def _heads_again_checked() -> Iterator[None]:
         return heads(self, now)
 
     def checked(self: Cache) -> list[tuple[str, m.Workload]]:
+        now, q = last[id(self)], self.queues
+        assert not self.freed
+        assert not self.promised_due
+        assert not q.dirty
+        assert all(at is not None and at > now for at in self.requeues.values())
+        assert not q.deferred or q.deferred[0][0] > now
+        assert q.version == self._queues_version
         out = again(self)
-        assert out == heads(self, last[id(self)])
+        assert out == heads(self, now)
         return out
 
     with (

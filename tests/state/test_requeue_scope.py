@@ -423,22 +423,25 @@ _LACK_OPS = st.lists(
         st.tuples(st.just("batch"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
         st.tuples(st.just("fork"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
         st.tuples(st.just("usage"), st.integers(0, 3), st.integers(0, 8), st.integers(0, 0)),
+        st.tuples(st.just("walk"), st.integers(0, 0), st.integers(0, 0), st.integers(0, 0)),
     ),
     max_size=40,
 )
 
 
-@settings(max_examples=1000, deadline=None)
-@given(_LACK_OPS, st.booleans())
+@settings(max_examples=2000, deadline=None)
+@given(_LACK_OPS, st.booleans(), st.booleans())
 def test_the_kept_order_of_lacks_is_always_the_queue_order(
-    ops: list[tuple[str, int, int, int]], fair: bool
+    ops: list[tuple[str, int, int, int]], fair: bool, eager: bool
 ) -> None:
     """The order kept between releases (`Cache._lacking_in_order`) is exactly
     `sorted(records, key=queue order)` whatever happened since: records made one at a time
     or for a whole class, workloads whose queue order moved (a new creation time), releases
     that walk and wake, deletions, a batch that drops a scope's records, what-if copies;
     with Admission Fair Sharing, LocalQueues whose usage changed (their workloads move
-    together)."""
+    together). Each release wakes whom the queue order says it covers. The whole order is
+    read after every step (`eager`), or only at `walk` steps, so that changes pile up
+    between two reads as they do between two releases."""
     cache = _cache(fair=fair)
     cqs = ("a1", "a2", "b")
     t = NOW
@@ -459,7 +462,9 @@ def test_the_kept_order_of_lacks_is_always_the_queue_order(
             cache.note_lacks(keys, _pending(cache, key, cq, n))
         elif op == "release":
             _released(cache, cqs[i], n)
+            before, want_woken = set(cache.lack_scope), _woken_by_release(cache)
             cache.queue_heads(t)
+            assert before - set(cache.lack_scope) == want_woken
         elif op == "delete" and key in cache.workloads:
             cache.delete_workload(key)
         elif op == "batch":
@@ -472,6 +477,34 @@ def test_the_kept_order_of_lacks_is_always_the_queue_order(
             used = cqs[i % 2] + ("-x" if i >= 2 else "")
             cache.afs.seed(f"ns/lq-{used}", {"nvidia.com/gpu": n * 1000}, t + seeded)
             cache.queue_heads(t)
-        for scope, records in cache.lacks.items():
-            want = sorted(records, key=cache._order)
-            assert list(cache._lacking_in_order(scope, records)) == want
+        if eager or op == "walk":
+            _walk_all(cache)
+    _walk_all(cache)
+
+
+def _walk_all(cache: Cache) -> None:
+    for scope, records in cache.lacks.items():
+        want = sorted(records, key=cache._order)
+        assert list(cache._lacking_in_order(scope, records)) == want
+
+
+def _woken_by_release(cache: Cache) -> set[str]:
+    """Whom the quota released since the last step wakes (`Cache._wake_fitting`), worked
+    out from `sorted(records, key=queue order)` instead of the kept order."""
+    woken = set()
+    for scope, amounts in cache.freed.items():
+        records = cache.lacks.get(scope) or {}
+        left = dict(amounts)
+        for key in sorted(records, key=cache._order):
+            fits = [
+                (flavor, need)
+                for flavor, need in records[key]
+                if all(lack <= left.get((flavor, r), 0) for r, lack in need)
+            ]
+            if not fits:
+                break
+            flavor, need = fits[0]
+            for r, lack in need:
+                left[(flavor, r)] -= lack
+            woken.add(key)
+    return woken

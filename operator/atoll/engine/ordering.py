@@ -14,12 +14,19 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from atoll.engine.decisions import Requeue
 from atoll.engine.model import ClusterQueueName, QueueingStrategy, Workload, WorkloadKey
 
+QueueKey = tuple[float, bool, int, float, str, str]
 
-def queue_key(w: Workload, usage: float = 0.0) -> tuple[float, bool, int, float, str, str]:
+
+def queue_key(w: Workload, usage: float = 0.0) -> QueueKey:
     """Heap order inside one ClusterQueue: under Admission Fair Sharing the lower usage of
     the workload's LocalQueue first (`usage`, 0 otherwise), then a sticky preemptor, then
     higher priority, then older, then UID."""
     return (usage, not w.sticky, -w.priority, w.queued_at, w.uid, w.key)
+
+
+def with_usage(key: QueueKey, usage: float) -> QueueKey:
+    """`key` (a `queue_key`) with another LocalQueue usage in front."""
+    return (usage, key[1], key[2], key[3], key[4], key[5])
 
 
 class SchedulingClass:
@@ -45,6 +52,9 @@ class SchedulingClass:
 
     def __repr__(self) -> str:
         return f"SchedulingClass{self.parts!r}"
+
+    def __reduce__(self) -> tuple[type[SchedulingClass], tuple[tuple[Hashable, ...]]]:
+        return SchedulingClass, (self.parts,)  # the hash is worked out again where it lands
 
 
 def scheduling_class(w: Workload, *, by_time: bool, by_end: bool = False) -> SchedulingClass:

@@ -34,7 +34,7 @@ from atoll.api.workload import Workload
 from atoll.engine import decisions as d
 from atoll.engine import model as m
 from atoll.engine import trust
-from atoll.engine.ordering import queue_key, scheduling_class
+from atoll.engine.ordering import QueueKey, queue_key, scheduling_class, with_usage
 from atoll.engine.quota import NO_PARENT, LiveUsage, QuotaTree
 from atoll.engine.snapshot import (
     Snapshot,
@@ -50,7 +50,7 @@ from atoll.state import admissionchecks, convert, devicequota
 from atoll.state import workloads as wls
 from atoll.state.afs import Tracker, admission_amounts
 from atoll.state.inventory import ClusterInventory
-from atoll.state.queues import PendingQueues, QueueKey
+from atoll.state.queues import PendingQueues
 from atoll.state.topologyassignment import placement_from_status
 
 UNKNOWN_QUEUE_PREFIX = "\0lq:"
@@ -122,7 +122,7 @@ def _lack_run(
         # a record made again after its queue key was recomputed, unchanged: two equal
         # entries, side by side
         if entry != last and key in records and at.get(key) == (group, qkey):
-            yield (qkey if usage is None else (usage, *qkey[1:])), key
+            yield (qkey if usage is None else with_usage(qkey, usage)), key
         last = entry
 
 
@@ -1308,8 +1308,8 @@ class Cache:
 
     def queue_heads_again(self) -> list[tuple[str, m.Workload]]:
         """`queue_heads(now)` again at the same `now` when only `park` was called since: no
-        requeue, sample or backoff can be due, nothing moved in the queues; only the
-        parked heads are passed."""
+        requeue, usage sample (its interval is never 0) or backoff can be due, nothing moved
+        in the queues; only the parked heads are passed."""
         return self._heads()
 
     def _heads(self) -> list[tuple[str, m.Workload]]:

@@ -31,7 +31,8 @@ import heapq
 from collections.abc import Hashable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
-QueueKey = tuple[float, bool, int, float, str, str]
+from atoll.engine.ordering import QueueKey, with_usage
+
 Parked = MutableMapping[str, tuple[str | None, int]]
 """Workloads parked on their own: workload → (its queue, that queue's epoch) when parked."""
 
@@ -222,7 +223,7 @@ class PendingQueues:
             return
         order = q.order
         rest = [e for e in order if e[1] not in moved]
-        mine = [((first, *qkey[1:]), key) for qkey, key in order if key in moved]
+        mine = [(with_usage(qkey, first), key) for qkey, key in order if key in moved]
         entry.update((key, new) for new, key in mine)
         mine.sort()  # in order already when they shared their first part (linear then)
         rest += mine
