@@ -80,8 +80,6 @@ class _LackOrder:
     """Workload → (its group, the key of its entry) (`Cache._lack_entry` names the scope)."""
     added: set[str] = field(default_factory=set)
     """Workloads with a record and no entry: merged in at the next walk."""
-    size: int = 0
-    """Entries in all runs, live or dead."""
 
 
 REQUEUE_BATCH_PERIOD = 1.0
@@ -530,17 +528,12 @@ class Cache:
             yield from sorted(records, key=self._order)
             return
         order = self._lack_orders.get(scope)
-        if order is None or order.size > 2 * len(records) + 32:
+        if order is None or sum(map(len, order.runs.values())) > 2 * len(records) + 32:
             order = self._sort_lacks(scope, records)
         elif order.added:
-            touched: set[str] = set()
-            for key in sorted(order.added):
-                if key in records:
-                    group, qkey = self._usage_group(key)
-                    self._lack_at(scope, order, key, group, qkey)
-                    order.runs.setdefault(group, []).append((qkey, key))
-                    order.size += 1
-                    touched.add(group)
+            touched = {
+                self._lack_enter(scope, order, k) for k in sorted(order.added) if k in records
+            }
             order.added.clear()
             for group in touched:
                 order.runs[group].sort()  # two sorted runs: merged in linear time
@@ -557,9 +550,7 @@ class Cache:
                     del at[key]
                     self._lack_entry.pop(key, None)
                 i += 1
-            if i:
-                del run[:i]
-                order.size -= i
+            del run[:i]
             if not run:
                 del order.runs[group]
             else:
@@ -573,13 +564,18 @@ class Cache:
             self._forget_lack_order(scope)
         order = self._lack_orders[scope] = _LackOrder()
         for key in records:
-            group, qkey = self._usage_group(key)
-            self._lack_at(scope, order, key, group, qkey)
-            order.runs.setdefault(group, []).append((qkey, key))
+            self._lack_enter(scope, order, key)
         for run in order.runs.values():
             run.sort()
-        order.size = len(records)
         return order
+
+    def _lack_enter(self, scope: str, order: _LackOrder, key: str) -> str:
+        """Append `key`'s entry to its usage group's run (left to the caller to sort);
+        returns the group."""
+        group, qkey = self._usage_group(key)
+        self._lack_at(scope, order, key, group, qkey)
+        order.runs.setdefault(group, []).append((qkey, key))
+        return group
 
     def _lack_at(self, scope: str, order: _LackOrder, key: str, group: str, qkey: QueueKey) -> None:
         """`key`'s entry in `scope` is at `qkey` in `group`'s run (an entry it had in another
