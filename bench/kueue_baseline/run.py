@@ -58,7 +58,9 @@ from atoll.sandbox.cluster import Sandbox  # noqa: E402
 console = Console(stderr=True)
 
 
-async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s: float) -> Any:
+async def drive(
+    controller: Controller, sandbox: Sandbox, shape: Shape, limit_s: float, workdir: Path
+) -> Any:
     """Queues, then Workloads at the shape's rates while the runner finishes them."""
     # Two connection pools: the generator's creates must not delay the runner's Finished
     # writes (that would lengthen runs, and more so for the faster controller).
@@ -94,6 +96,7 @@ async def drive(controller: Controller, sandbox: Sandbox, shape: Shape, limit_s:
             await asyncio.gather(watch, gen, return_exceptions=True)
             await runner.close()
         summary = runner.summary(end)
+        (workdir / "timeline.json").write_text(json.dumps(runner.timeline_doc()))
         # this process (generator + runner) competes for the same cores: report its CPU
         summary["harness_cpu_s"] = time.process_time() - harness_cpu
         summary["apiserver_writes"] = await apiserver_writes(client)
@@ -147,7 +150,7 @@ def run_one(
         console.print(f"  {system} ready (pid {controller.pid}) in {time.monotonic() - t0:.1f}s")
         if args.profile and system == "atoll":
             spy = start_py_spy(controller.pid, workdir / "atoll.pyspy.txt")
-        result.update(asyncio.run(drive(controller, sandbox, shape, args.timeout)))
+        result.update(asyncio.run(drive(controller, sandbox, shape, args.timeout, workdir)))
         result.update(controller.sample())
         scraped = controller.scrape()
         result["admission_attempts"] = scraped.get("attempts", {})

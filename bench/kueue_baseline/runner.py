@@ -108,6 +108,14 @@ def change_kind(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "other"
 
 
+def _preemptor(obj: dict[str, Any]) -> str:
+    """The UID of the Workload an eviction was for, from the Evicted message ("" if none)."""
+    if not _is_true(c := _conditions(obj), "Evicted"):
+        return ""
+    match = _PREEMPTOR_UID.search((c.get("Evicted") or {}).get("message", ""))
+    return match.group(1) if match else ""
+
+
 def _pending_message(obj: dict[str, Any]) -> str:
     c = _conditions(obj).get("QuotaReserved") or {}
     return f"{c.get('reason')}: {re.sub(r'[0-9]+', 'N', c.get('message') or '')}"
@@ -215,6 +223,10 @@ class Runner:
         self.sweeps = 0
         self.relists = 0
         self.watch_restarts = 0
+        self.timeline: list[tuple[float, str, str, str]] = []
+        """(time since start, UID, change kind, preemptor UID or "") of every Workload change
+        seen on the watch, `create` first: written to timeline.json for
+        bench/kueue_baseline/preemptions.py, which rebuilds the quota state at each eviction."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- watch -----------------------------------------------------------------------------
@@ -318,8 +330,10 @@ class Runner:
                 first_seen=now,
             )
             self.records[uid] = rec
+            self.timeline.append((now - self.started, uid, "create", ""))
         else:
             kind = change_kind(rec.seen, obj)
+            self.timeline.append((now - self.started, uid, kind, _preemptor(obj)))
             self.changes[kind] += 1
             if kind.startswith("pending"):
                 self.pending_messages[_pending_message(obj)] += 1
@@ -455,6 +469,21 @@ class Runner:
             if await self._patch_status(rec, {"conditions": conditions, "admission": None}):
                 return
         self._error(f"unreserve {rec.key}: gave up after 20 conflicts")
+
+    def timeline_doc(self) -> dict[str, Any]:
+        """The timeline with what it needs to be read alone: each Workload's queue, class,
+        cpu and priority, and the shape's quotas."""
+        prio = {wc.name: wc.priority for wc in self.shape.classes}
+        return {
+            "started_unix": time.time() - (time.monotonic() - self.started),
+            "nominal_cpu": self.shape.nominal_cpu,
+            "borrowing_limit_cpu": self.shape.borrowing_limit_cpu,
+            "workloads": {
+                uid: [r.cq, r.cls, r.cpu_milli, prio.get(r.cls, 0), r.name]
+                for uid, r in self.records.items()
+            },
+            "events": [[round(t, 4), u, k, p] for t, u, k, p in self.timeline],
+        }
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, end: float | None = None) -> dict[str, Any]:

@@ -297,19 +297,39 @@ def _released(cache: Cache, cq: str, gpus: int) -> None:
 
 def test_freed_quota_wakes_at_once_whom_it_covers_in_queue_order() -> None:
     cache = _cache()
-    _parked_lacking(cache, "older", "a1", 4, minute=1)
-    newer = _parked_lacking(cache, "newer", "a2", 4, minute=2)
+    first = _parked_lacking(cache, "first", "a2", 4, minute=1)
+    second = _parked_lacking(cache, "second", "a2", 4, minute=2)
     small = _parked_lacking(cache, "small", "a2", 2, minute=3)
-    _released(cache, "a1", 4)
+    _released(cache, "a2", 4)
     cache.queue_heads(NOW)  # the next step, no batch period later
-    assert cache.parked_keys() == {newer, small}  # 4 GPUs: the older one's lack
+    assert cache.parked_keys() == {second, small}  # 4 GPUs: the first one's lack
+    assert first not in cache.parked_keys()
     _released(cache, "a2", 2)
     cache.queue_heads(NOW)
-    assert cache.parked_keys() == {newer, small}  # `small` does not go ahead of `newer`
-    _released(cache, "a1", 3)
+    assert cache.parked_keys() == {second, small}  # `small` does not go ahead of `second`
+    _released(cache, "a2", 3)
     _released(cache, "a2", 3)
     cache.queue_heads(NOW)
     assert cache.parked_keys() == frozenset()  # 6 GPUs since the last step: both
+
+
+def test_each_cluster_queue_of_a_tree_takes_from_the_whole_release() -> None:
+    """A release wakes the first covered workload of every ClusterQueue of its tree, not
+    only the oldest one: the cycle then picks among them as Kueue's does (non-borrowing
+    first). Sharing one amount in queue order gave a queue's own quota, just released, to an
+    older workload of another queue that would borrow it, and the queue's own workload then
+    reclaimed it at once, evicting the borrower right after its admission."""
+    cache = _cache()
+    older = _parked_lacking(cache, "older", "a1", 4, minute=1)
+    newer = _parked_lacking(cache, "newer", "a2", 4, minute=2)
+    small = _parked_lacking(cache, "small", "a2", 2, minute=3)
+    other = _parked_lacking(cache, "other", "b", 1, minute=0)
+    _released(cache, "a2", 4)
+    cache.queue_heads(NOW)
+    # both queues' first: a1's older one and a2's `newer` (a2's share went to it, so its
+    # `small` waits); `b` is another tree
+    assert cache.parked_keys() == {small, other}
+    assert {older, newer}.isdisjoint(cache.parked_keys())
 
 
 def test_a_release_too_small_for_the_first_in_queue_order_waits_for_the_batch() -> None:
@@ -494,8 +514,11 @@ def _woken_by_release(cache: Cache) -> set[str]:
     woken = set()
     for scope, amounts in cache.freed.items():
         records = cache.lacks.get(scope) or {}
-        left = dict(amounts)
+        shares: dict[str, dict[tuple[str, str], int]] = {}
         for key in sorted(records, key=cache._order):
+            wl = cache.workloads[key]
+            cq = cache.local_queues[f"{wl.namespace}/{wl.spec.queue_name}"].spec.cluster_queue
+            left = shares.setdefault(cq, dict(amounts))  # each queue takes from all of it
             fits = [
                 (flavor, need)
                 for flavor, need in records[key]

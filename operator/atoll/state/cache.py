@@ -478,16 +478,30 @@ class Cache:
     def _wake_fitting(self, scope: str, amounts: Mapping[tuple[str, str], int]) -> None:
         """Wake now the parked workloads of `scope` whose lack on some flavor the quota
         released there since the last step covers, in queue order (priority, then age),
-        each taking what it lacks from what is left, up to the first that it does not cover:
-        no workload is woken ahead of one that waits for more quota (the batch wakes it and
-        the others, as Kueue's requeue, where the higher priority is tried first)."""
+        each taking what it lacks from what is left to its ClusterQueue, up to the first
+        that it does not cover: no workload is woken ahead of one that waits for more quota
+        (the batch wakes it and the others, as Kueue's requeue, where the higher priority
+        is tried first).
+
+        Each ClusterQueue takes from the whole release: the first covered workload of every
+        queue is woken, and the cycle picks among them as Kueue's cycle picks among heads
+        (non-borrowing first, then priority and age). Taking from one shared amount in queue
+        order instead could give a queue's own nominal quota, just released, to an older
+        workload of another queue that borrows it, while the queue's own waiting workload
+        stays parked; that one then reclaims it at once, and the borrower is evicted right
+        after its admission."""
         records = self.lacks.get(scope)
         if not records:
             if scope in self._lack_orders:  # nothing left to keep in order: its entries go
                 self._forget_lack_order(scope)
             return
-        left = dict(amounts)
+        left_of: dict[str | None, dict[tuple[str, str], int]] = {}
+        group_of = self.queues.group_of
         for key in self._lacking_in_order(scope, records):
+            cq = self._lack_queue(key, group_of)
+            left = left_of.get(cq)
+            if left is None:
+                left = left_of[cq] = dict(amounts)
             for flavor, need in records[key]:
                 if all(lack <= left.get((flavor, r), 0) for r, lack in need):
                     for r, lack in need:
@@ -497,6 +511,16 @@ class Cache:
                     break
             else:
                 return
+
+    def _lack_queue(self, key: str, group_of: Mapping[str, str]) -> str | None:
+        """The ClusterQueue a parked workload waits in (`_wake_fitting`'s share of a
+        release)."""
+        wl = self.workloads.get(key)
+        if wl is not None and wl.spec.queue_name:
+            lq = self.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name))
+            if lq is not None:
+                return lq.spec.cluster_queue
+        return group_of.get(key)
 
     def _order(self, key: str) -> QueueKey:
         ew = self.engine_workload(key)
