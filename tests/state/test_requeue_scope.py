@@ -332,6 +332,43 @@ def test_each_cluster_queue_of_a_tree_takes_from_the_whole_release() -> None:
     assert {older, newer}.isdisjoint(cache.parked_keys())
 
 
+def test_a_queue_s_released_quota_goes_to_its_own_workload_not_to_a_borrower() -> None:
+    """Through the step: p and q (2 GPUs each, one Cohort, reclamation allowed) are full, and
+    each has a parked 2-GPU workload, q's the older. p's holder finishes. q's would borrow
+    p's quota, p's would not: as in Kueue's cycle (non-borrowing first), p's is admitted,
+    and nothing is evicted later. (Woken alone, q's borrowed it, and p's reclaimed the quota
+    at the next batch, evicting a workload of q.)"""
+    cache = Cache()
+    cache.requeue_period = P
+    cache.set_flavor(ResourceFlavor.from_dict({"metadata": {"name": "rf"}}))
+    for cq in ("p", "q"):
+        spec = {"cohortName": "co", "preemption": {"reclaimWithinCohort": "Any"}}
+        cache.set_cluster_queue(cluster_queue(cq, gpus=2, **spec))
+        cache.set_local_queue(
+            LocalQueue.from_dict(
+                {"metadata": {"name": f"lq-{cq}", "namespace": "ns"}, "spec": {"clusterQueue": cq}}
+            )
+        )
+    cache.set_namespace("ns", {"kubernetes.io/metadata.name": "ns"})
+    decider = Decider(cache)
+    holders = {cq: _workload(cache, f"holder-{cq}", cq, pods=2) for cq in ("p", "q")}
+    assert {dec.workload for dec in decider.decide(NOW) if isinstance(dec, d.Admit)} == set(
+        holders.values()
+    )
+    older = _workload(cache, "older-q", "q", pods=2, created="2026-12-01T00:01:00Z")
+    newer = _workload(cache, "newer-p", "p", pods=2, created="2026-12-01T00:02:00Z")
+    decider.decide(NOW + 1)
+    assert {older, newer} <= cache.parked_keys()
+    cache.delete_workload(holders["p"])
+    decisions = decider.decide(NOW + 2)
+    admitted = [dec for dec in decisions if isinstance(dec, d.Admit)]
+    assert [a.workload for a in admitted] == [newer]
+    assert not admitted[0].borrowing
+    later = [dec for t in (3, 4, 5, 6) for dec in decider.decide(NOW + 2 + t * P)]
+    assert not [dec for dec in later if isinstance(dec, (d.Preempt, d.Admit))]
+    assert older not in cache.assumed  # the Cohort is full: it waits
+
+
 def test_a_release_too_small_for_the_first_in_queue_order_waits_for_the_batch() -> None:
     cache = _cache()
     first = _parked_lacking(cache, "first", "a1", 4, minute=1)
