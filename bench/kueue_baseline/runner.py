@@ -108,11 +108,10 @@ def change_kind(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "other"
 
 
-def _preemptor(obj: dict[str, Any]) -> str:
-    """The UID of the Workload an eviction was for, from the Evicted message ("" if none)."""
-    if not _is_true(c := _conditions(obj), "Evicted"):
-        return ""
-    match = _PREEMPTOR_UID.search((c.get("Evicted") or {}).get("message", ""))
+def _preemptor(conds: dict[str, dict[str, Any]]) -> str:
+    """The UID of the Workload an eviction was for, named in the Evicted condition's message
+    (`Preempted to accommodate a workload (UID: u, ...`), or "" if none."""
+    match = _PREEMPTOR_UID.search((conds.get("Evicted") or {}).get("message", ""))
     return match.group(1) if match else ""
 
 
@@ -224,9 +223,9 @@ class Runner:
         self.relists = 0
         self.watch_restarts = 0
         self.timeline: list[tuple[float, str, str, str]] = []
-        """(time since start, UID, change kind, preemptor UID or "") of every Workload change
-        seen on the watch, `create` first: written to timeline.json for
-        bench/kueue_baseline/preemptions.py, which rebuilds the quota state at each eviction."""
+        """(time since start, UID, change kind, preemptor UID for an `evict`, else "") of every
+        Workload change seen on the watch, `create` first: written to timeline.json for
+        bench/kueue_baseline/preemptions.py."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- watch -----------------------------------------------------------------------------
@@ -330,10 +329,9 @@ class Runner:
                 first_seen=now,
             )
             self.records[uid] = rec
-            self.timeline.append((now - self.started, uid, "create", ""))
+            kind = "create"
         else:
             kind = change_kind(rec.seen, obj)
-            self.timeline.append((now - self.started, uid, kind, _preemptor(obj)))
             self.changes[kind] += 1
             if kind.startswith("pending"):
                 self.pending_messages[_pending_message(obj)] += 1
@@ -343,6 +341,8 @@ class Runner:
             rec.obj = obj
         self.events += 1
         conds = _conditions(obj)
+        by = _preemptor(conds) if kind == "evict" else ""
+        self.timeline.append((now - self.started, uid, kind, by))
         admitted, finished = _is_true(conds, "Admitted"), _is_true(conds, "Finished")
         evicted, reserved = _is_true(conds, "Evicted"), _is_true(conds, "QuotaReserved")
         running = admitted and not finished
@@ -379,10 +379,10 @@ class Runner:
         reason = (
             preempted.get("reason") if preempted.get("status") == "True" else None
         ) or evicted.get("reason", "?")
-        match = _PREEMPTOR_UID.search(evicted.get("message", ""))
-        by = self.records.get(match.group(1)) if match else None
-        if match:
-            self.preemptions.setdefault(match.group(1), []).append(time.monotonic())
+        uid = _preemptor(conds)
+        by = self.records.get(uid) if uid else None
+        if uid:
+            self.preemptions.setdefault(uid, []).append(time.monotonic())
         return f"{rec.cls} by {by.cls if by else '?'}, {reason}"
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -471,17 +471,12 @@ class Runner:
         self._error(f"unreserve {rec.key}: gave up after 20 conflicts")
 
     def timeline_doc(self) -> dict[str, Any]:
-        """The timeline with what it needs to be read alone: each Workload's queue, class,
-        cpu and priority, and the shape's quotas."""
-        prio = {wc.name: wc.priority for wc in self.shape.classes}
+        """The timeline with what it needs to be read alone: each Workload's ClusterQueue,
+        class and name, and when the run started (Unix time), to find them in a
+        controller's log."""
         return {
             "started_unix": time.time() - (time.monotonic() - self.started),
-            "nominal_cpu": self.shape.nominal_cpu,
-            "borrowing_limit_cpu": self.shape.borrowing_limit_cpu,
-            "workloads": {
-                uid: [r.cq, r.cls, r.cpu_milli, prio.get(r.cls, 0), r.name]
-                for uid, r in self.records.items()
-            },
+            "workloads": {uid: [r.cq, r.cls, r.name] for uid, r in self.records.items()},
             "events": [[round(t, 4), u, k, p] for t, u, k, p in self.timeline],
         }
 

@@ -496,9 +496,9 @@ class Cache:
                 self._forget_lack_order(scope)
             return
         left_of: dict[str | None, dict[tuple[str, str], int]] = {}
-        group_of = self.queues.group_of
+        queue_of = self.queues.group_of  # the ClusterQueue each waits in
         for key in self._lacking_in_order(scope, records):
-            cq = self._lack_queue(key, group_of)
+            cq = queue_of.get(key)
             left = left_of.get(cq)
             if left is None:
                 left = left_of[cq] = dict(amounts)
@@ -511,16 +511,6 @@ class Cache:
                     break
             else:
                 return
-
-    def _lack_queue(self, key: str, group_of: Mapping[str, str]) -> str | None:
-        """The ClusterQueue a parked workload waits in (`_wake_fitting`'s share of a
-        release)."""
-        wl = self.workloads.get(key)
-        if wl is not None and wl.spec.queue_name:
-            lq = self.local_queues.get(wls.key_of(wl.namespace, wl.spec.queue_name))
-            if lq is not None:
-                return lq.spec.cluster_queue
-        return group_of.get(key)
 
     def _order(self, key: str) -> QueueKey:
         ew = self.engine_workload(key)
